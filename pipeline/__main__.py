@@ -1,0 +1,47 @@
+"""python -m pipeline run|stages|report"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.cli_common import user_errors
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the whole chain of a config")
+    run.add_argument("--config", required=True)
+    run.add_argument("--input", nargs="+", help="input files instead of the config's input.paths")
+    run.add_argument("--output", help="run folder instead of the config's output_dir")
+    run.add_argument("--force", action="store_true", help="rerun finished stages too")
+    sub.add_parser("stages", help="list the stages and groups")
+    rep = sub.add_parser("report", help="(re)write report.html of a run folder")
+    rep.add_argument("run_dir")
+    args = parser.parse_args(argv)
+
+    with user_errors():
+        if args.command == "stages":
+            from pipeline.stages import CHAIN_ORDER, GROUPS, REGISTRY
+            for name in CHAIN_ORDER:
+                print(f"{name:14s} {REGISTRY[name].summary}")
+            for group, members in GROUPS.items():
+                print(f"{group:14s} group: {' -> '.join(members)}")
+        elif args.command == "run":
+            from pipeline.config import load_config
+            from pipeline.runner import run_chain
+            config = load_config(args.config, input_paths=args.input, output_dir=args.output)
+            manifest = run_chain(config, force=args.force)
+            print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
+                  f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)
+        elif args.command == "report":
+            from pathlib import Path
+            from pipeline.errors import UserError
+            from pipeline.report import write_report
+            if not (Path(args.run_dir) / "stages").is_dir():
+                raise UserError(f"{args.run_dir}: not a run folder (no stages/)")
+            print(write_report(Path(args.run_dir)))
+
+
+if __name__ == "__main__":
+    main()

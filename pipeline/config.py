@@ -1,0 +1,202 @@
+"""YAML config -> validated objects. Every error is reported before any work starts,
+named by its key path (``stages[3].dedup_exact.hash: ...``)."""
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.errors import ConfigError
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputConfig(Strict):
+    # Files, folders or glob patterns; a folder means every supported file in it.
+    paths: list[str] = Field(min_length=1)
+    format: Literal["auto", "jsonl", "parquet", "text", "pubmed_xml", "hf"] = "auto"
+    id_field: str = "id"
+    text_field: str = "text"
+    # Plain text: one document per file, or one per non-empty line.
+    text_unit: Literal["file", "line"] = "file"
+    # Read at most this many documents (small runs, tests).
+    limit: int | None = Field(default=None, ge=1)
+
+
+class RunConfig(Strict):
+    input: InputConfig
+    output_dir: str
+    seed: int = 0
+    num_proc: int = Field(default=1, ge=1, le=256)
+    batch_size: int = Field(default=1000, ge=1, le=1_000_000)
+    shard_size: int = Field(default=50_000, ge=1)
+    # Keep the text of removed documents in removed/ (it may carry PHI for stages before phi).
+    keep_removed_text: bool = False
+    progress: bool = True
+    stages: list[dict[str, Any]] = Field(min_length=1)
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _stage_entries(cls, value):
+        if not isinstance(value, list):
+            raise ValueError("must be a list of {stage_name: {options}} entries")
+        out = []
+        for i, entry in enumerate(value):
+            if isinstance(entry, str):
+                entry = {entry: {}}
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ValueError(f"entry {i} must be a stage name or a one-key mapping {{name: {{options}}}}")
+            (name, opts), = entry.items()
+            out.append({name: opts if opts is not None else {}})
+        return out
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    position: int            # 1-based place in the chain
+    name: str
+    config: BaseModel
+
+    @property
+    def folder(self) -> str:
+        return f"{self.position:02d}_{self.name}"
+
+
+@dataclass
+class Config:
+    run: RunConfig
+    stages: list[StageSpec]
+    source: str = "<config>"
+    raw: dict = field(default_factory=dict)
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.run.output_dir)
+
+    def stage(self, name: str) -> StageSpec:
+        for spec in self.stages:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def has_stage(self, name: str) -> bool:
+        return any(s.name == name for s in self.stages)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<root>"
+
+
+def _errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    msgs = []
+    for err in exc.errors():
+        where = _loc(err["loc"])
+        if prefix:
+            where = prefix + ("." + where if where != "<root>" else "")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        msgs.append(f"{where}: {msg}")
+    return msgs
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    """Files named by paths, folders (recursively) and globs, in a stable order."""
+    from pipeline.readers import SUPPORTED_SUFFIXES, is_hf_folder
+
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if any(ch in p for ch in "*?["):
+            out.extend(Path(m) for m in sorted(glob.glob(p, recursive=True)) if Path(m).is_file())
+        elif path.is_dir() and not is_hf_folder(path):
+            out.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.name.endswith(SUPPORTED_SUFFIXES)))
+        else:
+            out.append(path)
+    return out
+
+
+def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None,
+                output_dir: str | None = None, check_inputs: bool = True) -> Config:
+    """Read and validate a config; raise ConfigError listing every problem by key path."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys")
+    raw = dict(raw)
+    if input_paths:
+        # Files given on the command line are read by their suffix, not the config's format.
+        raw["input"] = {**(raw.get("input") or {}), "paths": list(input_paths), "format": "auto"}
+    if output_dir:
+        raw["output_dir"] = output_dir
+    return validate_config(raw, source=str(path), check_inputs=check_inputs)
+
+
+def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True) -> Config:
+    from pipeline.stages import REGISTRY, CHAIN_ORDER
+
+    problems: list[str] = []
+    try:
+        run = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: " + "; ".join(_errors(exc))) from None
+
+    specs: list[StageSpec] = []
+    for i, entry in enumerate(run.stages):
+        (name, opts), = entry.items()
+        where = f"stages[{i}].{name}"
+        if name not in REGISTRY:
+            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(CHAIN_ORDER)})")
+            continue
+        if not isinstance(opts, dict):
+            problems.append(f"{where}: options must be a mapping")
+            continue
+        try:
+            cfg = REGISTRY[name].Config.model_validate(opts)
+        except ValidationError as exc:
+            problems.extend(_errors(exc, where))
+            continue
+        specs.append(StageSpec(position=i + 1, name=name, config=cfg))
+
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        problems.append("stages: a stage is listed twice")
+    order = [CHAIN_ORDER.index(n) for n in names]
+    if order != sorted(order):
+        problems.append("stages: out of order; the chain is " + " -> ".join(CHAIN_ORDER))
+
+    if check_inputs:
+        files = expand_paths(run.input.paths)
+        missing = [str(f) for f in files if not f.exists()]
+        if missing:
+            problems.append(f"input.paths: not found: {', '.join(missing[:5])}")
+        elif not files:
+            problems.append("input.paths: no input files matched")
+    for spec in specs:
+        for key, value in spec.config.model_dump().items():
+            # Stage options that name a model or file must exist before the run starts.
+            if key.endswith("_path") and value and not Path(value).exists():
+                problems.append(f"stages[{spec.position - 1}].{spec.name}.{key}: file not found: {value}")
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+    return Config(run=run, stages=specs, source=source, raw=raw)

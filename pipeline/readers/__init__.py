@@ -1,0 +1,107 @@
+"""Readers: map source files onto documents (id, text, extra columns), in Arrow batches.
+
+A record that cannot become a document (bad JSON, missing or non-string text, undecodable
+bytes, broken XML) never stops a run: it comes back as a set-aside row with its file and line
+as id and a `malformed_*` reason, so the first stage counts it like any other removal.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+from pipeline.errors import InputError
+
+SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson", ".parquet",
+                      ".txt", ".xml", ".xml.gz", ".arrow")
+
+
+@dataclass
+class ReaderBatch:
+    table: pa.Table                                      # documents: id, text, extras
+    set_aside: list[tuple[str, str]] = field(default_factory=list)   # (id or file:line, reason)
+
+
+def is_hf_folder(path: Path) -> bool:
+    return path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists())
+
+
+def detect_format(path: Path) -> str:
+    name = path.name.lower()
+    if is_hf_folder(path):
+        return "hf"
+    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith(".txt"):
+        return "text"
+    if name.endswith((".xml", ".xml.gz")):
+        return "pubmed_xml"
+    if name.endswith(".arrow"):
+        return "arrow"
+    raise InputError(f"{path}: unsupported input file type (supported: {', '.join(SUPPORTED_SUFFIXES)}, "
+                     "or a datasets save_to_disk folder)")
+
+
+def read_documents(input_cfg, batch_size: int) -> Iterator[ReaderBatch]:
+    """All documents of the configured input, in file order, as batches."""
+    from pipeline.config import expand_paths
+    from pipeline.readers import arrow, hf, jsonl, parquet, pubmed_xml, text
+
+    files = expand_paths(input_cfg.paths)
+    readers = {"jsonl": jsonl.read, "parquet": parquet.read, "text": text.read,
+               "pubmed_xml": pubmed_xml.read, "hf": hf.read}
+    # Consecutive Arrow shards are streamed together through one datasets IterableDataset.
+    arrow_files = [f for f in files if input_cfg.format == "auto" and detect_format(f) == "arrow"]
+    if arrow_files and len(arrow_files) == len(files):
+        yield from _limit(arrow.read(arrow_files, batch_size), input_cfg.limit)
+        return
+    def batches():
+        for path in files:
+            fmt = input_cfg.format if input_cfg.format != "auto" else detect_format(path)
+            if fmt == "arrow":
+                yield from arrow.read([path], batch_size)
+            else:
+                yield from readers[fmt](path, input_cfg, batch_size)
+    yield from _limit(batches(), input_cfg.limit)
+
+
+def _limit(batches: Iterator[ReaderBatch], limit: int | None) -> Iterator[ReaderBatch]:
+    if limit is None:
+        yield from batches
+        return
+    left = limit
+    for b in batches:
+        if left <= 0:
+            return
+        if b.table.num_rows > left:
+            b = ReaderBatch(b.table.slice(0, left), b.set_aside)
+        left -= b.table.num_rows
+        yield b
+
+
+class RowBatcher:
+    """Collects rows (dicts) into Arrow batches with a fixed schema."""
+
+    def __init__(self, schema: pa.Schema, batch_size: int):
+        self.schema = schema
+        self.batch_size = batch_size
+        self.rows: list[dict] = []
+        self.set_aside: list[tuple[str, str]] = []
+
+    def add(self, row: dict) -> ReaderBatch | None:
+        self.rows.append(row)
+        return self.flush() if len(self.rows) >= self.batch_size else None
+
+    def aside(self, where: str, reason: str) -> None:
+        self.set_aside.append((where, reason))
+
+    def flush(self) -> ReaderBatch | None:
+        if not self.rows and not self.set_aside:
+            return None
+        batch = ReaderBatch(pa.Table.from_pylist(self.rows, schema=self.schema), self.set_aside)
+        self.rows, self.set_aside = [], []
+        return batch

@@ -1,0 +1,43 @@
+"""python -m pipeline.stage NAME --config C [--input PATH ...] [--output DIR] [--force]
+
+Runs one stage (or a group such as `dedup`) from the previous stage's output in the run
+folder, or from any supported file given with --input."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline.cli_common import user_errors
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.stage", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="a stage or group name (python -m pipeline stages)")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--input", nargs="+", help="input files for the (first) stage")
+    parser.add_argument("--output", help="write the stage folder here instead of the run folder")
+    parser.add_argument("--force", action="store_true", help="rerun even if finished")
+    args = parser.parse_args(argv)
+    with user_errors():
+        from pipeline.config import load_config
+        from pipeline.runner import expand_names, run_stage, stage_dirs_for
+
+        config = load_config(args.config, check_inputs=False)
+        specs = expand_names(config, [args.name])
+        # Only a stage that reads the source needs the config's input files to exist.
+        if args.input is None and specs[0] is config.stages[0]:
+            load_config(args.config, check_inputs=True)
+        dirs = stage_dirs_for(config)
+        if args.output:
+            out = Path(args.output)
+            for spec in specs:
+                dirs[spec.name] = out if len(specs) == 1 else out / spec.folder
+        for i, spec in enumerate(specs):
+            run_stage(config, spec, input_paths=args.input if i == 0 else None,
+                      output_dir=dirs[spec.name] if args.output else None, force=args.force,
+                      stage_dirs=dirs)
+
+
+if __name__ == "__main__":
+    main()
