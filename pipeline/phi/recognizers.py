@@ -1,0 +1,146 @@
+"""Our recognizers for what Presidio's defaults lack or miss on clinical text.
+
+Each rule is a regex whose named group `v` (or the whole match) is the identifier; the words
+around it (labels such as "MRN:", titles such as "Dr.") are context and stay in the text."""
+from __future__ import annotations
+
+import re
+
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+from pipeline.phi.eponyms import NON_NAME_WORDS, TITLES
+
+_MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
+          r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
+_DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
+_YEAR = r"(?:19|20)\d\d"
+_STATES = ("AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|NJ|NM|"
+           "NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR|GU|VI|AS|MP|AA|AE|AP")
+_NAME_WORD = r"[A-Z][a-z]+(?:['’][A-Z][a-z]+|-[A-Za-z][a-z]+)?"   # O'Brien, Smith-Jones; not "Smith's"
+_NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.\s*)?{_NAME_WORD}){{0,2}}"
+_NAME_OR_INITIALS = rf"(?:[A-Z]\.\s*)?{_NAME}"
+# After an identifier's keyword: "#", "no.", "number", "ID" and/or a colon ("DL: ...", "VIN #...").
+_LABEL = r"(?:(?:id|#|no\.?|num(?:ber)?\.?)\s*(?:is|was)?\s*[:#=]?|(?:is|was)?\s*[:#=])"
+# Study registrations are public, not PHI.
+REGISTRY_ID = re.compile(r"(?i)^(?:NCT\d{8}|ISRCTN\d+|ChiCTR|ACTRN\d+|DRKS\d+|CRD\d+|EudraCT|UMIN\d+|JPRN|"
+                         r"CTRI|IRCT\d+|KCT\d+|TCTR\d+|PACTR\d+|NTR\d+|NL\d{4,})")
+
+
+def _street_suffixes() -> str:
+    # USPS street suffixes (the list Faker's en_US address provider carries), plus abbreviations.
+    from faker.providers.address.en_US import Provider
+    words = set(Provider.street_suffixes) | {"St", "Ave", "Rd", "Blvd", "Ln", "Dr", "Ct", "Pl", "Pkwy", "Hwy",
+                                             "Sq", "Ter", "Cir", "Trl", "Way", "Plz", "Crk", "Hts"}
+    return "|".join(sorted((re.escape(w) for w in words), key=len, reverse=True))
+
+
+def rules() -> list[tuple[str, str, float]]:
+    """(entity, regex, score). Case-sensitive unless the regex says (?i)."""
+    suffix = _street_suffixes()
+    unit = r"(?:,?\s+(?:Apt\.?|Apartment|Suite|Ste\.?|Unit|Room|Rm\.?|#)\s*[A-Za-z0-9-]+)?"
+    street = rf"\b\d{{1,6}}\s+(?:[NSEW]\.?\s+)?(?:[A-Z][A-Za-z]+\.?\s+){{1,4}}(?:{suffix})\b\.?{unit}"
+    city_state_zip = rf"(?:[A-Z][a-z]+(?:\s+[A-Z][a-z]+){{0,2}}),?\s+(?:{_STATES})\s+\d{{5}}(?:-\d{{4}})?\b"
+    return [
+        # --- contact -------------------------------------------------------------------
+        ("EMAIL_ADDRESS", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b", 0.95),
+        ("URL", r"(?i)\b(?:https?://|www\.)[^\s<>\"')\]]+[^\s<>\"').,;:\]]", 0.9),
+        ("IP_ADDRESS", r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b", 0.9),
+        ("IP_ADDRESS", r"\b(?:[0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}\b|\b(?:[0-9a-fA-F]{1,4}:){1,6}:(?:[0-9a-fA-F]{1,4}:?){1,6}\b", 0.85),
+        # Phones: NANP with optional +1/001, separators, extensions; international with +.
+        ("PHONE_NUMBER", r"(?<![\w/.-])(?:(?:\+|00)?1[\s.-]?)?(?:\(\d{3}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}"
+                         r"(?:\s*(?:x|ext\.?|extension|#)\s*\d{1,6})?(?![\w/-])", 0.8),
+        ("PHONE_NUMBER", r"(?<![\w/.-])\+(?=(?:[\s.()-]*\d){8,15}(?![\d.]))\d{1,3}(?:[\s.-]?\(?\d{1,4}\)?){2,5}"
+                         r"(?:\s*(?:x|ext\.?)\s*\d{1,6})?(?![\w/-])", 0.7),
+        ("PHONE_NUMBER", r"(?i)\b(?:phone|tel|telephone|fax|cell|mobile|pager|beeper|call(?:ed)?|contact|ph)\b\.?\s*(?:no\.?|number|#)?\s*[:#]?\s*"
+                         r"(?P<v>\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?:\s*(?:x|ext\.?|extension)\s*\d{1,6})?|\d{3}[\s.-]\d{4}(?:\s*(?:x|ext\.?)\s*\d{1,6})?)", 0.85),
+        # --- government and record numbers ------------------------------------------------
+        ("US_SSN", r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])", 0.85),
+        ("US_SSN", r"(?i)\b(?:SSN|social security(?: number| no\.?| #)?|SS#)\s*[:#]?\s*(?P<v>\d{3}[\s.-]?\d{2}[\s.-]?\d{4})\b", 0.95),
+        ("MEDICAL_RECORD", r"(?i)\b(?:MRN|MR#|med(?:ical)?\.?\s*rec(?:ord)?s?\.?(?:\s*(?:#|no\.?|number|num\.?))?|"
+                           r"medical record number|chart\s*(?:#|no\.?|number)|patient\s*(?:id|#|no\.?|number)|"
+                           r"hospital\s*(?:id|number|no\.?)|encounter\s*(?:id|#|no\.?|number)|accession\s*(?:#|no\.?|number))"
+                           r"\s*(?:is|was)?\s*[:#=]?\s*(?P<v>[A-Z]{0,4}[-]?\d[\d-]{3,14}[A-Z0-9]*)\b", 0.95),
+        ("ACCOUNT_NUMBER", r"(?i)\b(?:account|acct|a/c|billing|member|subscriber|policy|plan|insurance|"
+                           r"health\s*plan|beneficiary|medicare|medicaid|group|claim|routing|iban|card)\b\.?\s*"
+                           rf"{_LABEL}\s*(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{{5,33}})\b", 0.9),
+        ("ACCOUNT_NUMBER", r"\b(?:\d{4}[\s-]){3}\d{4}\b|\b\d{4}[\s-]\d{6}[\s-]\d{5}\b|\b(?:\d{4}[\s-]){3}\d{1,4}\b", 0.7),
+        ("ACCOUNT_NUMBER", r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4}){2,7}(?:\s?[A-Z0-9]{1,4})?\b", 0.75),
+        ("LICENSE_NUMBER", r"(?i)\b(?:driver'?s?\s*licen[cs]e|DL|licen[cs]e|lic\.?|certificate|cert\.?|DEA|NPI|"
+                           rf"passport|registration|badge)\s*{_LABEL}\s*"
+                           r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,19})\b", 0.9),
+        ("DEVICE_OR_VEHICLE_ID", r"(?i)\b(?:VIN|serial|S/N|SN|device|pacemaker|implant|IMEI|UDI|plate|"
+                                 rf"licen[cs]e\s*plate|tag)\s*{_LABEL}\s*"
+                                 r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{3,24})\b", 0.9),
+        ("DEVICE_OR_VEHICLE_ID", r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])[A-HJ-NPR-Z0-9]{17}\b", 0.7),
+        ("ID", r"(?i)\b(?:ID|identifier|case\s*(?:#|no\.?|number)|ref(?:erence)?\s*(?:#|no\.?|number))\s*[:#]\s*"
+               r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,24})\b", 0.8),
+        # --- dates (any element but the year) and ages over 89 ------------------------------
+        # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50").
+        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d)", 0.8),
+        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d)", 0.6),
+        ("DATE_TIME", rf"\b{_YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b", 0.85),
+        ("DATE_TIME", rf"\b{_DAY}[\s-]{_MONTH}(?:[\s,-]+{_YEAR}|[\s-]\d\d\b)?\b", 0.8),
+        ("DATE_TIME", rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?(?!\s*(?:%|mg|patients|cases))", 0.8),
+        ("DATE_TIME", rf"(?i)\b(?:on|since|from|until|till|by|dated?|admitted|discharged|seen|DOB|born|visit|"
+                      rf"surgery|procedure)\b\s*:?\s*(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01]))\b(?!/)", 0.7),
+        ("DATE_TIME", rf"(?i)\b(?:DOB|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
+        ("AGE", r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*(?:years?|yrs?|y)[\s-]*(?:old|of age)\b|"
+                r"\b(?P<v2>(?:9\d|1[01]\d))[\s-]?(?:yo|y/o|y\.o\.)\b", 0.9),
+        ("AGE", r"(?i)\b(?:aged?|age:)\s*(?P<v>(?:9\d|1[01]\d))\b(?!\s*(?:%|-\d|–\d|to\s+\d))", 0.85),
+        ("AGE", r"(?i)\b(?P<v>(?:ninety|one hundred)(?:[\s-](?:one|two|three|four|five|six|seven|eight|nine))?)[\s-]years?[\s-]old\b", 0.85),
+        # --- places smaller than a state ---------------------------------------------------
+        ("LOCATION", rf"{street}(?:,?\s+{city_state_zip})?", 0.85),
+        ("LOCATION", rf"(?<=,\s)(?P<v>{city_state_zip})", 0.8),
+        ("LOCATION", r"(?i)\b(?:P\.?\s?O\.?\s*Box|PSC|USNS|USNV|USS|Unit)\s+\d+(?:,?\s*Box\s+\d+)?\b", 0.8),
+        ("LOCATION", rf"(?i)\b(?:zip|zip code|postal code|zipcode)\s*[:#]?\s*(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.9),
+        ("LOCATION", rf"\b(?:{_STATES})\s+(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.75),
+        ("LOCATION", r"\b(?:lives|living|resides|residing|resident|moved|relocated|home|hometown|born)\s+(?:in|of|to|at)\s+"
+                     r"(?:the\s+)?(?:city\s+of\s+)?(?P<v>[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\b", 0.7),
+        # --- names in context ------------------------------------------------------------
+        ("PERSON", rf"\b{TITLES}\s+(?P<v>{_NAME_OR_INITIALS})", 0.9),
+        ("PERSON", rf"(?i:\b(?:patient|pt|name|patient name|attending|physician|provider|surgeon|nurse|resident|"
+                   rf"pcp|referring(?: physician)?|signed(?: by)?|electronically signed(?: by)?|dictated(?: by)?|"
+                   rf"transcribed(?: by)?|reviewed(?: by)?|seen(?: by)?|cc|contact|emergency contact|next of kin|"
+                   rf"mother|father|husband|wife|son|daughter|spouse|guardian))\b[ \t]*[:,-]?[ \t]*"
+                   rf"(?P<v>{_NAME_OR_INITIALS})(?=\s*(?:[,.;:()\n]|$|\s+(?:is|was|has|had|and|who|at|on|in|MD|RN|DO)\b))", 0.85),
+        ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
+    ]
+
+
+class RegexRecognizer(EntityRecognizer):
+    """Presidio recognizer for one entity type from our rules; reports the `v` group span."""
+
+    def __init__(self, entity: str, patterns: list[tuple[str, float]]):
+        self.patterns = [(re.compile(p), s) for p, s in patterns]
+        super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        entity = self.supported_entities[0]
+        out = []
+        for regex, score in self.patterns:
+            for m in regex.finditer(text):
+                group = next((g for g in ("v", "v2") if g in regex.groupindex and m.group(g)), None)
+                start, end = m.span(group) if group else m.span()
+                if entity == "PERSON":
+                    start, end = _trim_name(text, start, end)
+                if end > start and not REGISTRY_ID.match(text[start:end]):
+                    out.append(RecognizerResult(entity, start, end, score))
+        return out
+
+
+def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
+    """Cut a name match before its first word that is not a name ("Smith The" -> "Smith")."""
+    for m in re.finditer(r"[A-Za-z]+", text[start:end]):
+        if m.group().lower() in NON_NAME_WORDS:
+            return start, start + len(text[start:start + m.start()].rstrip(" .,-"))
+    return start, end
+
+
+def build_recognizers() -> list[RegexRecognizer]:
+    by_entity: dict[str, list[tuple[str, float]]] = {}
+    for entity, pattern, score in rules():
+        by_entity.setdefault(entity, []).append((pattern, score))
+    return [RegexRecognizer(e, p) for e, p in by_entity.items()]

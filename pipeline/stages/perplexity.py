@@ -1,0 +1,76 @@
+"""perplexity: KenLM document perplexity as CCNet computes it (sum of line log10 scores over
+words + one end-of-line per line), on CCNet-normalized text. Column `perplexity`; the config
+keeps documents under `max_perplexity`, or keeps CCNet-style buckets (head/middle/tail)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, model_validator
+
+from pipeline.ccnet_norm import document_lines, normalize_lines
+from pipeline.documents import first_reason, set_column
+from pipeline.stages.base import Stage, StageConfig
+
+DEFAULT_MODEL = "data/models/pubmed_lm.binary"
+BUCKETS = ("head", "middle", "tail")
+
+
+class PerplexityConfig(StageConfig):
+    model_path: str = DEFAULT_MODEL
+    mode: Literal["max", "buckets"] = "max"
+    max_perplexity: float = Field(default=5000.0, gt=0)
+    # Bucket edges (perplexity): head < cutoffs[0] <= middle < cutoffs[1] <= tail. Default:
+    # the reference corpus' 30th and 60th percentiles, written beside the model by the build.
+    bucket_cutoffs: tuple[float, float] | None = None
+    keep_buckets: list[Literal["head", "middle", "tail"]] = ["head", "middle"]
+
+    @model_validator(mode="after")
+    def _cutoffs_ordered(self):
+        if self.bucket_cutoffs and not self.bucket_cutoffs[0] < self.bucket_cutoffs[1]:
+            raise ValueError("bucket_cutoffs must be increasing")
+        return self
+
+
+def document_perplexity(model, normalized: str) -> float:
+    log_score, length = 0.0, 0
+    for line in document_lines(normalized):
+        log_score += model.score(line, bos=True, eos=True)
+        length += line.count(" ") + 2       # words + end of line
+    return round(10.0 ** (-log_score / length), 1) if length else float("inf")
+
+
+class Perplexity(Stage):
+    name = "perplexity"
+    summary = "KenLM perplexity (CCNet normalization); max threshold or head/middle/tail buckets"
+    Config = PerplexityConfig
+
+    def setup(self):
+        import kenlm
+        self.model = kenlm.Model(self.config.model_path)
+        self.cutoffs = self.config.bucket_cutoffs
+        if self.config.mode == "buckets" and self.cutoffs is None:
+            meta = Path(self.config.model_path).with_suffix(".json")
+            self.cutoffs = tuple(json.loads(meta.read_text())["bucket_cutoffs"])
+
+    def output_fields(self):
+        return [pa.field("perplexity", pa.float32()), pa.field("perplexity_bucket", pa.string())]
+
+    def scores(self, texts) -> list[float]:
+        model = self.model
+        return [document_perplexity(model, t) for t in normalize_lines(texts).to_pylist()]
+
+    def process(self, table: pa.Table) -> pa.Table:
+        ppl = pa.array(self.scores(table["text"]), pa.float32())
+        table = set_column(table, "perplexity", ppl)
+        if self.config.mode == "max":
+            table = set_column(table, "perplexity_bucket", pa.nulls(len(ppl), pa.string()))
+            return first_reason(table, [("perplexity_too_high", pc.greater(ppl, self.config.max_perplexity))])
+        lo, hi = self.cutoffs
+        bucket = pc.if_else(pc.less(ppl, lo), "head", pc.if_else(pc.less(ppl, hi), "middle", "tail"))
+        table = set_column(table, "perplexity_bucket", bucket)
+        return first_reason(table, [("perplexity_bucket_" + b, pc.equal(bucket, b))
+                                    for b in BUCKETS if b not in self.config.keep_buckets])

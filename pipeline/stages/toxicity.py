@@ -1,0 +1,38 @@
+"""toxicity: alt-profanity-check's linear SVM (shipped in its wheel), batch predict_prob.
+Column `toxicity`; removes documents above `max_score`."""
+from __future__ import annotations
+
+import warnings
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from pipeline.documents import first_reason, set_column
+from pipeline.stages.base import Stage, StageConfig
+
+
+class ToxicityConfig(StageConfig):
+    # Picked from what the model flags on real abstracts: see README "Toxicity threshold".
+    max_score: float = Field(default=0.9, ge=0.0, le=1.0)
+
+
+class Toxicity(Stage):
+    name = "toxicity"
+    summary = "alt-profanity-check linear SVM score; removes documents above max_score"
+    Config = ToxicityConfig
+
+    def setup(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")     # sklearn version notes on unpickling
+            from profanity_check import predict_prob
+        self.predict_prob = predict_prob
+
+    def output_fields(self):
+        return [pa.field("toxicity", pa.float32())]
+
+    def process(self, table: pa.Table) -> pa.Table:
+        texts = table["text"].to_pylist()
+        scores = pa.array(self.predict_prob(texts) if texts else [], pa.float32())
+        table = set_column(table, "toxicity", scores)
+        return first_reason(table, [("toxic", pc.greater(scores, self.config.max_score))])
