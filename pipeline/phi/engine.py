@@ -23,7 +23,9 @@ PLACEHOLDERS = {
     "LICENSE_NUMBER": "[LICENSE]", "MEDICAL_LICENSE": "[LICENSE]", "DEVICE_OR_VEHICLE_ID": "[ID]",
     "ID": "[ID]", "URL": "[URL]", "IP_ADDRESS": "[IP]",
 }
-_NAME_SHAPE = re.compile(r"(?:[A-Z]\.\s*)*[A-Z][a-z]+(?:['’-][A-Za-z]+)?(?:\s+(?:[A-Z]\.\s*)*[A-Z][a-z]+(?:['’-][A-Za-z]+)?){0,3}")
+_U, _L = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
+_WORD = rf"(?:[{_U}]\.\s*)*[{_U}][{_L}]+(?:['’-][{_U}{_L}]+)?"
+_NAME_SHAPE = re.compile(rf"{_WORD}(?:\s+{_WORD}){{0,3}}")
 _TITLE_BEFORE = re.compile(TITLES + r"\s*$")
 # Multi-word names of dyes and reagents that look like personal names.
 NOT_NAMES = {"Rose Bengal", "Evans Blue", "Nile Red", "Congo Red", "Trypan Blue", "Alcian Blue", "Janus Green",
@@ -68,7 +70,7 @@ class NerPersonRecognizer:
                     span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
                     if not _NAME_SHAPE.fullmatch(span) or span in NOT_NAMES:
                         continue
-                    words = re.findall(r"[A-Za-z]+", span)
+                    words = re.findall(rf"[{_U}{_L}]+", span)
                     if any(w.lower() in NON_NAME_WORDS for w in words):
                         continue
                     # A lone eponym is medicine; "Mary Johnson" is a person.

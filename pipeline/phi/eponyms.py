@@ -51,7 +51,11 @@ EPONYM_HEADS = {
     "class", "type", "variant", "phenotype",
 }
 # Capitalized words of titles and section heads that spaCy folds into PERSON spans.
-NON_NAME_WORDS = EPONYM_HEADS | {
+NAME_STOP_WORDS = {
+    "the", "a", "an", "and", "of", "in", "for", "with", "on", "at", "to", "by", "from", "recently", "herein",
+    "background", "methods", "results", "conclusion", "conclusions", "objective", "objectives", "reports",
+}
+NON_NAME_WORDS = EPONYM_HEADS | NAME_STOP_WORDS | {
     "the", "a", "an", "and", "of", "in", "for", "with", "on", "at", "to", "by", "from", "recently", "herein",
     "here", "we", "our", "this", "these", "background", "methods", "method", "results", "conclusion",
     "conclusions", "objective", "objectives", "aim", "aims", "purpose", "design", "setting", "editorial",

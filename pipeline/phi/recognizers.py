@@ -8,17 +8,20 @@ import re
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-from pipeline.phi.eponyms import NON_NAME_WORDS, TITLES
+from pipeline.phi.eponyms import NAME_STOP_WORDS, TITLES
 
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
 _DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
 _YEAR = r"(?:19|20)\d\d"
+# USPS codes: states, DC, territories, freely associated states and military "states".
 _STATES = ("AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|NJ|NM|"
-           "NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR|GU|VI|AS|MP|AA|AE|AP")
-_NAME_WORD = r"[A-Z][a-z]+(?:['’][A-Z][a-z]+|-[A-Za-z][a-z]+)?"   # O'Brien, Smith-Jones; not "Smith's"
-_NAME = rf"{_NAME_WORD}(?:\s+(?:[A-Z]\.\s*)?{_NAME_WORD}){{0,2}}"
-_NAME_OR_INITIALS = rf"(?:[A-Z]\.\s*)?{_NAME}"
+           "NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR|GU|VI|AS|MP|FM|MH|PW|AA|AE|AP")
+_UP, _LOW = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
+_NAME_WORD = rf"(?:O['’])?[{_UP}][{_LOW}]+(?:[{_UP}][{_LOW}]+)?(?:['’][{_UP}][{_LOW}]+|-[{_UP}{_LOW}][{_LOW}]+)?"  # McCrudden   # O'Brien, Smith-Jones; not "Smith's"
+_PARTICLE = r"(?:(?:de|van|von|der|den|di|da|del|della|le|la|du|dos|das|ten|ter|bin|al|mac|ó)[ \t]+)"
+_NAME = rf"{_NAME_WORD}(?:[ \t]+(?:[A-Z]\.[ \t]*)?{_PARTICLE}*{_NAME_WORD}){{0,2}}"
+_NAME_OR_INITIALS = rf"(?:[A-Z]\.[ \t]*)?{_NAME}"
 # After an identifier's keyword: "#", "no.", "number", "ID" and/or a colon ("DL: ...", "VIN #...").
 _LABEL = r"(?:(?:id|#|no\.?|num(?:ber)?\.?)\s*(?:is|was)?\s*[:#=]?|(?:is|was)?\s*[:#=])"
 # Study registrations are public, not PHI.
@@ -53,6 +56,8 @@ def rules() -> list[tuple[str, str, float]]:
                          r"(?:\s*(?:x|ext\.?)\s*\d{1,6})?(?![\w/-])", 0.7),
         ("PHONE_NUMBER", r"(?i)\b(?:phone|tel|telephone|fax|cell|mobile|pager|beeper|call(?:ed)?|contact|ph)\b\.?\s*(?:no\.?|number|#)?\s*[:#]?\s*"
                          r"(?P<v>\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?:\s*(?:x|ext\.?|extension)\s*\d{1,6})?|\d{3}[\s.-]\d{4}(?:\s*(?:x|ext\.?)\s*\d{1,6})?)", 0.85),
+        ("PHONE_NUMBER", r"(?i:phone|tel|telephone|call|contact|reach|reached|fax|cell|mobile|pager)[^\n\d]{0,80}?"
+                         r"(?<!\d)(?P<v>[2-9]\d{2}[2-9]\d{6})(?!\d)", 0.8),
         # --- government and record numbers ------------------------------------------------
         ("US_SSN", r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])", 0.85),
         ("US_SSN", r"(?i)\b(?:SSN|social security(?: number| no\.?| #)?|SS#)\s*[:#]?\s*(?P<v>\d{3}[\s.-]?\d{2}[\s.-]?\d{4})\b", 0.95),
@@ -63,6 +68,9 @@ def rules() -> list[tuple[str, str, float]]:
         ("ACCOUNT_NUMBER", r"(?i)\b(?:account|acct|a/c|billing|member|subscriber|policy|plan|insurance|"
                            r"health\s*plan|beneficiary|medicare|medicaid|group|claim|routing|iban|card)\b\.?\s*"
                            rf"{_LABEL}\s*(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{{5,33}})\b", 0.9),
+        ("ACCOUNT_NUMBER", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", ("luhn", 0.85)),
+        ("ACCOUNT_NUMBER", r"(?i:card|visa|mastercard|amex|maestro|discover)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
+                           r"(?P<v>\d(?:[ -]?\d){11,18})(?![\d-])", 0.85),
         ("ACCOUNT_NUMBER", r"\b(?:\d{4}[\s-]){3}\d{4}\b|\b\d{4}[\s-]\d{6}[\s-]\d{5}\b|\b(?:\d{4}[\s-]){3}\d{1,4}\b", 0.7),
         ("ACCOUNT_NUMBER", r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4}){2,7}(?:\s?[A-Z0-9]{1,4})?\b", 0.75),
         ("LICENSE_NUMBER", r"(?i)\b(?:driver'?s?\s*licen[cs]e|DL|licen[cs]e|lic\.?|certificate|cert\.?|DEA|NPI|"
@@ -71,6 +79,8 @@ def rules() -> list[tuple[str, str, float]]:
         ("DEVICE_OR_VEHICLE_ID", r"(?i)\b(?:VIN|serial|S/N|SN|device|pacemaker|implant|IMEI|UDI|plate|"
                                  rf"licen[cs]e\s*plate|tag)\s*{_LABEL}\s*"
                                  r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{3,24})\b", 0.9),
+        ("DEVICE_OR_VEHICLE_ID", r"(?i:\blicen[cs]e[ \t]*plate|\bplate|\btag)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
+                                 r"(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{1,4}[ -]?[A-Z0-9]{1,6})\b", 0.85),
         ("DEVICE_OR_VEHICLE_ID", r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])[A-HJ-NPR-Z0-9]{17}\b", 0.7),
         ("ID", r"(?i)\b(?:ID|identifier|case\s*(?:#|no\.?|number)|ref(?:erence)?\s*(?:#|no\.?|number))\s*[:#]\s*"
                r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,24})\b", 0.8),
@@ -94,15 +104,19 @@ def rules() -> list[tuple[str, str, float]]:
         ("LOCATION", r"(?i)\b(?:P\.?\s?O\.?\s*Box|PSC|USNS|USNV|USS|Unit)\s+\d+(?:,?\s*Box\s+\d+)?\b", 0.8),
         ("LOCATION", rf"(?i)\b(?:zip|zip code|postal code|zipcode)\s*[:#]?\s*(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.9),
         ("LOCATION", rf"\b(?:{_STATES})\s+(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.75),
-        ("LOCATION", r"\b(?:lives|living|resides|residing|resident|moved|relocated|home|hometown|born)\s+(?:in|of|to|at)\s+"
+        ("LOCATION", r"\b(?:lives|living|resides|residing|resident|moved|relocated|home|hometown|born)"
+                     r"(?:\s+(?:alone|independently|together|with\s+(?:her|his|their)\s+\w+))?\s+(?:in|of|to|at)\s+"
                      r"(?:the\s+)?(?:city\s+of\s+)?(?P<v>[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\b", 0.7),
         # --- names in context ------------------------------------------------------------
-        ("PERSON", rf"\b{TITLES}\s+(?P<v>{_NAME_OR_INITIALS})", 0.9),
+        ("PERSON", rf"\b{TITLES}[ \t]+(?P<v>{_PARTICLE}*{_NAME_OR_INITIALS})", 0.9),
         ("PERSON", rf"(?i:\b(?:patient|pt|name|patient name|attending|physician|provider|surgeon|nurse|resident|"
                    rf"pcp|referring(?: physician)?|signed(?: by)?|electronically signed(?: by)?|dictated(?: by)?|"
                    rf"transcribed(?: by)?|reviewed(?: by)?|seen(?: by)?|cc|contact|emergency contact|next of kin|"
-                   rf"mother|father|husband|wife|son|daughter|spouse|guardian))\b[ \t]*[:,-]?[ \t]*"
-                   rf"(?P<v>{_NAME_OR_INITIALS})(?=\s*(?:[,.;:()\n]|$|\s+(?:is|was|has|had|and|who|at|on|in|MD|RN|DO)\b))", 0.85),
+                   rf"mother|father|husband|wife|son|daughter|spouse|guardian|partner|sister|brother|"
+                   rf"spoke (?:with|to)|talked (?:with|to)|discussed with|accompanied by|care of|c/o))\b[ \t]*[:,-]?[ \t]*"
+                   rf"(?P<v>{_NAME_OR_INITIALS})", 0.85),
+        # A name opening a clinical sentence: "Jane Doe is a 93-year-old ...", "... was born on".
+        ("PERSON", rf"(?m)(?:^|(?<=[.;]\s))(?P<v>{_NAME})(?=,?\s+(?:is|was)\s+(?:an?\s+(?:\d+|[a-z-]+)[- ](?:year|yr|month|week|day)|born|admitted|seen|referred|transferred)\b)", 0.8),
         ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
     ]
 
@@ -111,7 +125,7 @@ class RegexRecognizer(EntityRecognizer):
     """Presidio recognizer for one entity type from our rules; reports the `v` group span."""
 
     def __init__(self, entity: str, patterns: list[tuple[str, float]]):
-        self.patterns = [(re.compile(p), s) for p, s in patterns]
+        self.patterns = [(re.compile(p), s) for p, s in patterns]   # s: score, or (validator, score)
         super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
 
     def load(self) -> None:
@@ -121,7 +135,12 @@ class RegexRecognizer(EntityRecognizer):
         entity = self.supported_entities[0]
         out = []
         for regex, score in self.patterns:
+            check = None
+            if isinstance(score, tuple):
+                check, score = _VALIDATORS[score[0]], score[1]
             for m in regex.finditer(text):
+                if check is not None and not check(m.group()):
+                    continue
                 group = next((g for g in ("v", "v2") if g in regex.groupindex and m.group(g)), None)
                 start, end = m.span(group) if group else m.span()
                 if entity == "PERSON":
@@ -131,10 +150,19 @@ class RegexRecognizer(EntityRecognizer):
         return out
 
 
+def _luhn(value: str) -> bool:
+    digits = [int(c) for c in value if c.isdigit()]
+    total = sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2) for i, d in enumerate(reversed(digits)))
+    return total % 10 == 0
+
+
+_VALIDATORS = {"luhn": _luhn}
+
+
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
     """Cut a name match before its first word that is not a name ("Smith The" -> "Smith")."""
     for m in re.finditer(r"[A-Za-z]+", text[start:end]):
-        if m.group().lower() in NON_NAME_WORDS:
+        if m.group().lower() in NAME_STOP_WORDS:
             return start, start + len(text[start:start + m.start()].rstrip(" .,-"))
     return start, end
 

@@ -1,0 +1,190 @@
+"""dedup_minhash: near-duplicate removal with datasketch-identical MinHash signatures and LSH.
+
+Out of core: pass 1 computes signatures batch by batch, writes them to a file on disk, and
+appends each band's bucket key (with the row number) to one of `partitions` files chosen by
+the key's top bits. Pass 2 loads one partition at a time, sorts it, and turns each bucket
+into candidate pairs (first member, other member); candidates are verified by estimated
+Jaccard >= threshold (reading only their signatures from the memory-mapped file) and merged
+with connected components. Pass 3 streams the input again: the first document of each
+cluster in input order is kept, the others are removed with `duplicate_of`.
+
+Memory: about 12 bytes x bands / partitions per document for the largest partition, plus 8
+bytes per document for the cluster labels; signatures (4 x num_perm bytes per document) stay
+on disk."""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field
+
+from pipeline.documents import DUPLICATE_OF, REASON
+from pipeline.minhash import MinHasher, band_keys, lsh_params
+from pipeline.stages.base import Stage, StageConfig
+
+PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
+
+
+class MinHashConfig(StageConfig):
+    threshold: float = Field(default=0.8, gt=0.0, lt=1.0)
+    num_perm: int = Field(default=128, ge=16, le=1024)
+    ngram: int = Field(default=5, ge=1, le=32)
+    seed: int = 1
+    lowercase: bool = True
+    hashfunc: Literal["xxh32", "sha1"] = "xxh32"
+    # Check each LSH candidate pair by estimated Jaccard before merging (fewer false merges).
+    verify: bool = True
+    # Bucket files: the largest one is what pass 2 holds in memory.
+    partitions: int = Field(default=16, ge=1, le=4096)
+
+    def hasher(self) -> MinHasher:
+        return MinHasher(self.num_perm, self.seed, self.ngram, self.lowercase, self.hashfunc)
+
+    def bands(self) -> tuple[int, int]:
+        return lsh_params(self.threshold, self.num_perm)
+
+
+class MinHashDedup(Stage):
+    name = "dedup_minhash"
+    summary = "MinHash LSH near-duplicates (datasketch-identical signatures), out of core"
+    Config = MinHashConfig
+    kind = "global"
+
+    def run(self, inputs, output) -> dict:
+        cfg = self.config
+        bands, rows = cfg.bands()
+        hasher = cfg.hasher()
+        work = output.folder / "work"
+        work.mkdir()
+        parts = [open(work / f"bucket-{p:04d}.bin", "wb") for p in range(cfg.partitions)]
+        shift = np.uint64(64 - max(1, int(np.ceil(np.log2(cfg.partitions))))) if cfg.partitions > 1 else None
+        n = 0
+        with open(work / "signatures.bin", "wb") as sig_file:
+            for table in inputs.tables(output):
+                sigs = hasher.signatures(table["text"].to_pylist())
+                sig_file.write(sigs.tobytes())
+                keys = band_keys(sigs, bands, rows)
+                pairs = np.empty(keys.size, PAIR)
+                pairs["key"] = keys.ravel()
+                pairs["row"] = np.repeat(np.arange(n, n + len(sigs), dtype=np.uint32), bands)
+                part_of = (pairs["key"] >> shift).astype(np.int64) % cfg.partitions if shift is not None \
+                    else np.zeros(len(pairs), np.int64)
+                order = np.argsort(part_of, kind="stable")
+                bounds = np.searchsorted(part_of[order], np.arange(cfg.partitions + 1))
+                for p in range(cfg.partitions):
+                    chunk = pairs[order[bounds[p]:bounds[p + 1]]]
+                    if len(chunk):
+                        parts[p].write(chunk.tobytes())
+                n += len(sigs)
+        for f in parts:
+            f.close()
+
+        signatures = np.memmap(work / "signatures.bin", np.uint32, "r", shape=(n, cfg.num_perm)) if n else None
+        src, dst, candidates, largest = [], [], 0, 0
+        for p in range(cfg.partitions):
+            pairs = np.fromfile(work / f"bucket-{p:04d}.bin", PAIR)
+            largest = max(largest, len(pairs))
+            if len(pairs) < 2:
+                continue
+            pairs = pairs[np.argsort(pairs["key"], kind="stable")]
+            same = pairs["key"][1:] == pairs["key"][:-1]
+            run_start = np.flatnonzero(np.concatenate([[True], ~same]))
+            run_id = np.cumsum(np.concatenate([[True], ~same])) - 1
+            first_row = pairs["row"][run_start][run_id]          # first member of each row's bucket
+            other = pairs["row"] != first_row
+            u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
+            candidates += len(u)
+            if cfg.verify and len(u):
+                keep = _estimated_jaccard(signatures, u, v) >= cfg.threshold
+                u, v = u[keep], v[keep]
+            src.append(u)
+            dst.append(v)
+        del signatures
+        labels, rep = _clusters(n, np.concatenate(src) if src else np.zeros(0, np.int64),
+                                np.concatenate(dst) if dst else np.zeros(0, np.int64))
+        shutil.rmtree(work)
+
+        rep_of_row = rep[labels] if n else np.zeros(0, np.int64)
+        sizes = np.bincount(labels, minlength=labels.max() + 1 if n else 0) if n else np.zeros(0, np.int64)
+        is_rep_with_dups = np.zeros(n, bool)
+        is_rep_with_dups[rep[sizes > 1]] = True
+        ids_of_rep: dict[int, str] = {}
+        row0 = 0
+        for table in inputs.tables():
+            m = table.num_rows
+            reps = rep_of_row[row0:row0 + m]
+            rows_here = np.arange(row0, row0 + m)
+            is_dup = reps != rows_here
+            for i in np.flatnonzero(is_rep_with_dups[row0:row0 + m]):
+                ids_of_rep[row0 + int(i)] = table["id"][int(i)].as_py()
+            if is_dup.any():
+                dup_of = [ids_of_rep[int(r)] if d else None for r, d in zip(reps, is_dup)]
+                table = table.append_column(REASON, pa.array(np.where(is_dup, "near_duplicate", None), pa.string()))
+                table = table.append_column(DUPLICATE_OF, pa.array(dup_of, pa.string()))
+            output.write(table)
+            row0 += m
+        cluster_sizes = Counter(int(s) for s in sizes if s > 1)
+        return {"bands": bands, "rows": rows, "num_perm": cfg.num_perm, "threshold": cfg.threshold,
+                "candidate_pairs": int(candidates), "clusters": int(sum(cluster_sizes.values())),
+                "cluster_sizes": {str(k): v for k, v in sorted(cluster_sizes.items())},
+                "largest_partition_pairs": int(largest)}
+
+
+def _estimated_jaccard(signatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    out = np.empty(len(u))
+    for i in range(0, len(u), chunk):
+        a = signatures[u[i:i + chunk]]
+        b = signatures[v[i:i + chunk]]
+        out[i:i + chunk] = (a == b).mean(axis=1)
+    return out
+
+
+def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Connected components of the candidate graph: each row's component label, and each
+    component's representative (its smallest row, i.e. first in input order)."""
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(len(u), np.int8), (u, v)), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    rep = np.full(labels.max() + 1, n, np.int64)
+    np.minimum.at(rep, labels, np.arange(n))
+    return labels, rep
+
+
+class SplitLeakChecker:
+    """After the split: how many validation documents share an LSH bucket with a train
+    document (same MinHash settings as dedup_minhash). Holds 9 bytes per document and band."""
+
+    def __init__(self, config: MinHashConfig, ctx):
+        self.hasher = config.hasher()
+        self.bands, self.rows = config.bands()
+        self.keys: list[np.ndarray] = []
+        self.is_val: list[np.ndarray] = []
+
+    def add(self, texts: list[str], is_val: np.ndarray) -> None:
+        self.keys.append(band_keys(self.hasher.signatures(texts), self.bands, self.rows))
+        self.is_val.append(np.asarray(is_val, bool))
+
+    def count_validation_near_train(self) -> int:
+        if not self.keys:
+            return 0
+        keys = np.concatenate(self.keys)
+        is_val = np.concatenate(self.is_val)
+        n = len(is_val)
+        rows = np.repeat(np.arange(n), self.bands)
+        flat = keys.ravel()
+        order = np.argsort(flat, kind="stable")
+        fk, fr = flat[order], rows[order]
+        starts = np.flatnonzero(np.concatenate([[True], fk[1:] != fk[:-1]]))
+        run_id = np.cumsum(np.concatenate([[True], fk[1:] != fk[:-1]])) - 1
+        has_train = np.zeros(len(starts), bool)
+        np.logical_or.at(has_train, run_id, ~is_val[fr])
+        leaked = np.zeros(n, bool)
+        leaked[fr[is_val[fr] & has_train[run_id]]] = True
+        return int(leaked.sum())
