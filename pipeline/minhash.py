@@ -94,10 +94,10 @@ class MinHasher:
         return out
 
 
-def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
-    """(bands, rows) from datasketch's own optimizer (equal false positive/negative weights)."""
+def lsh_params(threshold: float, num_perm: int, false_negative_weight: float = 0.5) -> tuple[int, int]:
+    """(bands, rows) from datasketch's own optimizer, as MinHashLSH(weights=...) computes them."""
     from datasketch.lsh import _optimal_param
-    return _optimal_param(threshold, num_perm, 0.5, 0.5)
+    return _optimal_param(threshold, num_perm, 1.0 - false_negative_weight, false_negative_weight)
 
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)

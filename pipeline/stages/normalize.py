@@ -14,7 +14,8 @@ from pipeline.stages.base import Stage, StageConfig
 _TAGS = ("a|abbr|b|bdi|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|"
          "inf|li|link|mark|math|meta|mi|mml:[a-z]+|mn|mo|mrow|msub|msup|ol|p|pre|s|small|span|strike|"
          "strong|sub|sup|table|tbody|td|th|thead|title|tr|tt|u|ul")
-_TAG = rf"(?i)</?(?:{_TAGS})(?:\s[^<>]*)?/?>"
+# Attributes only in name=value form: "<b and c>" in "a<b and c>d" is not a tag.
+_TAG = rf"(?i)</?(?:{_TAGS})(?:\s+[^<>=]*=[^<>]*)?\s*/?>"
 _SCRIPT = r"(?is)<(script|style)\b[^>]*>.*?</(script|style)\s*>"
 _ENTITY = r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});"
 # C0 and C1 controls except tab and newline, plus zero-width and BOM characters.

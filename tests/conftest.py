@@ -1,0 +1,70 @@
+"""Shared fixtures: a small sample of the real MEDLINE corpus, and CLI helpers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW = ROOT / "data/raw/pubmed21n1298.xml.gz"
+REFERENCE = ROOT / "data/raw/pubmed20n0014.xml.gz"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+
+@pytest.fixture(scope="session")
+def real_docs() -> list[dict]:
+    """Normalized real documents from the default corpus: the first 400 English abstracts and
+    every non-English OtherAbstract (German, Spanish, Italian, ...)."""
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    from pipeline.stages.normalize import Normalize, NormalizeConfig
+
+    assert RAW.exists(), "data/raw is missing: `make test` fetches it (make data)"
+    norm = Normalize(NormalizeConfig(), None)
+    english, foreign = [], []
+    for batch in read_documents(InputConfig(paths=[str(RAW)]), 1000):
+        for row in norm.process(batch.table).to_pylist():
+            if row["abstract_type"] != "abstract" and row["language"] not in ("eng", ""):
+                foreign.append(row)
+            elif row["language"] == "eng" and row["abstract_type"] == "abstract" and len(english) < 400:
+                english.append(row)
+    return english + foreign
+
+
+@pytest.fixture(scope="session")
+def english_texts(real_docs) -> list[str]:
+    return [d["text"] for d in real_docs if d["language"] == "eng"]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return path
+
+
+def run_cli(*args, check=True, cwd=ROOT, timeout=900):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def read_arrow_dir(folder: Path) -> pa.Table | None:
+    files = sorted(Path(folder).glob("*.arrow"))
+    tables = []
+    for f in files:
+        with pa.OSFile(str(f), "rb") as src:
+            tables.append(pa.ipc.open_stream(src).read_all())
+    return pa.concat_tables(tables) if tables else None
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path

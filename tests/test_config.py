@@ -1,0 +1,63 @@
+"""Bad configs are refused before any work starts, naming the key path."""
+import pytest
+
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
+from conftest import RAW, run_cli, write_config
+
+BASE = f"""
+input: {{paths: [{RAW}]}}
+output_dir: OUT
+stages:
+"""
+
+
+@pytest.mark.parametrize("stages, expected", [
+    ("  - dedup_exact: {hash: md5}\n", "stages[0].dedup_exact.hash"),
+    ("  - normalize: {}\n  - langid: {min_score: 2}\n", "stages[1].langid.min_score"),
+    ("  - heuristics: {min_wrods: 10}\n", "stages[0].heuristics.min_wrods: unknown key"),
+    ("  - dedupe: {}\n", "stages[0]: unknown stage 'dedupe'"),
+    ("  - split: {validation_fraction: 1.5}\n", "stages[0].split.validation_fraction"),
+    ("  - dedup_minhash: {threshold: high}\n", "stages[0].dedup_minhash.threshold"),
+    ("  - pack: {}\n  - normalize: {}\n", "out of order"),
+    ("  - perplexity: {model_path: nowhere.binary}\n", "stages[0].perplexity.model_path: file not found"),
+])
+def test_bad_stage_options_are_refused_by_key(tmp_path, stages, expected):
+    cfg = write_config(tmp_path / "c.yaml", BASE.replace("OUT", str(tmp_path / "run")) + stages)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert expected in str(err.value)
+    assert not (tmp_path / "run").exists()          # refused before any work
+
+
+def test_top_level_errors(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", "input: {paths: [missing.jsonl]}\noutput_dir: x\nnum_proc: 0\nstages: [normalize]\nextra: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert "num_proc" in str(err.value) and "extra: unknown key" in str(err.value)
+    cfg = write_config(tmp_path / "d.yaml", "input: {paths: [missing.jsonl]}\noutput_dir: x\nstages: [normalize]\n")
+    with pytest.raises(ConfigError, match="input.paths: not found: missing.jsonl"):
+        load_config(cfg)
+
+
+def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", BASE.replace("OUT", str(tmp_path / "run")) + "  - dedup_exact: {hash: md5}\n")
+    proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "stages[0].dedup_exact.hash" in lines[0]
+    proc = run_cli("-m", "pipeline", "run", "--config", str(tmp_path / "nope.yaml"), check=False)
+    assert proc.returncode == 2 and "config file not found" in proc.stderr
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", "input: {paths: [a]\noutput_dir: x\n")
+    with pytest.raises(ConfigError, match="line"):
+        load_config(cfg)
+
+
+def test_shipped_configs_validate():
+    for name in ("pubmed", "tiny"):
+        cfg = load_config(f"configs/{name}.yaml")
+        assert cfg.stages[0].name == "normalize" and cfg.stages[-1].name == "pack"
+    load_config("configs/clinical_notes.yaml", check_inputs=False)

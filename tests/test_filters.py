@@ -1,0 +1,120 @@
+"""Quality filters with the real models on real abstracts."""
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.stages.heuristics import Heuristics, HeuristicsConfig
+from pipeline.stages.langid import LanguageId, LangIdConfig
+from pipeline.stages.perplexity import Perplexity, PerplexityConfig
+from pipeline.stages.toxicity import Toxicity, ToxicityConfig
+from pipeline.config import load_config
+
+
+def _table(texts):
+    return pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
+
+
+def _stage(cls, cfg):
+    s = cls(cfg, None)
+    s.setup()
+    return s
+
+
+def _gibberish(seed, words=250):
+    rng = random.Random(seed)
+    return " ".join("".join(rng.choice("qwrtzpsdfghjklxcvbnm") for _ in range(rng.randint(3, 9))) for _ in range(words))
+
+
+def _number_table(seed):
+    rng = random.Random(seed)
+    return "\n".join(" ".join(str(rng.randint(0, 9999)) for _ in range(8)) for _ in range(40))
+
+
+BOILERPLATE = " ".join(["Click here to subscribe to our newsletter. Terms of use. Privacy policy. All rights reserved."] * 12)
+
+
+def test_langid_removes_real_foreign_abstracts_and_keeps_english(real_docs):
+    stage = _stage(LanguageId, LangIdConfig())
+    table = stage.process(pa.Table.from_pylist(real_docs).select(["id", "text", "language"]))
+    lang_of = {"ger": "de", "spa": "es", "ita": "it", "por": "pt", "dut": "nl", "fre": "fr", "chi": "zh"}
+    foreign = table.filter(pc.is_in(table["language"], pa.array(list(lang_of))))
+    assert foreign.num_rows >= 60
+    assert foreign["_reason"].null_count == 0, "every foreign OtherAbstract is removed"
+    # MEDLINE's language label is occasionally wrong (pmid 33529388: "fre", Spanish text).
+    agree = sum(a == lang_of[b] for a, b in zip(foreign["lang"].to_pylist(), foreign["language"].to_pylist()))
+    assert agree >= 0.95 * foreign.num_rows
+    english = table.filter(pc.equal(table["language"], "eng"))
+    assert english["_reason"].null_count >= 0.98 * english.num_rows
+    assert set(table.column_names) >= {"lang", "lang_score"}
+
+
+def test_perplexity_pushes_junk_far_above_real_abstracts(english_texts):
+    stage = _stage(Perplexity, PerplexityConfig())
+    real = np.array(stage.scores(pa.array(english_texts)))
+    junk = np.array(stage.scores(pa.array([_gibberish(1), _number_table(2), BOILERPLATE])))
+    assert junk.min() > 2 * np.percentile(real, 99)
+    out = stage.process(_table(english_texts[:50] + [_gibberish(3)]))
+    assert out["_reason"].to_pylist()[-1] == "perplexity_too_high"
+    assert out["_reason"].null_count >= 49
+
+
+def test_perplexity_buckets_from_reference_percentiles(english_texts):
+    stage = _stage(Perplexity, PerplexityConfig(mode="buckets", keep_buckets=["head", "middle"]))
+    out = stage.process(_table(english_texts[:200]))
+    buckets = set(out["perplexity_bucket"].to_pylist())
+    assert buckets <= {"head", "middle", "tail"} and "tail" in buckets
+    removed = out.filter(pc.is_valid(out["_reason"]))
+    assert set(removed["_reason"].to_pylist()) == {"perplexity_bucket_tail"}
+
+
+def test_heuristics_remove_junk_keep_real_and_name_each_rule(english_texts):
+    cfg = load_config("configs/pubmed.yaml").stage("heuristics").config
+    stage = _stage(Heuristics, cfg)
+    junk = {
+        "gibberish_symbols": "#" * 20 + " " + " ".join(["@@ ## %% &&"] * 60),
+        "repeated": BOILERPLATE,
+        "short": "Too short to be a document.",
+        "lorem": "Lorem ipsum dolor sit amet, " + english_texts[0],
+        "lines": "\n".join(["the same line of text is here"] * 30),
+    }
+    out = stage.process(_table(english_texts + list(junk.values())))
+    reasons = out["_reason"].to_pylist()
+    real_removed = sum(r is not None for r in reasons[:len(english_texts)])
+    assert real_removed <= 0.02 * len(english_texts)
+    junk_reasons = dict(zip(junk, reasons[len(english_texts):]))
+    assert junk_reasons["short"] == "too_few_words"
+    assert junk_reasons["lorem"] == "c4_lorem_ipsum"
+    assert junk_reasons["lines"].startswith(("gopher_dup", "gopher_top"))
+    assert junk_reasons["repeated"].startswith(("gopher_dup", "gopher_top"))
+    assert junk_reasons["gibberish_symbols"] is not None
+    assert {"n_words", "punct_fraction", "alpha_words_ratio", "avg_word_length"} <= set(out.column_names)
+
+
+def test_heuristic_repetition_rules_match_their_definition():
+    # 100 distinct words then the same 10-word sentence 5 times: a known duplicate fraction.
+    base = " ".join(f"word{i}" for i in range(100))
+    rep = " ".join(["alpha beta gamma delta epsilon zeta eta theta iota kappa"] * 5)
+    text = base + " " + rep
+    stage = Heuristics(HeuristicsConfig(min_words=0, min_stop_words=0, dup_ngram_max_fraction={5: 0.99}, top_ngram_max_fraction={}), None)
+    assert stage.process(_table([text]))["_reason"].to_pylist() == [None]
+    dup_chars = sum(len(w) for w in rep.split()[10:])          # the 4 repeats, no spaces
+    limit = dup_chars / len(text)
+    stage = Heuristics(HeuristicsConfig(min_words=0, min_stop_words=0, dup_ngram_max_fraction={5: limit - 0.01}, top_ngram_max_fraction={}), None)
+    assert stage.process(_table([text]))["_reason"].to_pylist() == ["gopher_dup_5gram"]
+    stage = Heuristics(HeuristicsConfig(min_words=0, min_stop_words=0, dup_ngram_max_fraction={5: limit + 0.01}, top_ngram_max_fraction={}), None)
+    assert stage.process(_table([text]))["_reason"].to_pylist() == [None]
+
+
+def test_toxicity_scores_and_keeps_medical_vocabulary(english_texts):
+    stage = _stage(Toxicity, ToxicityConfig())
+    medical = ["Sexual dysfunction and penile prosthesis outcomes in men after radical prostatectomy.",
+               "Cocaine and heroin use disorder among adolescents: a cohort study of overdose deaths.",
+               "Gunshot wounds to the abdomen: damage control surgery in 120 trauma patients."]
+    toxic = "you are a fucking idiot and a worthless piece of shit"
+    out = stage.process(_table(english_texts[:200] + medical + [toxic]))
+    reasons = out["_reason"].to_pylist()
+    assert reasons[-1] == "toxic"
+    assert all(r is None for r in reasons[:-1])
+    assert out["toxicity"].type == pa.float32()
