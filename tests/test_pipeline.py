@@ -1,0 +1,133 @@
+"""End to end on real MEDLINE abstracts (configs/tiny.yaml): accounting, resumability,
+byte-identical reruns, the packed round trip, and the single-stage command."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.stages.pack import steps_per_epoch
+from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+
+TINY = ROOT / "configs/tiny.yaml"
+VOLATILE = {"stats.json", "manifest.json", "report.html"}      # hold timings
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name not in VOLATILE and not p.suffix == ".png"}
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "run"
+    run_cli("-m", "pipeline", "run", "--config", str(TINY), "--output", str(out))
+    return out
+
+
+def test_accounting_holds_for_every_stage(reference_run):
+    stats = [json.loads(p.read_text()) for p in sorted((reference_run / "stages").glob("*/stats.json"))]
+    assert [s["stage"] for s in stats] == ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi",
+                                           "dedup_exact", "dedup_minhash", "split", "tokenizer", "pack"]
+    for prev, s in zip([None] + stats, stats):
+        assert s["docs_in"] == s["docs_out"] + sum(s["removed"].values()), s["stage"]
+        if prev:
+            assert s["docs_in"] == prev["docs_out"]
+        removed = read_arrow_dir(reference_run / "stages" / f"{s['position']:02d}_{s['stage']}" / "removed")
+        assert (removed.num_rows if removed else 0) == sum(s["removed"].values())
+        kept = read_arrow_dir(reference_run / "stages" / f"{s['position']:02d}_{s['stage']}" / "data")
+        assert (kept.num_rows if kept else 0) == s["docs_out"]
+    assert stats[0]["removed"].get("no_abstract", 0) > 0
+    manifest = json.loads((reference_run / "manifest.json").read_text())
+    assert manifest["sequences"] == sum(v["sequences"] for v in manifest["splits"].values())
+    assert manifest["steps_per_epoch"] == steps_per_epoch(manifest["splits"]["train"]["sequences"] * 512, 8, 512)
+    assert manifest["validation_near_train"] == 0
+    assert manifest["tokens"] == manifest["splits"]["train"]["tokens"] + manifest["splits"]["validation"]["tokens"]
+
+
+def test_steps_per_epoch_seed_check():
+    assert steps_per_epoch(50_000_000_000, 1024, 2048) == 23_842
+
+
+def test_packed_sequences_round_trip_to_the_documents(reference_run):
+    from datasets import load_from_disk
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(reference_run / "tokenizer/tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    docs = read_arrow_dir(reference_run / "stages/09_split/data")
+    for split in ("train", "validation"):
+        ds = load_from_disk(str(reference_run / "final" / split))
+        ids = np.array(ds["input_ids"], dtype=np.int64)
+        assert ids.shape[1] == 512 and ds.features["input_ids"].feature.dtype == "int32"
+        flat = ids.ravel()
+        pieces = np.split(flat, np.flatnonzero(flat == eos) + 1)
+        decoded = [tok.decode(p[:-1].tolist(), skip_special_tokens=False) for p in pieces[:-1]]
+        expected = [t for t, s in zip(docs["text"].to_pylist(), docs["split"].to_pylist()) if s == split]
+        assert decoded and decoded == expected[:len(decoded)]
+        assert len(decoded) in (len(expected), len(expected) - 1)       # the last may be in the leftover
+
+
+def test_two_runs_and_num_proc_give_identical_bytes(reference_run, tmp_path):
+    cfg = write_config(tmp_path / "np2.yaml", TINY.read_text().replace("num_proc: 1", "num_proc: 2"))
+    run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(tmp_path / "run"))
+    assert _files(tmp_path / "run") == _files(reference_run)
+
+
+def test_killed_run_resumes_to_the_same_bytes(reference_run, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--config", str(TINY), "--output", str(out)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "stages/06_phi.tmp").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (out / "stages/05_toxicity/_SUCCESS").exists() and not (out / "stages/06_phi/_SUCCESS").exists()
+    done = run_cli("-m", "pipeline", "run", "--config", str(TINY), "--output", str(out))
+    assert "[05_toxicity] skipped" in done.stderr and "[06_phi] running" in done.stderr
+    assert not list(out.glob("stages/*.tmp"))
+    assert _files(out) == _files(reference_run)
+
+
+def test_single_stage_group_and_any_file(reference_run, tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(reference_run, run)
+    cfg = write_config(tmp_path / "c.yaml", TINY.read_text().replace("output_dir: runs/tiny", f"output_dir: {run}"))
+    proc = run_cli("-m", "pipeline.stage", "dedup", "--config", str(cfg))
+    assert "[07_dedup_exact] skipped" in proc.stderr and "[08_dedup_minhash] skipped" in proc.stderr
+    proc = run_cli("-m", "pipeline.stage", "dedup", "--config", str(cfg), "--force")
+    assert "[07_dedup_exact] running" in proc.stderr and "[08_dedup_minhash] running" in proc.stderr
+    assert _files(run) == _files(reference_run)
+    # Retuned threshold: the stage reruns (its config changed), nothing else is touched.
+    retuned = write_config(tmp_path / "r.yaml", cfg.read_text().replace("dedup_minhash: {}", "dedup_minhash: {threshold: 0.5}"))
+    proc = run_cli("-m", "pipeline.stage", "dedup_minhash", "--config", str(retuned))
+    assert "[08_dedup_minhash] running" in proc.stderr
+    # Any .jsonl of {"id", "text"} rows, written to any folder.
+    src = write_jsonl(tmp_path / "x.jsonl", [{"id": "a", "text": "same text here"}, {"id": "b", "text": "same text here"},
+                                             {"id": "c", "text": "other"}])
+    run_cli("-m", "pipeline.stage", "dedup_exact", "--config", str(cfg), "--input", str(src), "--output", str(tmp_path / "one"))
+    stats = json.loads((tmp_path / "one/stats.json").read_text())
+    assert stats["removed"] == {"exact_duplicate": 1} and (tmp_path / "one/_SUCCESS").exists()
+    removed = read_arrow_dir(tmp_path / "one/removed").to_pylist()
+    assert removed == [{"id": "b", "reason": "exact_duplicate", "duplicate_of": "a"}]
+
+
+def test_stage_needs_its_previous_stage(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", TINY.read_text().replace("output_dir: runs/tiny", f"output_dir: {tmp_path / 'empty'}"))
+    proc = run_cli("-m", "pipeline.stage", "pack", "--config", str(cfg), check=False)
+    assert proc.returncode == 2 and "has not finished" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_stages_command_lists_every_stage_and_group():
+    out = run_cli("-m", "pipeline", "stages").stdout
+    for name in ("normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact",
+                 "dedup_minhash", "split", "tokenizer", "pack", "dedup"):
+        assert name in out
