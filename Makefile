@@ -6,6 +6,7 @@ CONFIG ?= configs/pubmed.yaml
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
 BENCH_DOCS ?= 20000
+MINHASH_DOCS ?= 2000000
 
 .PHONY: setup data prepare test bench models kenlm-tools report clean
 
@@ -27,9 +28,15 @@ prepare: setup
 test: setup
 	$(BIN)/python -m pytest
 
-bench: setup
-	$(BIN)/python -m pip install -q -e '.[bench]'
+# datatrove 0.10 for the comparison, in a virtualenv of its own (see bench/requirements-datatrove.txt).
+.venv-bench/.installed: bench/requirements-datatrove.txt
+	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
+	.venv-bench/bin/python -m pip install -q -r bench/requirements-datatrove.txt
+	touch $@
+
+bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS)
+	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 
 # Rebuild the committed KenLM model (data/models/pubmed_lm.binary) from the reference file.
 models: setup kenlm-tools

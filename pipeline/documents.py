@@ -41,3 +41,27 @@ def set_column(table: pa.Table, name: str, values) -> pa.Table:
     if name in table.column_names:
         return table.set_column(table.column_names.index(name), name, values)
     return table.append_column(name, values)
+
+
+def write_marked_duplicates(tables, output, rep_of_row, reason: str) -> None:
+    """Stream the input once more and write it: a row whose representative (rep_of_row[row],
+    an earlier row in input order) is another row is removed with `reason` and `duplicate_of`
+    set to the representative's id. Only representatives that have duplicates keep their id."""
+    import numpy as np
+
+    has_dups = np.bincount(rep_of_row, minlength=len(rep_of_row)) > 1
+    ids_of_rep: dict[int, str] = {}
+    row0 = 0
+    for table in tables:
+        m = table.num_rows
+        reps = rep_of_row[row0:row0 + m]
+        is_dup = reps != np.arange(row0, row0 + m)
+        ids = table["id"]
+        for i in np.flatnonzero(has_dups[row0:row0 + m]):
+            ids_of_rep[row0 + int(i)] = ids[int(i)].as_py()
+        if is_dup.any():
+            dup_of = [ids_of_rep[int(r)] if d else None for r, d in zip(reps, is_dup)]
+            table = table.append_column(REASON, pa.array(np.where(is_dup, reason, None), pa.string()))
+            table = table.append_column(DUPLICATE_OF, pa.array(dup_of, pa.string()))
+        output.write(table)
+        row0 += m

@@ -59,6 +59,29 @@ def leak_rates(engine, n_docs: int, seed: int) -> dict:
             "leak_examples_count": {k: len(v) for k, v in examples.items()}}
 
 
+class PresidioDefaults:
+    """Out-of-the-box Presidio (default recognizers, the full sm pipeline): the baseline."""
+
+    def __init__(self):
+        from presidio_analyzer import AnalyzerEngine
+        from presidio_analyzer.nlp_engine import NlpEngineProvider
+        from presidio_anonymizer import AnonymizerEngine
+
+        from pipeline.phi.engine import SPACY_MODEL, offline_tldextract
+        offline_tldextract()
+        nlp = NlpEngineProvider(nlp_configuration={"nlp_engine_name": "spacy",
+                                                   "models": [{"lang_code": "en", "model_name": SPACY_MODEL}]}).create_engine()
+        self.analyzer = AnalyzerEngine(nlp_engine=nlp, supported_languages=["en"])
+        self.anonymizer = AnonymizerEngine()
+
+    def redact_batch(self, texts):
+        out = []
+        for t in texts:
+            res = self.analyzer.analyze(t, language="en")
+            out.append(self.anonymizer.anonymize(text=t, analyzer_results=res).text)
+        return out, None
+
+
 def real_abstracts(n: int) -> list[str]:
     from pipeline.config import InputConfig
     from pipeline.readers import read_documents
@@ -95,9 +118,12 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=400)
     ap.add_argument("--abstracts", type=int, default=600)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--baseline", action="store_true", help="evaluate out-of-the-box Presidio instead")
     args = ap.parse_args()
     from pipeline.phi.engine import PhiEngine
-    engine = PhiEngine().setup()
+    engine = PresidioDefaults() if args.baseline else PhiEngine().setup()
+    if args.baseline:
+        args.abstracts = 0
     report = {"synthetic": leak_rates(engine, args.docs, args.seed)}
     if args.abstracts:
         report["abstracts"] = abstract_effects(engine, args.abstracts)

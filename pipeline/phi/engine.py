@@ -24,7 +24,7 @@ PLACEHOLDERS = {
     "ID": "[ID]", "URL": "[URL]", "IP_ADDRESS": "[IP]",
 }
 _U, _L = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
-_WORD = rf"(?:[{_U}]\.\s*)*[{_U}][{_L}]+(?:['’-][{_U}{_L}]+)?"
+_WORD = rf"(?:[{_U}]\.\s*)*[{_U}][{_L}]+(?:['’-][{_U}][{_L}]+)?"   # "Smith-Jones", not "Bruce-ladder"
 _NAME_SHAPE = re.compile(rf"{_WORD}(?:\s+{_WORD}){{0,3}}")
 _TITLE_BEFORE = re.compile(TITLES + r"\s*$")
 # Multi-word names of dyes and reagents that look like personal names.
@@ -81,7 +81,8 @@ class NerPersonRecognizer:
                     if nxt and nxt.group(1).lower() in EPONYM_HEADS:
                         continue
                     titled = bool(_TITLE_BEFORE.search(text[max(0, ent.start_char - 6):ent.start_char]))
-                    if not titled and not any(w.lower() in given for w in words):
+                    # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
+                    if not titled and words[0].lower() not in given:
                         continue
                     out.append(RecognizerResult("PERSON", ent.start_char, ent.start_char + len(span), 0.85))
                 return out

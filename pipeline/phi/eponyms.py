@@ -54,6 +54,9 @@ EPONYM_HEADS = {
 NAME_STOP_WORDS = {
     "the", "a", "an", "and", "of", "in", "for", "with", "on", "at", "to", "by", "from", "recently", "herein",
     "background", "methods", "results", "conclusion", "conclusions", "objective", "objectives", "reports",
+    # Pronouns and determiners that open sentences ("She was referred ...").
+    "she", "he", "they", "it", "this", "that", "there", "these", "those", "his", "her", "its", "their", "our",
+    "all", "both", "each", "one", "two", "none", "most", "many", "some", "such", "no", "patients",
 }
 NON_NAME_WORDS = EPONYM_HEADS | NAME_STOP_WORDS | {
     "the", "a", "an", "and", "of", "in", "for", "with", "on", "at", "to", "by", "from", "recently", "herein",

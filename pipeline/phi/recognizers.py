@@ -22,6 +22,13 @@ _NAME_WORD = rf"(?:O['’])?[{_UP}][{_LOW}]+(?:[{_UP}][{_LOW}]+)?(?:['’][{_UP}
 _PARTICLE = r"(?:(?:de|van|von|der|den|di|da|del|della|le|la|du|dos|das|ten|ter|bin|al|mac|ó)[ \t]+)"
 _NAME = rf"{_NAME_WORD}(?:[ \t]+(?:[A-Z]\.[ \t]*)?{_PARTICLE}*{_NAME_WORD}){{0,2}}"
 _NAME_OR_INITIALS = rf"(?:[A-Z]\.[ \t]*)?{_NAME}"
+# Nouns that label a person; capitalized, they also open titles ("Patient Satisfaction ...").
+_NOUN_CUES = ("patient|name|patient name|attending|physician|provider|surgeon|nurse|pcp|referring physician|cc|"
+              "contact|emergency contact|next of kin|mother|father|husband|wife|son|daughter|spouse|guardian|"
+              "partner|sister|brother")
+# Verbs and abbreviations that precede a name in notes, in any case ("Pt X reports", "Spoke with X").
+_VERB_CUES = ("pt|signed by|electronically signed by|dictated by|transcribed by|reviewed by|seen by|referred by|"
+              "spoke with|spoke to|talked with|talked to|discussed with|accompanied by|care of|c/o")
 # After an identifier's keyword: "#", "no.", "number", "ID" and/or a colon ("DL: ...", "VIN #...").
 _LABEL = r"(?:(?:id|#|no\.?|num(?:ber)?\.?)\s*(?:is|was)?\s*[:#=]?|(?:is|was)?\s*[:#=])"
 # Study registrations are public, not PHI.
@@ -109,12 +116,11 @@ def rules() -> list[tuple[str, str, float]]:
                      r"(?:the\s+)?(?:city\s+of\s+)?(?P<v>[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\b", 0.7),
         # --- names in context ------------------------------------------------------------
         ("PERSON", rf"\b{TITLES}[ \t]+(?P<v>{_PARTICLE}*{_NAME_OR_INITIALS})", 0.9),
-        ("PERSON", rf"(?i:\b(?:patient|pt|name|patient name|attending|physician|provider|surgeon|nurse|resident|"
-                   rf"pcp|referring(?: physician)?|signed(?: by)?|electronically signed(?: by)?|dictated(?: by)?|"
-                   rf"transcribed(?: by)?|reviewed(?: by)?|seen(?: by)?|cc|contact|emergency contact|next of kin|"
-                   rf"mother|father|husband|wife|son|daughter|spouse|guardian|partner|sister|brother|"
-                   rf"spoke (?:with|to)|talked (?:with|to)|discussed with|accompanied by|care of|c/o))\b[ \t]*[:,-]?[ \t]*"
-                   rf"(?P<v>{_NAME_OR_INITIALS})", 0.85),
+        # A cue and a name. A capitalized noun cue needs a colon or comma ("Patient: X"), so that
+        # title-case titles ("Patient Satisfaction Following ...") and compounds
+        # ("Nurse-Delivered") are not read as names; lowercase nouns and verb cues may run on.
+        ("PERSON", rf"(?:\b(?i:{_NOUN_CUES}|{_VERB_CUES})[ \t]*[:,][ \t]*|\b(?:{_NOUN_CUES})[ \t]+|"
+                   rf"\b(?i:{_VERB_CUES})[ \t]+)(?P<v>{_NAME_OR_INITIALS})", 0.85),
         # A name opening a clinical sentence: "Jane Doe is a 93-year-old ...", "... was born on".
         ("PERSON", rf"(?m)(?:^|(?<=[.;]\s))(?P<v>{_NAME})(?=,?\s+(?:is|was)\s+(?:an?\s+(?:\d+|[a-z-]+)[- ](?:year|yr|month|week|day)|born|admitted|seen|referred|transferred)\b)", 0.8),
         ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
@@ -161,7 +167,7 @@ _VALIDATORS = {"luhn": _luhn}
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
     """Cut a name match before its first word that is not a name ("Smith The" -> "Smith")."""
-    for m in re.finditer(r"[A-Za-z]+", text[start:end]):
+    for m in re.finditer(r"[^\W\d_]+", text[start:end]):      # Unicode words: "Inés", not "In" + "s"
         if m.group().lower() in NAME_STOP_WORDS:
             return start, start + len(text[start:start + m.start()].rstrip(" .,-"))
     return start, end

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import pyarrow as pa
 import xxhash
 
-from pipeline.documents import DUPLICATE_OF, REASON
+from pipeline.documents import write_marked_duplicates
 from pipeline.stages.base import Stage, StageConfig
 
 
@@ -37,30 +36,11 @@ class ExactDedup(Stage):
     def run(self, inputs, output) -> dict:
         parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase) for t in inputs.tables(output)]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
-        n = len(hashes)
         keyed = np.ascontiguousarray(hashes).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()
         _, first, inverse, counts = np.unique(keyed, return_index=True, return_inverse=True,
                                               return_counts=True)
         del keyed, hashes
-        first_of_row = first[inverse]
-        has_dups = counts[inverse] > 1
-        ids_of_first: dict[int, str] = {}
-        row0 = 0
-        for table in inputs.tables():
-            m = table.num_rows
-            rows = np.arange(row0, row0 + m)
-            firsts = first_of_row[row0:row0 + m]
-            is_dup = firsts != rows
-            ids = table["id"]
-            for i in np.flatnonzero(has_dups[row0:row0 + m] & ~is_dup):
-                ids_of_first[row0 + int(i)] = ids[int(i)].as_py()
-            dup_of = [ids_of_first[int(f)] if d else None for f, d in zip(firsts, is_dup)] \
-                if is_dup.any() else None
-            if dup_of is not None:
-                reason = pa.array(np.where(is_dup, "exact_duplicate", None), pa.string())
-                table = table.append_column(REASON, reason).append_column(DUPLICATE_OF, pa.array(dup_of, pa.string()))
-            output.write(table)
-            row0 += m
+        write_marked_duplicates(inputs.tables(), output, first[inverse], "exact_duplicate")
         sizes = counts[counts > 1]
         return {"duplicate_groups": int(len(sizes)), "largest_group": int(sizes.max()) if len(sizes) else 1,
                 "hash": self.config.hash, "bytes_per_doc": 24}

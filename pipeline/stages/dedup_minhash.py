@@ -18,10 +18,9 @@ from collections import Counter
 from typing import Literal
 
 import numpy as np
-import pyarrow as pa
 from pydantic import Field
 
-from pipeline.documents import DUPLICATE_OF, REASON
+from pipeline.documents import write_marked_duplicates
 from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import Stage, StageConfig
 
@@ -114,25 +113,8 @@ class MinHashDedup(Stage):
                                 np.concatenate(dst) if dst else np.zeros(0, np.int64))
         shutil.rmtree(work)
 
-        rep_of_row = rep[labels] if n else np.zeros(0, np.int64)
-        sizes = np.bincount(labels, minlength=labels.max() + 1 if n else 0) if n else np.zeros(0, np.int64)
-        is_rep_with_dups = np.zeros(n, bool)
-        is_rep_with_dups[rep[sizes > 1]] = True
-        ids_of_rep: dict[int, str] = {}
-        row0 = 0
-        for table in inputs.tables():
-            m = table.num_rows
-            reps = rep_of_row[row0:row0 + m]
-            rows_here = np.arange(row0, row0 + m)
-            is_dup = reps != rows_here
-            for i in np.flatnonzero(is_rep_with_dups[row0:row0 + m]):
-                ids_of_rep[row0 + int(i)] = table["id"][int(i)].as_py()
-            if is_dup.any():
-                dup_of = [ids_of_rep[int(r)] if d else None for r, d in zip(reps, is_dup)]
-                table = table.append_column(REASON, pa.array(np.where(is_dup, "near_duplicate", None), pa.string()))
-                table = table.append_column(DUPLICATE_OF, pa.array(dup_of, pa.string()))
-            output.write(table)
-            row0 += m
+        write_marked_duplicates(inputs.tables(), output, rep[labels], "near_duplicate")
+        sizes = np.bincount(labels) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         return {"bands": bands, "rows": rows, "num_perm": cfg.num_perm, "threshold": cfg.threshold,
                 "candidate_pairs": int(candidates), "clusters": int(sum(cluster_sizes.values())),

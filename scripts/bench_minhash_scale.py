@@ -1,0 +1,120 @@
+"""dedup_minhash at scale: memory bounded by configuration, not corpus size.
+
+Builds N documents (default 2,000,000) from real MEDLINE sentences: each distinct document is
+8 sentences drawn from the ~150k sentences of the default corpus (so distinct documents share
+almost no 5-grams), and a fraction (default 10 %) are near duplicates of an earlier document
+(a few words changed, or a copyright line appended). Writes them as Arrow shards, runs
+`python -m pipeline.stage dedup_minhash --input ... --output ...` in a child process, and
+reports wall time, docs/s, peak RSS, bytes per document, and how many planted duplicates
+were found.
+
+    python scripts/bench_minhash_scale.py [--docs 2000000] [--dup-fraction 0.1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+WORK = ROOT / "bench/work/minhash_scale"
+
+
+def sentences() -> list[str]:
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    out = []
+    for batch in read_documents(InputConfig(paths=[str(ROOT / "data/raw/pubmed21n1298.xml.gz")]), 2000):
+        for text in batch.table["text"].to_pylist():
+            out.extend(s for s in re.split(r"(?<=[.!?])\s+", text.replace("\n", " ")) if len(s.split()) >= 6)
+    return out
+
+
+def build(n: int, dup_fraction: float, folder: Path, seed: int = 0) -> int:
+    pool = sentences()
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema([("id", pa.string()), ("text", pa.string())])
+    planted = 0
+    batch = 20_000
+    recent: list[str] = []
+    shard = 0
+    for start in range(0, n, batch):
+        m = min(batch, n - start)
+        picks = rng.integers(0, len(pool), size=(m, 8))
+        texts = [" ".join(pool[j] for j in row) for row in picks]
+        is_dup = rng.random(m) < dup_fraction
+        for i in np.flatnonzero(is_dup):
+            if not recent and i == 0:
+                continue
+            src = recent[rng.integers(len(recent))] if recent and rng.random() < 0.5 else texts[max(0, i - 1)]
+            words = src.split(" ")
+            if rng.random() < 0.5:
+                for _ in range(2):
+                    words[rng.integers(len(words))] = "modified"
+                texts[i] = " ".join(words)
+            else:
+                texts[i] = src + " Copyright 2021 The Authors."
+            planted += 1
+        recent = texts[-200:]
+        ids = [f"doc{start + i:08d}" for i in range(m)]
+        with pa.OSFile(str(folder / f"{shard:05d}.arrow"), "wb") as sink:
+            with pa.ipc.new_stream(sink, schema) as w:
+                w.write_table(pa.table({"id": ids, "text": texts}, schema=schema), max_chunksize=1000)
+        shard += 1
+    return planted
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=2_000_000)
+    ap.add_argument("--dup-fraction", type=float, default=0.1)
+    ap.add_argument("--partitions", type=int, default=16)
+    args = ap.parse_args()
+    data = WORK / f"input-{args.docs}"
+    meta = data / "planted.json"
+    if not meta.exists():
+        shutil.rmtree(data, ignore_errors=True)
+        t0 = time.perf_counter()
+        planted = build(args.docs, args.dup_fraction, data)
+        meta.write_text(json.dumps({"planted": planted, "build_s": round(time.perf_counter() - t0, 1)}))
+    planted = json.loads(meta.read_text())["planted"]
+    size = sum(f.stat().st_size for f in data.glob("*.arrow"))
+    cfg = WORK / "minhash.yaml"
+    cfg.write_text(f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
+                   f"shard_size: 200000\nstages:\n  - dedup_minhash: {{partitions: {args.partitions}}}\n")
+    out = WORK / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg),
+                    "--input", *sorted(str(f) for f in data.glob("*.arrow")), "--output", str(out)],
+                   cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats = json.loads((out / "stats.json").read_text())
+    peak_mb = after.ru_maxrss / 1024
+    result = {"docs": args.docs, "input_MB": round(size / 1e6), "planted_near_duplicates": planted,
+              "removed_near_duplicates": stats["removed"].get("near_duplicate", 0), "partitions": args.partitions,
+              "wall_s": round(wall, 1), "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
+              "docs_per_s": round(args.docs / wall), "peak_rss_MB": round(peak_mb),
+              "peak_rss_bytes_per_doc": round(after.ru_maxrss * 1024 / args.docs, 1),
+              "bands": stats["bands"], "rows": stats["rows"], "clusters": stats["clusters"],
+              "largest_partition_pairs": stats["largest_partition_pairs"]}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
