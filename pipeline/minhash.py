@@ -43,12 +43,19 @@ def fmix32(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint32(16))
 
 
-def shingles(text: str, n: int, lowercase: bool = True) -> list[str]:
-    """Word n-grams joined by single spaces; a text shorter than n words is one shingle."""
-    words = (text.lower() if lowercase else text).split()
+def shingle_bytes(text: str, n: int, lowercase: bool = True) -> list[bytes]:
+    """Word n-grams (words split on ASCII whitespace) joined by single spaces, as UTF-8 bytes;
+    a text shorter than n words is one shingle."""
+    words = (text.lower() if lowercase else text).encode("utf-8").split()
     if len(words) <= n:
-        return [" ".join(words)] if words else []
-    return [" ".join(words[i:i + n]) for i in range(len(words) - n + 1)]
+        return [b" ".join(words)] if words else []
+    join = b" ".join
+    return [join(words[i:i + n]) for i in range(len(words) - n + 1)]
+
+
+def shingles(text: str, n: int, lowercase: bool = True) -> list[str]:
+    """The shingles as text: what to feed datasketch (`m.update(s.encode("utf-8"))`)."""
+    return [s.decode("utf-8") for s in shingle_bytes(text, n, lowercase)]
 
 
 class MinHasher:
@@ -64,9 +71,9 @@ class MinHasher:
         counts = np.zeros(len(texts), np.int64)
         parts = []
         for i, text in enumerate(texts):
-            sh = shingles(text, n, low)
+            sh = shingle_bytes(text, n, low)
             counts[i] = len(sh)
-            parts.append(np.fromiter((h(s.encode("utf-8")) for s in sh), np.uint32, len(sh)))
+            parts.append(np.fromiter(map(h, sh), np.uint32, len(sh)))
         return (np.concatenate(parts) if parts else np.zeros(0, np.uint32)), counts
 
     def signatures(self, texts: list[str]) -> np.ndarray:

@@ -39,10 +39,25 @@ def source_fingerprint(input_cfg) -> str:
                                             for f in files if f.exists()])
 
 
+_CODE_DIGEST = None
+
+
+def code_digest() -> str:
+    """A digest of the package's source: changed code reruns stages, like changed config."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        h = hashlib.sha256()
+        root = Path(pipeline.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        _CODE_DIGEST = h.hexdigest()[:16]
+    return _CODE_DIGEST
+
+
 def stage_fingerprint(spec: StageSpec, input_fp: str, config: Config) -> str:
     # num_proc, batch_size and progress do not change a stage's output, so they are left out.
     run = config.run
-    return _digest(pipeline.__version__, spec.name, spec.config.model_dump(), input_fp, run.seed,
+    return _digest(pipeline.__version__, code_digest(), spec.name, spec.config.model_dump(), input_fp, run.seed,
                    run.shard_size, run.keep_removed_text)
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORK = ROOT / "bench/work"
-STAGES = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
-          "split", "tokenizer", "pack"]
+STAGES = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "minhash_signatures",
+          "dedup_minhash", "split", "tokenizer", "pack"]
 # PHI runs ~40 docs/s per core: it is timed on a slice, like any stage can be with --phi-docs.
 PHI_DOCS = 1000
 
@@ -88,7 +88,7 @@ def _raw_engine(stage: str, texts: list[str]):
         import spacy
         nlp = spacy.load(SPACY_MODEL, exclude=NOT_NEEDED)
         return "spaCy NER-only nlp.pipe", lambda: list(nlp.pipe(texts, batch_size=32))
-    if stage == "dedup_minhash":
+    if stage in ("dedup_minhash", "minhash_signatures"):
         from datasketch import MinHash
         from pipeline.minhash import shingles
         return "datasketch MinHash.bulk", lambda: MinHash.bulk([[s.encode() for s in shingles(t, 5)] for t in texts], num_perm=128)
@@ -124,6 +124,8 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
         table = table.append_column("split", pa.array(["train"] * table.num_rows))
     texts = table["text"].to_pylist()
     mb = sum(len(t.encode()) for t in texts) / 1e6
+    if stage == "minhash_signatures":
+        return _bench_signatures(texts, mb, batch_size)
     cfg = load_config(ROOT / "configs/pubmed.yaml", check_inputs=False)
     spec = cfg.stage(stage)
     out_dir = WORK / "stage_out" / stage
@@ -161,6 +163,24 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
                        "stage_vs_engine": round(raw_wall / wall, 3)})
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
+
+
+def _bench_signatures(texts: list[str], mb: float, batch_size: int) -> dict:
+    """The signature path of dedup_minhash alone (shingle, hash, permute, min), batch by batch."""
+    from pipeline.minhash import MinHasher
+    hasher = MinHasher(128, 1, 5, True, "xxh32")
+    w0, c0 = time.perf_counter(), time.process_time()
+    for i in range(0, len(texts), batch_size):
+        hasher.signatures(texts[i:i + batch_size])
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    name, raw = _raw_engine("minhash_signatures", texts)
+    r0 = time.perf_counter()
+    raw()
+    raw_wall = time.perf_counter() - r0
+    return {"stage": "minhash_signatures", "docs": len(texts), "MB": round(mb, 2), "setup_s": 0.0,
+            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "docs_per_s": round(len(texts) / wall, 1),
+            "MB_per_s": round(mb / wall, 2), "engine": name, "engine_docs_per_s": round(len(texts) / raw_wall, 1),
+            "stage_vs_engine": round(raw_wall / wall, 3), "peak_rss_mb": round(_peak_rss_mb(), 1)}
 
 
 def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -> tuple[dict | None, float, float, float]:
@@ -219,6 +239,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--skip-chain", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
+    ap.add_argument("--phi-scaling", action="store_true", help="also time the phi stage alone at num_proc 1 and 2")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     corpus = WORK / f"corpus-{args.docs}.jsonl"
@@ -243,6 +264,13 @@ def main() -> int:
         results["chains"].append(bench_chain(corpus, args.docs, chain, "chain_without_phi"))
         sub = ["normalize", "heuristics", "dedup_exact", "dedup_minhash", "split", "tokenizer", "pack"]
         results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain"))
+    if args.phi_scaling:
+        subset = WORK / f"corpus-phi-{args.phi_docs}.jsonl"
+        with open(corpus, encoding="utf-8") as src, open(subset, "w", encoding="utf-8") as dst:
+            for _, line in zip(range(args.phi_docs), src):
+                dst.write(line)
+        for n in (1, 2):
+            results["chains"].append(bench_chain(subset, args.phi_docs, ["phi"], f"phi_num_proc_{n}", num_proc=n))
     if not args.skip_datatrove:
         try:
             data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
