@@ -82,6 +82,8 @@ class Pack(Stage):
         eos = tok.token_to_id(self.config.eos_token)
         if eos is None:
             raise UserError(f"stages.pack.eos_token: {self.config.eos_token!r} is not in the tokenizer's vocabulary")
+        # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
         seq_type = pa.list_(pa.int32(), self.config.seq_len)
         schema = pa.schema([("input_ids", seq_type)])
         work = output.folder / "work"
@@ -96,7 +98,7 @@ class Pack(Stage):
                     continue
                 if not part.num_rows:
                     continue
-                encodings = tok.encode_batch(part["text"].to_pylist(), add_special_tokens=False)
+                encodings = encode(part["text"].to_pylist(), add_special_tokens=False)
                 rows = packers[split].add([e.ids for e in encodings], eos)
                 docs[split] += part.num_rows
                 if len(rows):
