@@ -41,7 +41,7 @@ def build_tools() -> Path:
     work = ROOT / "build/kenlm-src"
     work.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "kenlm==0.3.0", "--no-binary", ":all:",
-                    "--no-deps", "--no-build-isolation", "-d", str(work), "-q"], check=True)
+                    "--no-deps", "-d", str(work), "-q"], check=True)
     with tarfile.open(next(work.glob("kenlm-0.3.0.tar.gz"))) as tar:
         tar.extractall(work, filter="data")
     build = work / "kenlm-0.3.0/build"

