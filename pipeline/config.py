@@ -40,6 +40,8 @@ class RunConfig(Strict):
     # Keep the text of removed documents in removed/ (it may carry PHI for stages before phi).
     keep_removed_text: bool = False
     progress: bool = True
+    # Write report.html at the end of `pipeline run` (plots, and PHI-redacted removed examples).
+    report: bool = True
     stages: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("stages", mode="before")

@@ -247,8 +247,9 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     for spec in config.stages:
         all_stats.append(run_stage(config, spec, force=force, stage_dirs=stage_dirs))
     manifest = write_manifest(config, all_stats, time.perf_counter() - t0)
-    from pipeline.report import write_report
-    write_report(config.output_dir)
+    if config.run.report:
+        from pipeline.report import write_report
+        write_report(config.output_dir)
     return manifest
 
 

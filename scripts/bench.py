@@ -185,35 +185,50 @@ def _bench_signatures(texts: list[str], mb: float, batch_size: int) -> dict:
 
 def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -> tuple[dict | None, float, float, float]:
     """Run a child process; (its last-line JSON or None, wall s, CPU s of children, peak RSS MB)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([python, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(WORK / "child.out", "w+") as out, open(WORK / "child.err", "w+") as err:
+        proc = subprocess.Popen([python, *args], cwd=ROOT, stdout=out, stderr=err,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        # wait4: this child's own CPU time and peak RSS (RUSAGE_CHILDREN would mix all children).
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"{args[:3]} failed:\n{proc.stderr[-2000:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        raise RuntimeError(f"{args[:3]} failed:\n{stderr[-2000:]}")
+    # The child's descendants (pool workers) are included: it waits for them.
+    cpu = usage.ru_utime + usage.ru_stime
+    last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     try:
         data = json.loads(last)
     except json.JSONDecodeError:
         data = None
-    return data, wall, cpu, after.ru_maxrss / 1024
+    return data, wall, cpu, usage.ru_maxrss / 1024
 
 
-def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc: int = 1) -> dict:
+def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc: int = 1,
+                overrides: dict | None = None, tokenizer: Path | None = None) -> dict:
     cfg_text = (ROOT / "configs/pubmed.yaml").read_text()
     cfg_text = cfg_text.replace("paths: [data/raw/pubmed21n1298.xml.gz]", f"paths: [{corpus}]")
     cfg_text = cfg_text.replace("output_dir: runs/pubmed", f"output_dir: {WORK / name}").replace("num_proc: 2", f"num_proc: {num_proc}")
     import yaml
     raw = yaml.safe_load(cfg_text)
     raw["stages"] = [s for s in raw["stages"] if next(iter(s)) in stages]
+    for entry in raw["stages"]:
+        name_ = next(iter(entry))
+        if overrides and name_ in overrides:
+            entry[name_] = overrides[name_]
     raw["progress"] = False
+    raw["report"] = False           # datatrove's chain writes no report: compare the same work
     path = WORK / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     import shutil
     shutil.rmtree(WORK / name, ignore_errors=True)
+    if tokenizer is not None:           # pack without a tokenizer stage reads the run's tokenizer.json
+        (WORK / name / "tokenizer").mkdir(parents=True)
+        shutil.copy(tokenizer, WORK / name / "tokenizer/tokenizer.json")
     _, wall, cpu, rss = _child(["-m", "pipeline", "run", "--config", str(path)])
     return {"chain": name, "stages": stages, "docs": docs, "num_proc": num_proc, "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2), "docs_per_s": round(docs / wall, 1), "docs_per_cpu_s": round(docs / cpu, 1),
@@ -262,8 +277,11 @@ def main() -> int:
         chain = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "dedup_exact", "dedup_minhash", "split",
                  "tokenizer", "pack"]
         results["chains"].append(bench_chain(corpus, args.docs, chain, "chain_without_phi"))
-        sub = ["normalize", "heuristics", "dedup_exact", "dedup_minhash", "split", "tokenizer", "pack"]
-        results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain"))
+        # The issue's matching sub-chain: heuristics with datatrove's own thresholds (Gopher's
+        # 50-word minimum), exact and MinHash dedup, and packing with the given tokenizer.
+        sub = ["heuristics", "dedup_exact", "dedup_minhash", "pack"]
+        results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain", overrides={"heuristics": {"min_words": 50}},
+                                             tokenizer=WORK / "tokenizer.json"))
     if args.phi_scaling:
         subset = WORK / f"corpus-phi-{args.phi_docs}.jsonl"
         with open(corpus, encoding="utf-8") as src, open(subset, "w", encoding="utf-8") as dst:
@@ -274,7 +292,7 @@ def main() -> int:
     if not args.skip_datatrove:
         try:
             data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
-                                           "--tokenizer", str(WORK / "subchain/tokenizer/tokenizer.json"),
+                                           "--tokenizer", str(WORK / "tokenizer.json"),
                                            "--work", str(WORK / "datatrove")],
                                           python=str(ROOT / ".venv-bench/bin/python"))
             results["datatrove"] = {**(data or {}), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),

@@ -130,8 +130,10 @@ def rules() -> list[tuple[str, str, float]]:
 class RegexRecognizer(EntityRecognizer):
     """Presidio recognizer for one entity type from our rules; reports the `v` group span."""
 
-    def __init__(self, entity: str, patterns: list[tuple[str, float]]):
-        self.patterns = [(re.compile(p), s) for p, s in patterns]   # s: score, or (validator, score)
+    def __init__(self, entity: str, patterns: list[tuple]):
+        # (regex, score or (validator, score), literals): a rule runs only if one of its
+        # lowercase literals is in the text; most rules need a keyword most texts lack.
+        self.patterns = [(re.compile(p), s, PREFILTERS.get(p)) for p, s in patterns]
         super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
 
     def load(self) -> None:
@@ -140,7 +142,10 @@ class RegexRecognizer(EntityRecognizer):
     def analyze(self, text, entities, nlp_artifacts=None):
         entity = self.supported_entities[0]
         out = []
-        for regex, score in self.patterns:
+        low = text.lower()
+        for regex, score, literals in self.patterns:
+            if literals is not None and not any(lit in low for lit in literals):
+                continue
             check = None
             if isinstance(score, tuple):
                 check, score = _VALIDATORS[score[0]], score[1]
@@ -173,7 +178,31 @@ def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+# Keyword rules and the literals one of which must be in the (lowercased) text.
+_KEYWORDS = {
+    "PHONE_NUMBER": ("phone", "tel", "fax", "cell", "mobile", "pager", "beeper", "call", "contact", "reach", "ph"),
+    "US_SSN": ("ssn", "social security", "ss#"),
+    "MEDICAL_RECORD": ("mrn", "mr#", "med", "record", "chart", "patient", "hospital", "encounter", "accession"),
+    "ACCOUNT_NUMBER": ("account", "acct", "a/c", "billing", "member", "subscriber", "policy", "plan", "insurance",
+                       "beneficiary", "medicare", "medicaid", "group", "claim", "routing", "iban", "card", "visa",
+                       "mastercard", "amex", "maestro", "discover"),
+    "LICENSE_NUMBER": ("licen", "dl", "lic", "cert", "dea", "npi", "passport", "registration", "badge"),
+    "DEVICE_OR_VEHICLE_ID": ("vin", "serial", "s/n", "sn", "device", "pacemaker", "implant", "imei", "udi", "plate", "tag"),
+    "ID": ("id", "identifier", "case", "ref"),
+}
+PREFILTERS: dict[str, tuple[str, ...]] = {}
+
+
+def _register_prefilters() -> None:
+    for entity, pattern, _ in rules():
+        # Only rules that start with a keyword group can be skipped on its absence.
+        if entity in _KEYWORDS and pattern.startswith(("(?i)\\b(?:", "(?i:", "(?i)\\b(?P")):
+            PREFILTERS[pattern] = _KEYWORDS[entity]
+
+
 def build_recognizers() -> list[RegexRecognizer]:
+    if not PREFILTERS:
+        _register_prefilters()
     by_entity: dict[str, list[tuple[str, float]]] = {}
     for entity, pattern, score in rules():
         by_entity.setdefault(entity, []).append((pattern, score))
