@@ -16,9 +16,8 @@ import pyarrow as pa
 
 import pipeline
 from pipeline.config import Config, StageSpec, expand_paths
-from pipeline.documents import REASON
 from pipeline.errors import UserError
-from pipeline.readers import ReaderBatch, read_documents
+from pipeline.readers import read_documents
 from pipeline.stages import GROUPS, REGISTRY
 from pipeline.stages.base import RunContext, StageInputs
 from pipeline.store import STATS, StageOutput, is_done, read_json, shards, write_json
@@ -182,7 +181,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     output = StageOutput(folder, shard_size=config.run.shard_size,
                          keep_removed_text=config.run.keep_removed_text)
     print(f"[{spec.folder}] running", file=sys.stderr)
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter()
     try:
         extra = run_document_stage(stage, inputs, output) if stage.kind == "document" \
             else stage.run(inputs, output)

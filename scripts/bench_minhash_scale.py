@@ -80,7 +80,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=2_000_000)
     ap.add_argument("--dup-fraction", type=float, default=0.1)
-    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--partitions", type=int, default=256)
     args = ap.parse_args()
     data = WORK / f"input-{args.docs}"
     meta = data / "planted.json"

@@ -20,7 +20,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from phi_synth import make_documents  # noqa: E402
 
-from pipeline.phi.eponyms import EPONYM_HEADS  # noqa: E402
 
 EPONYM_MENTIONS = re.compile(
     r"\b(?:Parkinson|Alzheimer|Crohn|Hodgkin|Down|Cushing|Gram|Apgar|Kaplan|Meier|Cox|Bonferroni|Fisher|"

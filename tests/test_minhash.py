@@ -4,7 +4,6 @@ import json
 import random
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import xxhash
 from datasketch import MinHash

@@ -1,6 +1,5 @@
 """PHI de-identification with the real engine (Presidio + spaCy NER + our recognizers)."""
 import json
-import logging
 import re
 
 import pyarrow as pa

@@ -8,9 +8,9 @@ Jaccard >= threshold (reading only their signatures from the memory-mapped file)
 with connected components. Pass 3 streams the input again: the first document of each
 cluster in input order is kept, the others are removed with `duplicate_of`.
 
-Memory: about 12 bytes x bands / partitions per document for the largest partition, plus 8
-bytes per document for the cluster labels; signatures (4 x num_perm bytes per document) stay
-on disk."""
+Memory: about 12 bytes x bands / partitions per document for the largest partition, plus
+the cluster labels (8 bytes per document) and the verified pairs; signatures (4 x num_perm
+bytes per document) stay on disk and are mapped one verification chunk at a time."""
 from __future__ import annotations
 
 import shutil
@@ -44,7 +44,7 @@ class MinHashConfig(StageConfig):
     verify: bool = True
     verify_margin: float = Field(default=0.05, ge=0.0, lt=0.5)
     # Bucket files: the largest one is what pass 2 holds in memory.
-    partitions: int = Field(default=16, ge=1, le=4096)
+    partitions: int = Field(default=256, ge=1, le=1024)
 
     def hasher(self) -> MinHasher:
         return MinHasher(self.num_perm, self.seed, self.ngram, self.lowercase, self.hashfunc)
@@ -88,7 +88,7 @@ class MinHashDedup(Stage):
         for f in parts:
             f.close()
 
-        signatures = np.memmap(work / "signatures.bin", np.uint32, "r", shape=(n, cfg.num_perm)) if n else None
+        sig_path = work / "signatures.bin"
         src, dst, candidates, largest = [], [], 0, 0
         for p in range(cfg.partitions):
             pairs = np.fromfile(work / f"bucket-{p:04d}.bin", PAIR)
@@ -104,11 +104,10 @@ class MinHashDedup(Stage):
             u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
             candidates += len(u)
             if cfg.verify and len(u):
-                keep = _estimated_jaccard(signatures, u, v) >= cfg.threshold - cfg.verify_margin
+                keep = _estimated_jaccard(sig_path, n, cfg.num_perm, u, v) >= cfg.threshold - cfg.verify_margin
                 u, v = u[keep], v[keep]
             src.append(u)
             dst.append(v)
-        del signatures
         labels, rep = _clusters(n, np.concatenate(src) if src else np.zeros(0, np.int64),
                                 np.concatenate(dst) if dst else np.zeros(0, np.int64))
         shutil.rmtree(work)
@@ -122,11 +121,16 @@ class MinHashDedup(Stage):
                 "largest_partition_pairs": int(largest)}
 
 
-def _estimated_jaccard(signatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
+def _estimated_jaccard(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """Fraction of equal signature values per pair. The signature file is mapped per chunk and
+    unmapped after it: pages a mapping touched count in RSS, and over all candidates they would
+    cover most of the file (4 x num_perm bytes per document)."""
     out = np.empty(len(u))
     for i in range(0, len(u), chunk):
-        a = signatures[u[i:i + chunk]]
-        b = signatures[v[i:i + chunk]]
+        signatures = np.memmap(path, np.uint32, "r", shape=(n, num_perm))
+        a = np.array(signatures[u[i:i + chunk]])
+        b = np.array(signatures[v[i:i + chunk]])
+        del signatures
         out[i:i + chunk] = (a == b).mean(axis=1)
     return out
 
