@@ -37,7 +37,6 @@ class Split(Stage):
 
     def run(self, inputs, output) -> dict:
         counts = {s: 0 for s in SPLITS}
-        leak = None
         checker = self._near_duplicate_checker()
         for table in inputs.tables(output):
             is_val = assign_splits(table["id"].to_pylist(), self.ctx.seed, self.config.validation_fraction)
