@@ -131,13 +131,28 @@ class PhiEngine:
         return self
 
     def analyze_batch(self, texts: list[str]) -> list[list]:
-        """Presidio results per text; spaCy runs over the whole batch with nlp.pipe."""
+        """Presidio results per text; spaCy runs over the whole batch with nlp.pipe, and our
+        rules' RE2 gates over the whole batch with pyarrow."""
+        import pyarrow as pa
+
+        from pipeline.phi.recognizers import RegexRecognizer
+
+        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, RegexRecognizer)]
+        batch = pa.array(texts, pa.string())
+        for rec in gated:
+            rec.set_batch(batch)
         artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
         out = []
-        for text, (_, art) in zip(texts, artifacts):
-            results = self.analyzer.analyze(text, language="en", nlp_artifacts=art,
-                                            score_threshold=self.score_threshold)
-            out.append(_propagate_names(text, results))
+        try:
+            for i, (text, (_, art)) in enumerate(zip(texts, artifacts)):
+                for rec in gated:
+                    rec.at_document(i)
+                results = self.analyzer.analyze(text, language="en", nlp_artifacts=art,
+                                                score_threshold=self.score_threshold)
+                out.append(_propagate_names(text, results))
+        finally:
+            for rec in gated:
+                rec.set_batch(None)
         return out
 
     def redact_batch(self, texts: list[str], surrogates: Iterable | None = None) -> tuple[list[str], list[Counter]]:

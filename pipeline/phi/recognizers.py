@@ -134,7 +134,20 @@ class RegexRecognizer(EntityRecognizer):
         # (regex, score or (validator, score), literals): a rule runs only if one of its
         # lowercase literals is in the text; most rules need a keyword most texts lack.
         self.patterns = [(re.compile(p), s, PREFILTERS.get(p)) for p, s in patterns]
+        self.gates = [gate_for(p) for p, _ in patterns]
+        self._masks = None              # per pattern: which documents of the batch pass its gate
+        self._doc = 0
         super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
+
+    def set_batch(self, texts) -> None:
+        """Evaluate this recognizer's gates over a batch (pa.Array), or clear them (None)."""
+        import pyarrow.compute as pc
+        self._masks = None if texts is None else [
+            None if g is None else pc.match_substring_regex(texts, g).to_numpy(zero_copy_only=False)
+            for g in self.gates]
+
+    def at_document(self, index: int) -> None:
+        self._doc = index
 
     def load(self) -> None:
         pass
@@ -143,8 +156,11 @@ class RegexRecognizer(EntityRecognizer):
         entity = self.supported_entities[0]
         out = []
         low = text.lower()
-        for regex, score, literals in self.patterns:
+        masks, doc = self._masks, self._doc
+        for k, (regex, score, literals) in enumerate(self.patterns):
             if literals is not None and not any(lit in low for lit in literals):
+                continue
+            if masks is not None and masks[k] is not None and not masks[k][doc]:
                 continue
             check = None
             if isinstance(score, tuple):
@@ -176,6 +192,49 @@ def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
         if m.group().lower() in NAME_STOP_WORDS:
             return start, start + len(text[start:start + m.start()].rstrip(" .,-"))
     return start, end
+
+
+# RE2 "gates" for rules without a keyword: a text can match the rule only if it matches its gate
+# (the gate is a necessary part of every match). PhiEngine evaluates all gates over a whole
+# batch with pyarrow (C++ RE2, one pass per gate), so Python's `re` runs a rule only on the
+# documents that can match it. Keyed by the rule pattern's first characters.
+_MONTH_RE2 = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+GATES = {
+    r"\b[A-Za-z0-9._%+-]+@": "@",
+    r"(?i)\b(?:https?://|www\.)": r"(?i)https?://|www\.",
+    r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d": r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}",
+    r"\b(?:[0-9a-fA-F]{1,4}:){7}": r"[0-9a-fA-F]{0,4}:[0-9a-fA-F]{0,4}:",
+    r"(?<![\w/.-])(?:(?:\+|00)?1": r"\d{3}[\s.-]\d{4}",
+    r"(?<![\w/.-])\+(?=": r"\+\d",
+    r"(?<![\w-])(?!000|666|9\d\d)\d{3}-": r"\d{3}-\d{2}-\d{4}",
+    r"(?<![\d-])\d(?:[ -]?\d){12,18}": r"\d(?:[ -]?\d){12}",
+    r"\b(?:\d{4}[\s-]){3}\d{4}\b": r"\d{4}[\s-]\d{4}|\d{4}[\s-]\d{6}",
+    r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4})": r"[A-Z]{2}\d{2}\s?[A-Z0-9]{4}",
+    r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])": r"[A-HJ-NPR-Z0-9]{17}",
+    r"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
+    r"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
+    r"\b(?:19|20)\d\d-(?:0[1-9]": r"\d{4}-\d{2}-\d{2}",
+    r"\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?[\s-]": r"\d(?:st|nd|rd|th)?[\s-]" + _MONTH_RE2,
+    r"\b(?:Jan(?:uary)?|Feb": _MONTH_RE2 + r"[a-z]*\.?\s+\d",
+    r"(?i)\b(?:on|since|from|until": r"\d/\d",
+    r"(?i)\b(?:DOB|D\.O\.B\.": r"(?i)dob|d\.o\.b|birth",
+    r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*": r"(?i)(?:9\d|1[01]\d)[\s-]*y",
+    r"(?i)\b(?:aged?|age:)": r"(?i)age",
+    r"(?i)\b(?P<v>(?:ninety|one hundred)": r"(?i)ninety|hundred",
+    r"\b\d{1,6}\s+(?:[NSEW]": r"\d\s+[A-Z]",
+    r"(?<=,\s)(?P<v>": r"[A-Z]{2}\s+\d{5}",
+    r"(?i)\b(?:P\.?\s?O\.?\s*Box": r"(?i)box|psc|usns|usnv|uss|unit",
+    r"(?i)\b(?:zip|zip code": r"(?i)zip|postal",
+    r"\b(?:AL|AK|AZ|AR": r"[A-Z]{2}\s+\d{5}",
+    r"\b(?:lives|living|resides": r"lives|living|resid|moved|relocated|home|born",
+    r"\b(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof": r"(?:Dr|Mr|Ms|Mx|Miss|Prof|Sr)[a-z]*\.?[ \t]+\S",
+    r"(?m)(?:^|(?<=[.;]\s))(?P<v>": r"(?:is|was)\s+(?:an?\s|born|admitted|seen|referred|transferred)",
+    r"(?P<v>(?:[A-Z]\.[ \t]*)?": r"\s(?:M\.?D|R\.?N|D\.?O|N\.?P|PA-C|Ph\.?D|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b",
+}
+
+
+def gate_for(pattern: str) -> str | None:
+    return next((g for prefix, g in GATES.items() if pattern.startswith(prefix)), None)
 
 
 # Keyword rules and the literals one of which must be in the (lowercased) text.
