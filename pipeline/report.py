@@ -98,28 +98,37 @@ def _table(header, rows) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _texts_of(folder: Path, ids: set[str]) -> dict[str, str]:
+    """Texts of the given ids, streamed shard by shard (a stage is never held in memory)."""
+    found: dict[str, str] = {}
+    wanted = pa.array(sorted(ids), pa.string())
+    for f in shards(folder):
+        with pa.OSFile(str(f), "rb") as src:
+            for batch in pa.ipc.open_stream(src):
+                hit = batch.filter(pc.is_in(batch.column("id"), wanted))
+                found.update(zip(hit.column("id").to_pylist(), hit.column("text").to_pylist()))
+        if len(found) == len(ids):
+            break
+    return found
+
+
 def _examples(run_dir: Path, stats: list[dict]) -> list[tuple[str, str, str, str]]:
     """(stage, reason, id, redacted text) for a few removed documents per reason."""
     picks = []
     for i, s in enumerate(stats):
         if not s["removed"] or s["stage"] in ("tokenizer", "pack"):
             continue
-        removed = _read(_stage_dir(run_dir, s), "removed", limit=10**9)
+        removed = _read(_stage_dir(run_dir, s), "removed", limit=10**9)   # ids and reasons only
         if removed is None:
             continue
-        source = _stage_dir(run_dir, stats[i - 1]) if i else None
-        for reason in sorted(s["removed"]):
-            ids = removed.filter(pc.equal(removed["reason"], reason))["id"].to_pylist()[:EXAMPLES_PER_REASON]
-            texts = {}
-            if "text" in removed.column_names:
-                texts = dict(zip(removed["id"].to_pylist(), removed["text"].to_pylist()))
-            elif source is not None:
-                prev = _read(source, limit=10**9, columns=["id", "text"])
-                if prev is not None:
-                    hit = prev.filter(pc.is_in(prev["id"], pa.array(ids, pa.string())))
-                    texts = dict(zip(hit["id"].to_pylist(), hit["text"].to_pylist()))
-            for doc_id in ids:
-                picks.append((s["stage"], reason, doc_id, texts.get(doc_id)))
+        chosen = [(reason, doc_id) for reason in sorted(s["removed"]) for doc_id in
+                  removed.filter(pc.equal(removed["reason"], reason))["id"].to_pylist()[:EXAMPLES_PER_REASON]]
+        texts: dict[str, str] = {}
+        if "text" in removed.column_names:
+            texts = dict(zip(removed["id"].to_pylist(), removed["text"].to_pylist()))
+        elif i:
+            texts = _texts_of(_stage_dir(run_dir, stats[i - 1]), {doc_id for _, doc_id in chosen})
+        picks.extend((s["stage"], reason, doc_id, texts.get(doc_id)) for reason, doc_id in chosen)
     texts = [text[:1500] for *_, text in picks if text]
     redacted = iter([])
     if texts:
