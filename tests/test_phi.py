@@ -1,14 +1,19 @@
-"""PHI de-identification with the real engine (Presidio + spaCy NER + our recognizers)."""
+"""PHI de-identification with the real engine (Presidio + spaCy NER + our recognizers), on
+planted notes, on real nursing notes (a slice of data/deid-dev with gold spans) and on real
+abstracts."""
 import json
 import re
+from datetime import date
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from phi_synth import make_documents
 from pipeline.phi.engine import PhiEngine
+from pipeline.phi.placeholders import PLACEHOLDERS
 from pipeline.stages.phi import PhiConfig, PhiDeidentify
-from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
+from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
 
 PLANTED = {
     "name": "Eleanor Vasquez-Hale", "mrn": "0012345", "date": "3/14/19", "date2": "March 14th",
@@ -29,70 +34,213 @@ NOTE = (
 )
 KEEP = ["Parkinson's disease", "Hodgkin lymphoma", "Down syndrome", "Gram stain", "Apgar 9", "Crohn's disease",
         "2009", "2012", "p < 0.05", "5 mg daily", "BRCA1", "Cushing syndrome"]
+DEV = ROOT / "data/deid-dev"
+TOKEN = re.compile(r"[A-Za-z0-9]+")
 
 
 @pytest.fixture(scope="module")
 def engine():
-    return PhiEngine().setup()
+    return PhiEngine(profile="clinical").setup()
+
+
+@pytest.fixture(scope="module")
+def literature_engine():
+    return PhiEngine(profile="literature").setup()
+
+
+@pytest.fixture(scope="module")
+def dev_slice():
+    """Every note of the dev patients 1-39 (the first ~450 notes), with gold spans."""
+    gold = json.loads((DEV / "gold.json").read_text())
+    notes = [json.loads(line) for line in (DEV / "notes.jsonl").open()]
+    notes = [n for n in notes if int(n["id"].split("-")[0][1:]) < 40]
+    return notes, {n["id"]: gold.get(n["id"], []) for n in notes}
+
+
+@pytest.fixture(scope="module")
+def dev_spans(engine, dev_slice):
+    notes, _ = dev_slice
+    return {n["id"]: r for n, r in zip(notes, engine.analyze_batch([n["text"] for n in notes]))}
+
+
+def _covered(results, start, end, text) -> bool:
+    """Every token of text[start:end] lies inside some result span."""
+    return all(any(r.start <= start + m.start() and start + m.end() <= r.end for r in results)
+               for m in TOKEN.finditer(text[start:end]))
+
+
+def _leaks(dev_slice, dev_spans, keep=lambda e, text: True):
+    notes, gold = dev_slice
+    leaked, total = [], 0
+    for n in notes:
+        for e in gold[n["id"]]:
+            if e["safe_harbor_allowed"] or not keep(e, n["text"]):
+                continue
+            total += 1
+            if not _covered(dev_spans[n["id"]], e["start"], e["end"], n["text"]):
+                leaked.append(e["value"])
+    return leaked, total
 
 
 def test_planted_identifiers_replaced_and_medicine_kept(engine):
-    (text,), (counts,) = engine.redact_batch([NOTE])
+    (text,), (counts,), (failed,) = engine.redact_batch([NOTE])
+    assert not failed
     for key, value in PLANTED.items():
         assert value not in text, f"{key} leaked"
     for value in KEEP:
         assert value in text, f"{value} was removed"
-    for placeholder in ("[NAME]", "[MRN]", "[DATE]", "[AGE]", "[PHONE]", "[EMAIL]", "[SSN]", "[ADDRESS]", "[IP]",
-                        "[URL]", "[ACCOUNT]", "[LICENSE]", "[ID]"):
-        assert placeholder in text
+    for entity in ("PERSON", "MEDICAL_RECORD", "DATE_TIME", "AGE", "PHONE_NUMBER", "EMAIL_ADDRESS", "US_SSN",
+                   "LOCATION", "IP_ADDRESS", "URL", "ACCOUNT_NUMBER", "LICENSE_NUMBER", "DEVICE_OR_VEHICLE_ID"):
+        assert PLACEHOLDERS[entity] in text, entity
     assert counts["PERSON"] >= 2 and counts["DATE_TIME"] == 3
 
 
 def test_leak_rate_on_labeled_synthetic_notes(engine):
     docs = make_documents(120, seed=123)
-    out, _ = engine.redact_batch([d["text"] for d in docs])
+    out, _, _ = engine.redact_batch([d["text"] for d in docs])
     gold = [(k, v) for d in docs for k, v in d["gold"]]
-    leaked = [(k, v) for d, o in zip(docs, out) for k, v in d["gold"] if v in o and not (v.isdigit() and len(v) <= 3)]
-    assert len(gold) > 900
+
+    def survives(kind, value, text):
+        if kind == "AGE":           # a bare "92" is any count: an age leaks where it stays an age
+            return re.search(rf"(?<!\d){value}\s*-?\s*(?:year|yr|y/?o|y\.o)", text) is not None
+        return value in text
+
+    leaked = [(k, v) for d, o in zip(docs, out) for k, v in d["gold"] if survives(k, v, o)]
+    assert len(gold) > 900 and sum(1 for k, _ in gold if k == "AGE") > 20
     assert len(leaked) / len(gold) <= 0.02
-    for kind in ("SSN", "PHONE", "EMAIL", "MRN", "ACCOUNT", "IP"):
+    for kind in ("SSN", "PHONE", "EMAIL", "MRN", "ACCOUNT", "IP", "AGE"):
         n = sum(1 for k, _ in gold if k == kind)
         assert sum(1 for k, _ in leaked if k == kind) <= 0.01 * n, kind
 
 
-def test_abstracts_barely_change_and_eponyms_survive(engine, english_texts):
+def test_real_notes_recall_and_precision(dev_slice, dev_spans):
+    """On real nursing notes: PHI mentions left and non-PHI tokens changed, scored by position."""
+    leaked, total = _leaks(dev_slice, dev_spans)
+    assert total > 250
+    assert len(leaked) / total <= 0.10, leaked
+    notes, gold = dev_slice
+    changed = nonphi = 0
+    for n in notes:
+        phi = [(e["start"], e["end"]) for e in gold[n["id"]]]
+        for m in TOKEN.finditer(n["text"]):
+            if any(s < m.end() and m.start() < e for s, e in phi):
+                continue
+            nonphi += 1
+            changed += any(r.start < m.end() and m.start() < r.end for r in dev_spans[n["id"]])
+    assert changed / nonphi <= 0.01
+
+
+@pytest.mark.parametrize("name, keep, bound", [
+    # ALL-CAPS notes: "MR. EDWIN PRZYBYLO", "PER DR GRIMES".
+    ("all_caps_names", lambda e, t: "Name" in e["type"] and e["value"].isupper() and len(e["value"]) > 1, 0.10),
+    # lower-case names: "spoke with dr. peruzzi", "son bill".
+    ("lower_case_names", lambda e, t: "Name" in e["type"] and e["value"].islower() and len(e["value"]) > 1, 0.15),
+    # month/day dates without a year: "admitted 7/6".
+    ("month_day_dates", lambda e, t: e["type"] == "Date" and re.fullmatch(r"\d{1,2}/\d{1,2}", e["value"]), 0.05),
+    # towns and hospitals: "in Lansdowne", "transfer from Calvert Hospital".
+    ("towns_and_hospitals", lambda e, t: e["type"] == "Location", 0.30),
+    # pagers and phones: "Pager: #54321".
+    ("pagers_and_phones", lambda e, t: e["type"] == "Phone", 0.25),
+])
+def test_real_notes_failure_classes(dev_slice, dev_spans, name, keep, bound):
+    leaked, total = _leaks(dev_slice, dev_spans, keep)
+    assert total >= 5, name
+    assert len(leaked) / total <= bound, (name, leaked)
+
+
+def test_numbers_that_are_not_dates_and_words_that_are_not_names(engine):
+    note = ("Resp: on PSV 5/5, then 12/5/40%. IVF 1/4 NS at 75. Pain 6/10. Strength 4/5 bilat. "
+            "Dobutamine at 5 mcg, dobutamine weaned. Will wean as tolerated. May need lasix. "
+            "Sats 95% on 4L; white thick sputum; gray stool; max HR 110. Foley draining.")
+    (out,), _, _ = engine.redact_batch([note])
+    assert out == note
+
+
+def test_names_in_context_case_and_propagation(engine):
+    cases = {
+        "MR. EDWIN PRZYBYLO IS AN 83 YR OLD MALE. PER DR GRIMES, NO CHANGE.": ["EDWIN", "PRZYBYLO", "GRIMES"],
+        "spoke with dr. peruzzi and mr. Logan about the plan.": ["peruzzi", "Logan"],
+        "Mary Johnson was seen today. Johnson reports chest pain, Wilson aware.": ["Mary", "Johnson"],
+        "Visitors: Oluwaseun Adeyemi and Nguyen Thi Lan came in.": ["Oluwaseun", "Adeyemi", "Nguyen"],
+        "Pager: #54321. Sent to Calvert Hospital 7/22, then lives in Catonsville.": ["54321", "Calvert", "7/22",
+                                                                                     "Catonsville"],
+    }
+    outs, _, _ = engine.redact_batch(list(cases))
+    for out, values in zip(outs, cases.values()):
+        for value in values:
+            assert not re.search(rf"\b{re.escape(value)}\b", out), (value, out)
+    assert "Wilson aware" in outs[2] or "Wilson" not in outs[2]   # an eponym alone may stay
+
+
+def test_literature_profile_keeps_abstracts(literature_engine, english_texts):
     from eval_phi import EPONYM_MENTIONS
     texts = english_texts[:200]
-    out, _ = engine.redact_batch(texts)
+    out, _, _ = literature_engine.redact_batch(texts)
     before = sum(len(EPONYM_MENTIONS.findall(t)) for t in texts)
     after = sum(len(EPONYM_MENTIONS.findall(t)) for t in out)
     assert before > 20 and after >= 0.99 * before
-    spans = engine.analyze_batch(texts)
+    spans = literature_engine.analyze_batch(texts)
     changed = sum(len(t[r.start:r.end].split()) for t, rs in zip(texts, spans) for r in rs)
-    assert changed / sum(len(t.split()) for t in texts) < 0.01
+    assert changed / sum(len(t.split()) for t in texts) < 0.002
 
 
-def test_surrogates_are_consistent_and_keep_date_intervals():
-    stage = PhiDeidentify(PhiConfig(mode="surrogate"), None)
+def _surrogate_stage(tmp_path, monkeypatch, **options):
+    monkeypatch.setenv("MEDPREP_PHI_KEY", "test-key-not-secret")
+    stage = PhiDeidentify(PhiConfig(mode="surrogate", **options), None)
     stage.setup()
-    note = ("Mr. John Carter was admitted on 03/01/2019. Mr. John Carter was discharged on 03/11/2019. "
+    return stage
+
+
+def test_surrogates_keyed_by_value_across_documents(tmp_path, monkeypatch):
+    stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep")
+    note = ("Mr. John Carter was admitted on 03/01/2019. Mr. Carter was discharged on 03/11/2019 by Dr. Lee. "
             "Call (617) 555-0199.")
     out = stage.process(pa.table({"id": ["a", "b"], "text": [note, note]}))
     a, b = out["text"].to_pylist()
-    assert "John Carter" not in a and "617" not in a
-    dates = re.findall(r"(\d{1,2})/(\d{1,2})/(\d{4})", a)
-    assert len(dates) == 2
-    from datetime import date
-    d1, d2 = (date(int(y), int(m), int(d)) for m, d, y in dates)
+    assert a == b                                       # identical notes stay identical: dedup removes them
+    assert "Carter" not in a and "617" not in a and "Lee" not in a
+    assert a.count("Mr. ") == 2 and "Dr. " in a         # titles are kept, names replaced
+    full, alone = re.findall(r"Mr\. ([A-Z][a-z]+(?: [A-Z][a-z]+)?) was", a)
+    assert full.split()[-1] == alone                    # "John Carter" and "Carter": one surname
+    d1, d2 = (date(int(y), int(m), int(d)) for m, d, y in re.findall(r"(\d{1,2})/(\d{1,2})/(\d{4})", a))
     assert (d2 - d1).days == 10 and d1 != date(2019, 3, 1)
-    names = re.findall(r"Mr\. ([A-Z]\w+(?: [A-Z]\w+)*) was", a)
-    assert len(names) == 2 and names[0] == names[1]
-    rerun = stage.process(pa.table({"id": ["a"], "text": [note]}))["text"].to_pylist()[0]
-    assert rerun == a                                  # seeded: same surrogate on every run
-    assert out["phi_count"].to_pylist()[0] >= 4
+    rerun = stage.process(pa.table({"id": ["c"], "text": [note]}))["text"].to_pylist()[0]
+    assert rerun == a
 
 
-def test_no_phi_value_in_stats_logs_or_removed(tmp_path, caplog):
+def test_surrogates_never_crash_on_odd_dates(tmp_path, monkeypatch):
+    stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep")
+    note = "Seen 31/12/2019, again 2/30/19 and 16/5/40. DOB: 13/13/1950."
+    out = stage.process(pa.table({"id": ["a"], "text": [note]}))
+    text = out["text"].to_pylist()[0]
+    assert out["_reason"].to_pylist() == [None] if "_reason" in out.column_names else True
+    for value in ("31/12/2019", "2/30/19", "16/5/40", "13/13/1950"):
+        assert value not in text
+
+
+def test_dates_shift_per_patient(tmp_path, monkeypatch):
+    stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep", meta_fields="keep", group_field="patient")
+    note = "Admitted 03/01/2019."
+    out = stage.process(pa.table({"id": ["a", "b", "c"], "text": [note] * 3, "patient": ["p1", "p1", "p2"]}))
+    a, b, c = out["text"].to_pylist()
+    assert a == b and a != c
+
+
+def test_long_document_goes_through_in_pieces(engine):
+    body = ("Pt seen by Dr. Rutherford on 3/14/19, call (617) 555-0199. Vitals stable, plan unchanged. " * 40 + "\n")
+    text = body * 330                                   # ~1.2 MB: over spaCy's 1,000,000-character limit
+    assert len(text) > 1_000_000
+    (out,), (counts,), (failed,) = engine.redact_batch([text])
+    assert not failed and "Rutherford" not in out and "555-0199" not in out and "3/14/19" not in out
+    assert counts["PERSON"] >= 13_000
+
+
+def test_a_document_the_engine_cannot_process_is_removed_not_passed(engine):
+    out, counts, failed = engine.redact_batch(["Dr. Rutherford saw the patient.", "broken \ud800 text by Dr. Lee"])
+    assert failed == [False, True] and out[1] == "" and "Rutherford" not in out[0]
+
+
+def test_no_phi_value_in_stats_logs_or_removed(tmp_path):
     notes = [{"id": f"n{i}", "text": NOTE + f" Visit {i}."} for i in range(3)]
     src = write_jsonl(tmp_path / "notes.jsonl", notes)
     cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"

@@ -40,9 +40,6 @@ def first_names() -> frozenset[str]:
 
 
 PROFILES = ("clinical", "literature")
-# Presidio's phone recognizer (libphonenumber) tries each of these regions' layouts.
-PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
-                 "MX", "AR", "PT", "PL", "SE", "NO", "DK", "FI", "IL", "ZA", "SG", "JP", "CN", "KR", "NG", "PH")
 
 
 class NerPersonRecognizer:
@@ -156,7 +153,7 @@ class PhiEngine:
             return self
         from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
         from presidio_analyzer.nlp_engine import NlpEngineProvider
-        from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, IbanRecognizer, PhoneRecognizer
+        from presidio_analyzer.predefined_recognizers import CreditCardRecognizer, IbanRecognizer
         from presidio_anonymizer import AnonymizerEngine
 
         from pipeline.phi.recognizers import build_recognizers
@@ -184,10 +181,10 @@ class PhiEngine:
         recognizers = [NerPersonRecognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
                        IbanRecognizer()]
         if self.profile == "clinical":
+            from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
             # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [NerPlaceRecognizer(), *clinical_recognizers(),
-                            PhoneRecognizer(supported_regions=PHONE_REGIONS, leniency=1)]
+            recognizers += [NerPlaceRecognizer(), *clinical_recognizers(), *international_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
@@ -222,6 +219,12 @@ class PhiEngine:
                 merged[i] = None
                 continue
             merged[i] += [RecognizerResult(r.entity_type, r.start + offset, r.end + offset, r.score) for r in res]
+        if self.profile == "clinical":
+            from pipeline.phi.notes import month_day_is_date
+            # Every rule's month/day match passes the same test ("on 5/5 peep" is a setting).
+            merged = [None if res is None else [r for r in res if r.entity_type != "DATE_TIME"
+                                                 or month_day_is_date(text, r.start, r.end)]
+                      for text, res in zip(texts, merged)]
         return [None if res is None else _propagate_names(text, res, self.profile)
                 for text, res in zip(texts, merged)]
 

@@ -12,6 +12,7 @@ import re
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
+from pipeline.phi.eponyms import EPONYM_HEADS
 from pipeline.phi.lexicon import lexicon
 
 TOKEN = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿĀ-ſ]+(?:['’][A-Za-z]+)?")
@@ -83,7 +84,10 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
     toks = [(m.start(), m.end(), m.group()) for m in TOKEN.finditer(text)]
     n = len(toks)
     lows = [t[2].lower().removesuffix("'s").removesuffix("’s") for t in toks]
-    is_name = [lex.is_name(w) for w in lows]
+    # "Parkinson's disease", "Hickman catheter", "Foley catheter": an eponym, not a person.
+    eponym = [i + 1 < n and lows[i + 1] in EPONYM_HEADS and re.fullmatch(r"(?:['’]s)?[ \t-]*", text[toks[i][1]:toks[i + 1][0]])
+              is not None for i in range(n)]
+    is_name = [lex.is_name(w) and not eponym[i] for i, w in enumerate(lows)]
     common = [lex.is_common(w) for w in lows]
 
     def capitalized(i: int) -> bool:
@@ -376,6 +380,25 @@ AFTER_NOT_DATE = re.compile(r"(?i)^\s*(?:%|peep|ps\b|cm|pain|scale|sem|hsm|murmu
                             r"bipap|cpap|mask|psv|imv|ips)")
 
 
+def month_day_is_date(text: str, start: int, end: int) -> bool:
+    """Whether the month/day text[start:end] ("7/6") is a date, from the words around it."""
+    m = re.fullmatch(r"(\d{1,2})/(\d{1,2})", text[start:end])
+    if not m:
+        return True
+    month, day = int(m.group(1)), int(m.group(2))
+    before, after = text[max(0, start - 16):start], text[end:end + 12]
+    if day <= 4 and month < day or month == 1 and day <= 4:     # 1/2, 1/3, 3/4
+        return False
+    if AFTER_NOT_DATE.match(after):
+        return False
+    if day == 10 and PAIN_AROUND.search(before) or day in (5, 10) and VENT_BEFORE.search(before) \
+            or day in (5, 6) and month <= 6 and re.search(r"(?i)grade|\+\s*$", before):
+        return False
+    if day == 5 and month <= 5 and re.search(r"(?i)strength|motor|power|str\b", after + before):
+        return False
+    return True
+
+
 class ClinicalDateRecognizer(EntityRecognizer):
     def __init__(self):
         super().__init__(supported_entities=["DATE_TIME"], name="medprep_clinical_dates", supported_language="en")
@@ -384,20 +407,8 @@ class ClinicalDateRecognizer(EntityRecognizer):
         pass
 
     def analyze(self, text, entities, nlp_artifacts=None):
-        out = []
-        for m in MONTH_DAY.finditer(text):
-            month, day = int(m.group("m")), int(m.group("d"))
-            before, after = text[max(0, m.start() - 16):m.start()], text[m.end():m.end() + 12]
-            if day <= 4 and month < day or month == 1 and day <= 4:     # 1/2, 1/3, 3/4
-                continue
-            if AFTER_NOT_DATE.match(after):
-                continue
-            if day == 10 and PAIN_AROUND.search(before) or day in (5, 10) and VENT_BEFORE.search(before) \
-                    or day in (5, 6) and month <= 6 and re.search(r"(?i)grade|\+\s*$", before):
-                continue
-            if day == 5 and month <= 5 and re.search(r"(?i)strength|motor|power|str\b", after + before):
-                continue
-            out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75))
+        out = [RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75) for m in MONTH_DAY.finditer(text)
+               if month_day_is_date(text, m.start(), m.end())]
         for m in MONTH_YEAR.finditer(text):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         return out

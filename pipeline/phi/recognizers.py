@@ -89,7 +89,18 @@ def rules() -> list[tuple[str, str, float]]:
         ("DEVICE_OR_VEHICLE_ID", r"(?i:\blicen[cs]e[ \t]*plate|\bplate|\btag)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
                                  r"(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{1,4}[ -]?[A-Z0-9]{1,6})\b", 0.85),
         ("DEVICE_OR_VEHICLE_ID", r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])[A-HJ-NPR-Z0-9]{17}\b", 0.7),
-        ("ID", r"(?i)\b(?:ID|identifier|case\s*(?:#|no\.?|number)|ref(?:erence)?\s*(?:#|no\.?|number))\s*[:#]\s*"
+        # National and insurance identifiers after their label, in the layouts of many countries
+        # ("National ID 756.2058.4319.68", "ZZ 398191 T", "245.843.253-08", "ZCCSRS01L46H495H").
+        ("ID", r"(?i)\b(?:national\s+(?:id|identity|insurance|health)(?:\s+(?:number|no\.?|card))?|id\s+(?:number|no\.?|card)|"
+               r"identity\s+(?:card|number|no\.?)|personal\s+(?:id|number|identity\s+number)|social\s+(?:security|insurance)"
+               r"(?:\s+(?:number|no\.?))?|insurance\s+(?:number|no\.?|id)|tax\s+(?:id|number|code)|nhs(?:\s+(?:number|no\.?))?|"
+               r"nino|sin|codice\s+fiscale|cpf|pesel|bsn|ahv|avs|aadhaar|personnummer|nir|dni|nie|rut|curp|cedula|"
+               r"passport(?:\s+(?:number|no\.?))?)\s*(?:number|no\.?|#)?\s*(?:is\s+)?[:#=]?\s*"
+               r"(?P<v>(?-i:(?=(?:[A-Z .\-/]*\d){3})[A-Z0-9](?:[A-Z0-9.\-/]|[ ](?=[A-Z0-9]{1,8}\b)){4,24}[A-Z0-9]))",
+         0.85),
+        ("MEDICAL_RECORD", r"(?i)\b(?:record|rec\.|chart|file|case)\s*(?:no\.?|number|num\.?|#)\s*[:#]?\s*"
+                           r"(?P<v>(?=[A-Z0-9-]*\d{3})[A-Z]{0,4}-?[A-Z0-9][A-Z0-9-]{3,18})\b", 0.85),
+        ("ID", r"(?i)\b(?:ID|identifier|case\s*(?:#|no\.?|number)|ref(?:erence)?\s*(?:#|no\.?|number))\s*[:#]?\s*"
                r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,24})\b", 0.8),
         # --- dates (any element but the year) and ages over 89 ------------------------------
         # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50").
@@ -100,7 +111,7 @@ def rules() -> list[tuple[str, str, float]]:
         ("DATE_TIME", rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?(?!\s*(?:%|mg|patients|cases))", 0.8),
         ("DATE_TIME", rf"(?i)\b(?:on|since|from|until|till|by|dated?|admitted|discharged|seen|DOB|born|visit|"
                       rf"surgery|procedure)\b\s*:?\s*(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01]))\b(?!/)", 0.7),
-        ("DATE_TIME", rf"(?i)\b(?:DOB|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
+        ("DATE_TIME", rf"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
         ("AGE", r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*(?:years?|yrs?|y)[\s-]*(?:old|of age)\b|"
                 r"\b(?P<v2>(?:9\d|1[01]\d))[\s-]?(?:yo|y/o|y\.o\.)\b", 0.9),
         ("AGE", r"(?i)\b(?:aged?|age:)\s*(?P<v>(?:9\d|1[01]\d))\b(?!\s*(?:%|-\d|–\d|to\s+\d))", 0.85),
@@ -241,13 +252,16 @@ def gate_for(pattern: str) -> str | None:
 _KEYWORDS = {
     "PHONE_NUMBER": ("phone", "tel", "fax", "cell", "mobile", "pager", "beeper", "call", "contact", "reach", "ph"),
     "US_SSN": ("ssn", "social security", "ss#"),
-    "MEDICAL_RECORD": ("mrn", "mr#", "med", "record", "chart", "patient", "hospital", "encounter", "accession"),
+    "MEDICAL_RECORD": ("mrn", "mr#", "med", "record", "rec.", "chart", "patient", "hospital", "encounter", "accession",
+                       "file", "case"),
     "ACCOUNT_NUMBER": ("account", "acct", "a/c", "billing", "member", "subscriber", "policy", "plan", "insurance",
                        "beneficiary", "medicare", "medicaid", "group", "claim", "routing", "iban", "card", "visa",
                        "mastercard", "amex", "maestro", "discover"),
     "LICENSE_NUMBER": ("licen", "dl", "lic", "cert", "dea", "npi", "passport", "registration", "badge"),
     "DEVICE_OR_VEHICLE_ID": ("vin", "serial", "s/n", "sn", "device", "pacemaker", "implant", "imei", "udi", "plate", "tag"),
-    "ID": ("id", "identifier", "case", "ref"),
+    "ID": ("id", "identifier", "case", "ref", "national", "identity", "personal", "social", "insurance", "tax",
+           "nhs", "nino", "sin", "codice", "cpf", "pesel", "bsn", "ahv", "avs", "aadhaar", "personnummer", "nir",
+           "dni", "nie", "rut", "curp", "cedula", "passport"),
 }
 PREFILTERS: dict[str, tuple[str, ...]] = {}
 
