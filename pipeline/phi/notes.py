@@ -47,6 +47,7 @@ NAME_STOP = {"aware", "notified", "paged", "called", "here", "in", "at", "on", "
              "was", "will", "would", "said", "says", "stated", "states", "team", "service", "office", "re",
              "of", "for", "by", "from", "who", "that", "this", "also", "as", "a", "an", "it", "pt", "s"}
 CUE_WORDS = TITLE | RELATION_CUES | VERB_CUES
+_ROLE_AFTER = re.compile(r"(?<=[A-Za-z])[ \t]*,?[ \t]+(?:NP|PA-C|RN|MD|RRT|CRT|LPN|LICSW|LCSW|MSW|CNS|SRNA)\b")
 _SIGN_TAIL = re.compile(r"\s*[,.]?\s*(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|MSW|LICSW|LCSW|CCRN|BSN|SN|SRNA)\b"
                         r"[^\S\n]*(?:\n|$)", re.I)
 
@@ -120,6 +121,10 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
             return not common[i] or capitalized(i) and mode == "mixed" or is_name[i]
         if is_name[i] and capitalized(i) and mode == "mixed":
             return True
+        if is_name[i] and lows[i] not in lex.english and len(lows[i]) > 2:
+            return True
+        if is_name[i] and mode != "mixed" and i + 1 < n and joined(i + 1) and (strong(i + 1) or unknown(i + 1)):
+            return True                                 # "KAREN ANN YANULIS"
         return unknown(i) and (mode != "mixed" or capitalized(i))
 
     marked = [False] * n
@@ -147,7 +152,7 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
         elif lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
             continue
         elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", gap(i)) \
-                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or capitalized(i))):
+                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or capitalized(i) and mode == "mixed")):
             marked[i] = True
         elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
                 capitalized(i) and mode == "mixed" or not common[i]):
@@ -172,14 +177,16 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
             right = i + 1 < n and marked[i + 1] and joined(i + 1)
             if (left or right) and nameish(i, after_title=False) and not _is_title(lows[i]):
                 marked[i] = changed = True
-    # Signatures: up to three words on a line before ", RN" / " RRT" at the line's end.
-    for m in _SIGN_TAIL.finditer(text):
+    # Signatures: up to three words on a line before ", RN" / " RRT" at the line's end, or
+    # before a role anywhere ("PER WARREN KAVALIUNAS NP").
+    for m in list(_SIGN_TAIL.finditer(text)) + list(_ROLE_AFTER.finditer(text)):
         i, end = _token_before(toks, m.start()), m.start()
         for _ in range(4):
             if i is None or i < 0 or "\n" in text[toks[i][1]:end]:
                 break
             dotted_initial = len(lows[i]) == 1 and text[toks[i][1]:toks[i][1] + 1] == "."
-            if not dotted_initial and (lows[i] in NAME_STOP or common[i] and not is_name[i]):
+            if not dotted_initial and (lows[i] in NAME_STOP or lows[i] in CUE_WORDS or common[i] and not is_name[i]
+                                       or m.re is _ROLE_AFTER and not (is_name[i] or unknown(i))):
                 break
             marked[i] = True
             end, i = toks[i][0], i - 1
@@ -262,7 +269,7 @@ LIVES = re.compile(r"(?i)\b(?:lives?|living|resides?|residing|home|church|vacati
                    r"\s+(?P<v>[A-Za-z][A-Za-z'’-]*(?:\s+[A-Za-z][A-Za-z'’-]*)?)")
 HOSPITAL_ACRONYM = re.compile(r"(?i)[a-z]{0,3}(?:h|mc|hc)")
 # A ward: an unknown word with a unit number ("Quartermain 3", "quartermain2").
-WARD = re.compile(r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ \t]+)?(?P<v>[A-Za-z]{5,})[ \t]?\d{1,2}\b(?![./:%])")
+WARD = re.compile(r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ \t]+)?(?P<v>[A-Za-z]{5,})[ \t]?\d{1,2}\b(?![/:%]|\.\d|\s*(?:mg|mcg|cc|ml|l|units?|hrs?|x)\b)")
 # An institution's short name: "GH", "GBMC", "MGH" (ends in H or MC) after to/at/from.
 ACRONYM = re.compile(r"(?i)\b(?:to|at|from|@|by|in)\s+(?:the\s+)?(?P<v>[a-z]{0,3}(?:h|mc|hc))\b")
 
@@ -300,12 +307,16 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
         i = _token_before(tok_spans, m.start())
         end = m.start()
         taken = 0
-        while i is not None and i >= 0 and taken < 2:
+        while i is not None and i >= 0 and taken < 3:
             t = toks[i]
+            word = t.group()
             moved_to = i > 0 and toks[i - 1].group().lower() in ("to", "from", "at") and taken == 0 \
-                and t.group().lower() not in GENERIC_BEFORE and m.group().lower() not in ("er", "ew", "home")
-            if re.search(r"[\n.,;:()]", text[t.end():end]) or not moved_to and not placeish(
-                    t.group(), strict=taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh")):
+                and word.lower() not in GENERIC_BEFORE and m.group().lower() not in ("er", "ew", "home")
+            # In a mixed-case note a run of capitalized words names the facility ("Warren Grant EW").
+            titled = mode == "mixed" and word[0].isupper() and not word.isupper() and word.lower() not in GENERIC_BEFORE
+            acronym = HOSPITAL_ACRONYM.fullmatch(word) is not None and word.isupper() and word.lower() not in GENERIC_BEFORE
+            if re.search(r"[\n.,;:()]", text[t.end():end]) or not (moved_to or titled or acronym) and not placeish(
+                    word, strict=taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh")):
                 break
             spans.append((t.start(), t.end()))
             end, i, taken = t.start(), i - 1, taken + 1
@@ -339,11 +350,16 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
             spans.append(w.span())
     for m in ACRONYM.finditer(text):
         v = m.group("v")
-        if (mode != "mixed" or v.isupper()) and not lex.is_common(v.lower()) and len(v) >= 2:
+        prep = m.group().split()[0].lower()
+        low = v.lower()
+        # "to GH" is a hospital, "to high" a word: dictionary words only as two-letter acronyms.
+        if (mode != "mixed" or v.isupper()) and len(v) >= 2 and low not in GENERIC_BEFORE and (
+                low not in lex.english or prep in ("to", "at", "from", "@") and re.fullmatch(r"[b-df-gj-np-tv-z]h", low)):
             spans.append(m.span("v"))
     for m in WARD.finditer(text):
-        if not lex.is_common(m.group("v").lower()) and not lex.is_name(m.group("v").lower()):
-            spans.append(m.span("v"))
+        if m.group("v").lower() not in lex.english and m.group("v").lower() not in GENERIC_BEFORE:
+            glued = re.match(r"\d+", text[m.end("v"):])       # "QUARTERMAIN7" is one word
+            spans.append((m.start("v"), m.end("v") + (len(glued.group()) if glued else 0)))
     # Towns and cities by name (one or more words), wherever they stand, unless a common word.
     lows = [t.group().lower() for t in toks]
     for i, t in enumerate(toks):
@@ -370,8 +386,16 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
 # Month/day without a year ("admitted 7/6", "s/p stent x2 8/7"), unless the numbers are a
 # ventilator setting ("PSV 5/5", "12/5/40%"), a fraction ("1/2 NS"), a pain score ("6/10"),
 # a murmur grade ("3/6 SEM") or motor strength ("4/5").
-MONTH_DAY = re.compile(r"(?<![\d/.:,+-])(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+MONTH_DAY = re.compile(r"(?<![\d/.,+-])(?<!\d:)(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
 MONTH_YEAR = re.compile(r"(?<![\d/.:,+-])(?:0?[1-9]|1[0-2])/(?:[4-9]\d)(?![\d/%]|\.\d)")
+# "2 nov, 96", "21 Apr, 21", "MARCH OF 1993", "in sept.": month names in any case (not "may").
+_MONTH_FULL = r"(?:january|february|march|april|june|july|august|september|october|november|december)"
+_MONTH_ABBR = r"(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)"
+MONTH_WORDS = re.compile(rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}}|\d{{2}})\b)?|"
+                         rf"\b\d{{1,2}}\s*{_MONTH_ABBR}\.?,?\s*'?(?:\d{{4}}|\d{{2}})\b|"
+                         rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR})\.?\s+(?:of\s+)?(?:19|20)\d{{2}}\b|"
+                         rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
+                         rf"december)\b\.?")
 VENT_BEFORE = re.compile(r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
                          r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$")
 PAIN_AROUND = re.compile(r"(?i)(?:pain|cp|c/o|discomfort|scale|angina|ha|headache|rated|rates|#)\W{0,12}$")
@@ -391,7 +415,7 @@ def month_day_is_date(text: str, start: int, end: int) -> bool:
         return False
     if AFTER_NOT_DATE.match(after):
         return False
-    if day == 10 and PAIN_AROUND.search(before) or day in (5, 10) and VENT_BEFORE.search(before) \
+    if day == 10 and PAIN_AROUND.search(before) or day == 5 and VENT_BEFORE.search(before) \
             or day in (5, 6) and month <= 6 and re.search(r"(?i)grade|\+\s*$", before):
         return False
     if day == 5 and month <= 5 and re.search(r"(?i)strength|motor|power|str\b", after + before):
@@ -409,6 +433,8 @@ class ClinicalDateRecognizer(EntityRecognizer):
     def analyze(self, text, entities, nlp_artifacts=None):
         out = [RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75) for m in MONTH_DAY.finditer(text)
                if month_day_is_date(text, m.start(), m.end())]
+        for m in MONTH_WORDS.finditer(text):
+            out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         for m in MONTH_YEAR.finditer(text):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         return out

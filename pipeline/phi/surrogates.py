@@ -118,8 +118,10 @@ class Surrogates:
         return random.Random(int.from_bytes(digest, "big"))
 
     def date_offset(self, group: str | None) -> timedelta:
+        # A year and 32-58 days, either way: the year, the month and the day of every date all
+        # change (so no piece of a real date stays), and intervals are kept.
         rng = self._rng("date-offset", group or "")
-        return timedelta(days=rng.choice([d for d in range(-365, 366) if d]))
+        return timedelta(days=rng.choice([-1, 1]) * (365 + rng.randint(32, 58)))
 
     def for_document(self, group: str | None = None) -> "DocumentSurrogates":
         return DocumentSurrogates(self, self.date_offset(group))
@@ -142,8 +144,9 @@ class Surrogates:
         if low in _TITLES:
             return word
         rng = self._rng("PERSON", low)
-        if len(low) == 1:
-            return _same_case(word, chr(rng.randrange(26) + 65))
+        if len(low) == 1:                       # an initial: another letter
+            letters = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c != word.upper()]
+            return _same_case(word, rng.choice(letters))
         self.faker.seed_instance(rng.randrange(1 << 62))
         fake = self.faker.first_name() if low in self.given else self.faker.last_name()
         return _same_case(word, fake)
