@@ -34,7 +34,7 @@ micu sicu ccu csru nicu picu ew ed er or pacu ir ct mri cxr ekg ecg echo tee eeg
 oob bsc bm lbm guaiac ogt ngt dobhoff ted teds pneumoboots venodynes wean weaned weaning sats
 bs bsl cath caths tele sob doe pnd cp nsr st sb afib aflutter svt vt vf pvc pvcs pac pacs
 rrt rn md np pa lpn cna sw pt ot rt slp pcp hcp dnr dni cmo fc osh
-nite noc eves sx hs qhs prn bid tid qid qd ivab dsgs alot
+nite noc eves sx hs qhs prn bid tid qid qd ivab dsgs alot line lines
 """
 # Titles and cue words: neither names nor places.
 NOT_NAMES = """

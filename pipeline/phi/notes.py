@@ -119,8 +119,8 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
             return True
         if after_title:
             return not common[i] or capitalized(i) and mode == "mixed" or is_name[i]
-        if is_name[i] and capitalized(i) and mode == "mixed":
-            return True
+        if is_name[i] and toks[i][2][0].isupper() and (mode == "mixed" and capitalized(i) or mode == "lower"):
+            return True                                 # a capital in a lower-case note is a name's
         if is_name[i] and lows[i] not in lex.english and len(lows[i]) > 2:
             return True
         if is_name[i] and mode != "mixed" and i + 1 < n and joined(i + 1) and (strong(i + 1) or unknown(i + 1)):
@@ -135,7 +135,8 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
         # "MS: UNCHANGED" is mental status: a title is followed by its name on the same line.
         if low in TITLE and i + 1 < n and re.fullmatch(r"\.?[ \t]+|\.", gap(i + 1)):
             j = i + 1
-            if lows[j] not in NAME_STOP and lows[j] not in CUE_WORDS and (
+            initial_after = len(toks[j][2]) == 1 and toks[j][2].isupper() and low in ("mr", "mrs", "ms", "miss", "dr")
+            if initial_after or lows[j] not in NAME_STOP and lows[j] not in CUE_WORDS and (
                     not common[j] or is_name[j] or capitalized(j) and mode == "mixed" and low in ("dr", "doctor")):
                 marked[j] = True
                 k = j + 1
@@ -152,7 +153,8 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
         elif lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
             continue
         elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", gap(i)) \
-                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or capitalized(i) and mode == "mixed")):
+                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or prev in ROLE_TITLE and mode != "mixed"
+                                                                 or capitalized(i) and mode == "mixed")):
             marked[i] = True
         elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
                 capitalized(i) and mode == "mixed" or not common[i]):
@@ -334,6 +336,9 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
             if low in GENERIC_BEFORE:
                 continue
             spans.append((m.start(), m.end("v")))
+        after = re.match(r"\s+(?:memorial|hospital|hosp|medical center|rehab|house|manor|home)\b", text[m.end("v"):], re.I)
+        if after:                                       # "Sacred Heart Memorial", "St. Mary Hospital"
+            spans.append((m.end("v"), m.end("v") + after.end()))
     for m in MOVE.finditer(text):
         word = m.group("v")
         if HOSPITAL_ACRONYM.fullmatch(word) and (mode != "mixed" or word.isupper()) and word.lower() not in GENERIC_BEFORE:
@@ -353,8 +358,9 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
         prep = m.group().split()[0].lower()
         low = v.lower()
         # "to GH" is a hospital, "to high" a word: dictionary words only as two-letter acronyms.
-        if (mode != "mixed" or v.isupper()) and len(v) >= 2 and low not in GENERIC_BEFORE and (
-                low not in lex.english or prep in ("to", "at", "from", "@") and re.fullmatch(r"[b-df-gj-np-tv-z]h", low)):
+        two_letter = prep in ("to", "at", "from", "@") and re.fullmatch(r"[b-df-gj-np-tv-z]h", low) is not None
+        if (mode != "mixed" or v.isupper() or two_letter) and len(v) >= 2 and low not in GENERIC_BEFORE and (
+                low not in lex.english or two_letter):
             spans.append(m.span("v"))
     for m in WARD.finditer(text):
         if m.group("v").lower() not in lex.english and m.group("v").lower() not in GENERIC_BEFORE:
@@ -396,6 +402,13 @@ MONTH_WORDS = re.compile(rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}
                          rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR})\.?\s+(?:of\s+)?(?:19|20)\d{{2}}\b|"
                          rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
                          rf"december)\b\.?")
+# A full numeric date glued to a word by a dash or colon ("TOXICITY-9/2/92", "HX:8/30/04").
+FULL_DATE_AFTER_WORD = re.compile(r"(?<=[A-Za-z][-:])(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:\d{4}|\d{2}))"
+                                  r"(?![\d/%]|\.\d)")
+# A day of the month alone: "on the 11th", "it's the 3rd."
+ORDINAL_DAY = re.compile(r"(?i)\b(?:on|since|until|till|by|from|it'?s|is)\s+the\s+(?P<v>(?:[12]?\d|3[01])(?:st|nd|rd|th))\b"
+                         r"(?!\s*(?:time|times|day|days|dose|doses|attempt|try|floor|degree|rib|ics|intercostal|"
+                         r"percentile|grade|round|cycle|week|hour|shift|unit|of\s+(?:the|his|her)))")
 VENT_BEFORE = re.compile(r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
                          r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$")
 PAIN_AROUND = re.compile(r"(?i)(?:pain|cp|c/o|discomfort|scale|angina|ha|headache|rated|rates|#)\W{0,12}$")
@@ -433,6 +446,8 @@ class ClinicalDateRecognizer(EntityRecognizer):
     def analyze(self, text, entities, nlp_artifacts=None):
         out = [RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75) for m in MONTH_DAY.finditer(text)
                if month_day_is_date(text, m.start(), m.end())]
+        for regex in (FULL_DATE_AFTER_WORD, ORDINAL_DAY):
+            out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in regex.finditer(text)]
         for m in MONTH_WORDS.finditer(text):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         for m in MONTH_YEAR.finditer(text):
