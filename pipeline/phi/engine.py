@@ -42,93 +42,76 @@ def first_names() -> frozenset[str]:
 PROFILES = ("clinical", "literature")
 
 
-class NerPersonRecognizer:
+def _ner_recognizer(name: str, entity: str, labels: tuple[str, ...], keep):
+    """A Presidio recognizer over spaCy's entities of `labels`: keep(ent, text) gives the
+    (start, end) to report as `entity`, or None to drop the entity."""
+    from presidio_analyzer import EntityRecognizer, RecognizerResult
+
+    class _Recognizer(EntityRecognizer):
+        def load(self):
+            pass
+
+        def analyze(self, text, entities, nlp_artifacts=None):
+            if nlp_artifacts is None:
+                return []
+            spans = (keep(ent, text) for ent in nlp_artifacts.entities if ent.label_ in labels)
+            return [RecognizerResult(entity, s, e, 0.85 if entity == "PERSON" else 0.7) for s, e in filter(None, spans)]
+
+    return _Recognizer(supported_entities=[entity], name=name, supported_language="en")
+
+
+def ner_person_recognizer(profile: str = "literature"):
     """spaCy PERSON entities, kept only when they look like a person's name: name-shaped, not a
     medical eponym or followed by one's head noun ("Parkinson's disease", "Gram stain"), and
     (literature profile) holding a known given name or preceded by a title. On abstracts spaCy's
     raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
-    intact. In the clinical profile any name-shaped PERSON with a word that is not a common
-    word is kept: a note names people, not genes."""
+    intact. In the clinical profile a name-shaped PERSON is kept when a word of it is on a name
+    list and is not a common word ("Carevue" and "Sx" are not), or a title precedes it."""
+    given = first_names()
+    lex = None
+    if profile == "clinical":
+        from pipeline.phi.lexicon import lexicon
+        lex = lexicon()
 
-    def __new__(cls, profile: str = "literature"):
-        from presidio_analyzer import EntityRecognizer, RecognizerResult
+    def keep(ent, text):
+        span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
+        if not _NAME_SHAPE.fullmatch(span) or span in NOT_NAMES:
+            return None
+        words = re.findall(rf"[{_U}{_L}]+", span)
+        if any(w.lower() in NON_NAME_WORDS for w in words):
+            return None
+        if len(words) == 1 and words[0] in EPONYMS:        # a lone eponym is medicine
+            return None
+        nxt = re.match(r"(?:['’]s)?\s+([A-Za-z-]+)", text[ent.end_char:ent.end_char + 40])
+        if nxt and nxt.group(1).lower() in EPONYM_HEADS:
+            return None
+        titled = bool(_TITLE_BEFORE.search(text[max(0, ent.start_char - 6):ent.start_char]))
+        if lex is not None:
+            named = any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words)
+            return (ent.start_char, ent.start_char + len(span)) if titled or named else None
+        # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
+        if not titled and words[0].lower() not in given:
+            return None
+        return ent.start_char, ent.start_char + len(span)
 
-        given = first_names()
-        lex = None
-        if profile == "clinical":
-            from pipeline.phi.lexicon import lexicon
-            lex = lexicon()
-
-        class _Recognizer(EntityRecognizer):
-            def load(self):
-                pass
-
-            def analyze(self, text, entities, nlp_artifacts=None):
-                out = []
-                if nlp_artifacts is None:
-                    return out
-                for ent in nlp_artifacts.entities:
-                    if ent.label_ != "PERSON":
-                        continue
-                    span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
-                    if not _NAME_SHAPE.fullmatch(span) or span in NOT_NAMES:
-                        continue
-                    words = re.findall(rf"[{_U}{_L}]+", span)
-                    if any(w.lower() in NON_NAME_WORDS for w in words):
-                        continue
-                    # A lone eponym is medicine; "Mary Johnson" is a person.
-                    if len(words) == 1 and words[0] in EPONYMS:
-                        continue
-                    after = text[ent.end_char:ent.end_char + 40]
-                    nxt = re.match(r"(?:['’]s)?\s+([A-Za-z-]+)", after)
-                    if nxt and nxt.group(1).lower() in EPONYM_HEADS:
-                        continue
-                    titled = bool(_TITLE_BEFORE.search(text[max(0, ent.start_char - 6):ent.start_char]))
-                    if lex is not None:
-                        # A word on a name list, or a title before: not "Carevue" or "Sx".
-                        if titled or any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words):
-                            out.append(RecognizerResult("PERSON", ent.start_char, ent.start_char + len(span), 0.85))
-                        continue
-                    # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
-                    if not titled and words[0].lower() not in given:
-                        continue
-                    out.append(RecognizerResult("PERSON", ent.start_char, ent.start_char + len(span), 0.85))
-                return out
-
-        return _Recognizer(supported_entities=["PERSON"], name="medprep_ner_person", supported_language="en")
+    return _ner_recognizer("medprep_ner_person", "PERSON", ("PERSON",), keep)
 
 
-class NerPlaceRecognizer:
+def ner_place_recognizer():
     """spaCy GPE/LOC/FAC entities (clinical profile): towns, regions and facilities, kept when a
     word of them is not a common word (so "ICU" or "Heart" alone are not places); US states alone
     are not PHI under Safe Harbor."""
+    from pipeline.phi.lexicon import lexicon
+    lex = lexicon()
+    states = _us_states()
 
-    def __new__(cls):
-        from presidio_analyzer import EntityRecognizer, RecognizerResult
+    def keep(ent, text):
+        words = re.findall(rf"[{_U}{_L}]+", ent.text)
+        if not words or ent.text.strip().lower() in states or all(lex.is_common(w.lower()) for w in words):
+            return None
+        return ent.start_char, ent.end_char
 
-        from pipeline.phi.lexicon import lexicon
-        lex = lexicon()
-        states = _us_states()
-
-        class _Recognizer(EntityRecognizer):
-            def load(self):
-                pass
-
-            def analyze(self, text, entities, nlp_artifacts=None):
-                out = []
-                if nlp_artifacts is None:
-                    return out
-                for ent in nlp_artifacts.entities:
-                    if ent.label_ not in ("GPE", "LOC", "FAC"):
-                        continue
-                    words = re.findall(rf"[{_U}{_L}]+", ent.text)
-                    if not words or ent.text.strip().lower() in states:
-                        continue
-                    if any(not lex.is_common(w.lower()) for w in words):
-                        out.append(RecognizerResult("LOCATION", ent.start_char, ent.end_char, 0.7))
-                return out
-
-        return _Recognizer(supported_entities=["LOCATION"], name="medprep_ner_place", supported_language="en")
+    return _ner_recognizer("medprep_ner_place", "LOCATION", ("GPE", "LOC", "FAC"), keep)
 
 
 def _us_states() -> frozenset[str]:
@@ -178,13 +161,13 @@ class PhiEngine:
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
-        recognizers = [NerPersonRecognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
+        recognizers = [ner_person_recognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
                        IbanRecognizer()]
         if self.profile == "clinical":
             from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
             # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [NerPlaceRecognizer(), *clinical_recognizers(), *international_recognizers()]
+            recognizers += [ner_place_recognizer(), *clinical_recognizers(), *international_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])

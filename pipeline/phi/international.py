@@ -9,6 +9,7 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
+from pipeline.phi.notes import case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
@@ -125,7 +126,7 @@ class AddressRecognizer(EntityRecognizer):
             words = re.findall(r"[^\W\d_]+", m.group(group))
             if words and not all(self.lex.is_common(w.lower()) for w in words):
                 out.append(RecognizerResult("LOCATION", *m.span(group), 0.7))
-        if _mixed_case(text):
+        if case_mode(text) == "mixed":
             for m in TOWN_AFTER.finditer(text):
                 words = re.findall(r"[^\W\d_]+", m.group("v"))
                 lows = [w.lower() for w in words]
@@ -136,14 +137,6 @@ class AddressRecognizer(EntityRecognizer):
                        or near and w in self.lex.places for w in lows if len(w) > 2):
                     out.append(RecognizerResult("LOCATION", *m.span("v"), 0.6))
         return out
-
-
-def _mixed_case(text: str) -> bool:
-    letters = [c for c in text[:4000] if c.isalpha()]
-    if not letters:
-        return False
-    upper = sum(c.isupper() for c in letters) / len(letters)
-    return 0.02 <= upper <= 0.6
 
 
 def international_recognizers() -> list[EntityRecognizer]:

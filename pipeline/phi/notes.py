@@ -52,7 +52,7 @@ _SIGN_TAIL = re.compile(r"\s*[,.]?\s*(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|
                         r"[^\S\n]*(?:\n|$)", re.I)
 
 
-def _case_mode(text: str) -> str:
+def case_mode(text: str) -> str:
     """'upper' for ALL-CAPS notes, 'lower' for lower-case notes, else 'mixed': what capitals mean."""
     letters = [c for c in text[:4000] if c.isalpha()]
     if not letters:
@@ -81,7 +81,7 @@ class ClinicalNameRecognizer(EntityRecognizer):
 
 
 def find_names(text: str, lex) -> list[tuple[int, int]]:
-    mode = _case_mode(text)
+    mode = case_mode(text)
     toks = [(m.start(), m.end(), m.group()) for m in TOKEN.finditer(text)]
     n = len(toks)
     lows = [t[2].lower().removesuffix("'s").removesuffix("’s") for t in toks]
@@ -101,7 +101,11 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
 
     def joined(i: int) -> bool:         # token i continues the run of token i-1 ("Mary Ann", "R. Smith")
         g = gap(i)
-        return i > 0 and ("\n" not in g) and re.fullmatch(r"\s*\.?\s*|\s*-\s*", g) is not None
+        if i == 0 or "\n" in g or eponym[i]:
+            return False
+        if "." in g:                    # only after an initial or a title: "Smith. Parkinson's" is two sentences
+            return re.fullmatch(r"\.\s*", g) is not None and (len(toks[i - 1][2]) == 1 or lows[i - 1] in TITLE)
+        return re.fullmatch(r"\s*|\s*-\s*", g) is not None
 
     def strong(i: int) -> bool:         # a name-list word that is not a common word
         return is_name[i] and not common[i] and len(lows[i]) > 1
@@ -291,7 +295,7 @@ class ClinicalPlaceRecognizer(EntityRecognizer):
 
 
 def find_places(text: str, lex) -> list[tuple[int, int]]:
-    mode = _case_mode(text)
+    mode = case_mode(text)
     spans: list[tuple[int, int]] = []
 
     def placeish(word: str, strict: bool) -> bool:
