@@ -47,7 +47,8 @@ class PhoneNumberRecognizer(EntityRecognizer):
             # Without a phone word the number must look like one: a + or ( or trunk 0 in front, a
             # 3-3-4 layout, or one block of 10-12 digits; "98 99 100 101" are vital signs.
             shaped = (raw.startswith(("+", "(")) or raw.startswith("0") and len(digits) >= 8
-                      or re.fullmatch(r"\d{3}[\s.-]?\d{3}[\s.-]?\d{4}|\d{10,12}", raw) is not None)
+                      or re.fullmatch(r"\d{3}[\s.-]?\d{3}[\s.-]?\d{4}|\d{10,12}|\d{3} \d{3} \d{3}", raw) is not None
+                      or "-" in raw and len(digits) >= 8 and re.fullmatch(r"\d{2,4}[ -]\d{2,4}[ -]\d{2,4}(?:[ -]\d{2})?", raw))
             if not (cue or shaped):
                 continue
             if not self._possible(raw):
@@ -124,7 +125,8 @@ class AddressRecognizer(EntityRecognizer):
         for m in CODE_TOWN.finditer(text):
             group = "v" if m.group("v") else "w" if m.group("w") else "p"
             words = re.findall(r"[^\W\d_]+", m.group(group))
-            if words and not all(self.lex.is_common(w.lower()) for w in words):
+            # "Gland (8216)": a postal code in brackets after a name makes it a town, word or not.
+            if group == "p" or words and not all(self.lex.is_common(w.lower()) for w in words):
                 out.append(RecognizerResult("LOCATION", *m.span(group), 0.7))
         if case_mode(text) == "mixed":
             for m in TOWN_AFTER.finditer(text):

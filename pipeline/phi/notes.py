@@ -164,7 +164,8 @@ def find_names(text: str, lex) -> list[tuple[int, int]]:
                 capitalized(i) and mode == "mixed" or not common[i]):
             marked[i] = True
         elif is_name[i] and lows[i] in lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \
-                and lows[i + 1] not in NAME_STOP and not (common[i] and common[i + 1]):
+                and lows[i + 1] not in NAME_STOP and lows[i + 1] in lex.surnames and (
+                    not (common[i] and common[i + 1]) or mode == "mixed" and capitalized(i) and capitalized(i + 1)):
             marked[i] = marked[i + 1] = True            # "mary souza", "martin carey"
     # Grow each run over the words beside it that can be part of a name ("Hank Przybylo").
     changed = True
@@ -319,7 +320,8 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
             moved_to = i > 0 and toks[i - 1].group().lower() in ("to", "from", "at") and taken == 0 \
                 and word.lower() not in GENERIC_BEFORE and m.group().lower() not in ("er", "ew", "home")
             # In a mixed-case note a run of capitalized words names the facility ("Warren Grant EW").
-            titled = mode == "mixed" and word[0].isupper() and not word.isupper() and word.lower() not in GENERIC_BEFORE
+            titled = mode == "mixed" and word[0].isupper() and not word.isupper() and word.lower() not in GENERIC_BEFORE \
+                and (word.lower() not in lex.english or lex.is_name(word.lower()))     # not "Heart Failure Clinic"
             acronym = HOSPITAL_ACRONYM.fullmatch(word) is not None and word.isupper() and word.lower() not in GENERIC_BEFORE
             if re.search(r"[\n.,;:()]", text[t.end():end]) or not (moved_to or titled or acronym) and not placeish(
                     word, strict=taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh")):

@@ -106,7 +106,7 @@ def rules() -> list[tuple[str, str, float]]:
         # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50").
         ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.8),
         ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.6),
-        ("DATE_TIME", rf"\b{_YEAR}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b", 0.85),
+        ("DATE_TIME", rf"\b{_YEAR}(?P<s>[-/.])(?:0[1-9]|1[0-2])(?P=s)(?:0[1-9]|[12]\d|3[01])\b", 0.85),
         ("DATE_TIME", rf"\b{_DAY}[\s-]{_MONTH}(?:[\s,-]+{_YEAR}|[\s-]\d\d\b)?\b", 0.8),
         ("DATE_TIME", rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?(?!\s*(?:%|mg|patients|cases))", 0.8),
         ("DATE_TIME", rf"(?i)\b(?:on|since|from|until|till|by|dated?|admitted|discharged|seen|DOB|born|visit|"
@@ -224,7 +224,7 @@ GATES = {
     r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])": r"[A-HJ-NPR-Z0-9]{17}",
     r"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
     r"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
-    r"\b(?:19|20)\d\d-(?:0[1-9]": r"\d{4}-\d{2}-\d{2}",
+    r"\b(?:19|20)\d\d(?P<s>[-/.])": r"\d{4}[-/.]\d{2}[-/.]\d{2}",
     r"\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?[\s-]": r"\d(?:st|nd|rd|th)?[\s-]" + _MONTH_RE2,
     r"\b(?:Jan(?:uary)?|Feb": _MONTH_RE2 + r"[a-z]*\.?\s+\d",
     r"(?i)\b(?:on|since|from|until": r"\d/\d",
