@@ -8,7 +8,7 @@ DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 
-.PHONY: setup data prepare test bench models kenlm-tools report clean
+.PHONY: setup data prepare test bench bench-phi figures figures-write models kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -34,9 +34,36 @@ test: setup
 	.venv-bench/bin/python -m pip install -q -r bench/requirements-datatrove.txt
 	touch $@
 
+# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale") and
+# bench/heuristics.json; README's tables are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
-	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS)
+	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
+	$(BIN)/python scripts/heuristics_table.py
+
+# The phi rows of bench/results.json only (after a change to the PHI engine).
+bench-phi: setup
+	$(BIN)/python scripts/bench.py --only phi
+
+# README figures against the result files (`figures-write` regenerates them).
+figures:
+	$(PYTHON) scripts/readme_figures.py --check
+
+figures-write:
+	$(PYTHON) scripts/readme_figures.py --write
+
+# philter-lite 0.6.0, an anchor for the PHI evaluation, in a virtualenv of its own
+# (bench/requirements-philter.txt); its NLTK tagger model comes from textblob-aptagger's weights.
+.venv-philter/.installed: bench/requirements-philter.txt scripts/philter_anchor.py
+	test -x .venv-philter/bin/python || $(PYTHON) -m venv .venv-philter
+	.venv-philter/bin/python -m pip install -q -r bench/requirements-philter.txt
+	.venv-philter/bin/python scripts/philter_anchor.py install-tagger
+	touch $@
+
+# PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes, multi-locale synthetic PHI,
+# abstracts; writes bench/phi_eval.json.
+eval-phi: setup .venv-philter/.installed
+	$(BIN)/python scripts/eval_phi.py --dev --anchors --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
 
 # Rebuild the committed KenLM model (data/models/pubmed_lm.binary) from the reference file.
 models: setup kenlm-tools

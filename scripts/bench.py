@@ -1,11 +1,15 @@
 """Benchmarks: each stage beside its raw engine, the whole chain, and datatrove's comparable
 chain, on a corpus built from the real MEDLINE abstracts (replicated with planted edits).
 
-    python scripts/bench.py [--docs 20000] [--stages langid,phi,...] [--skip-chain] [--skip-datatrove]
+    python scripts/bench.py --docs 20000 --phi-scaling     # what `make bench` runs
+    python scripts/bench.py --only phi                     # refresh only the phi rows in bench/results.json
+    python scripts/bench.py [--stages langid,phi,...] [--skip-chain] [--skip-datatrove]
 
 Each measurement runs in its own process (wall time, CPU time and peak RSS are process-level);
-per-stage numbers are single-core (one process, batches in order). Prints a markdown table and
-writes bench/results.json (also the last line of output). No test asserts on these numbers."""
+per-stage numbers are single-core (one process, batches in order) and given per CPU-second,
+which other processes on the machine do not inflate. Prints a markdown table and writes
+bench/results.json (also the last line of output); `minhash_scale` in that file belongs to
+scripts/bench_minhash_scale.py and is carried over. No test asserts on these numbers."""
 from __future__ import annotations
 
 import argparse
@@ -22,10 +26,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORK = ROOT / "bench/work"
-STAGES = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "minhash_signatures",
-          "dedup_minhash", "split", "tokenizer", "pack"]
+STAGES = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "phi_notes", "dedup_exact",
+          "minhash_signatures_xxh32", "minhash_signatures_sha1", "dedup_minhash", "split", "tokenizer", "pack"]
 # PHI runs ~40 docs/s per core: it is timed on a slice, like any stage can be with --phi-docs.
 PHI_DOCS = 1000
+# Real clinical notes (MIMIC-II nursing notes with surrogate PHI, data/deid-dev/README.md): the
+# abstracts' PHI speed is flattered by keyword gates that skip nearly every rule; notes trip them.
+NOTES = ROOT / "data/deid-dev/notes.jsonl"
+# The sub-chain compared with datatrove: heuristics set to datatrove's filters (Gopher quality
+# and repetition defaults with its 50-word minimum, C4QualityFilter's line and sentence rules;
+# the seeds' punctuation rule and our document-level boilerplate rules off).
+DATATROVE_HEURISTICS = {"min_words": 50, "max_punctuation_fraction": 1.0, "c4_boilerplate_lines": False,
+                        "c4_lines": True, "c4_min_sentences": 5}
+# Keys of bench/results.json written by other scripts of `make bench`, kept when this one rewrites it.
+OTHER_SCRIPTS_KEYS = ["minhash_scale"]
 
 
 def build_corpus(n: int, path: Path) -> None:
@@ -83,15 +97,20 @@ def _raw_engine(stage: str, texts: list[str]):
     if stage == "toxicity":
         from profanity_check import predict_prob
         return "predict_prob", lambda: predict_prob(texts)
-    if stage == "phi":
+    if stage in ("phi", "phi_notes"):
         from pipeline.phi.engine import NOT_NEEDED, SPACY_MODEL
         import spacy
         nlp = spacy.load(SPACY_MODEL, exclude=NOT_NEEDED)
         return "spaCy NER-only nlp.pipe", lambda: list(nlp.pipe(texts, batch_size=32))
-    if stage in ("dedup_minhash", "minhash_signatures"):
+    if stage in ("dedup_minhash", "minhash_signatures_xxh32", "minhash_signatures_sha1"):
+        # The same shingles and the same 32-bit hash function on both sides: xxh32 (the stage's
+        # default) or sha1 (datasketch's default).
         from datasketch import MinHash
-        from pipeline.minhash import shingles
-        return "datasketch MinHash.bulk", lambda: MinHash.bulk([[s.encode() for s in shingles(t, 5)] for t in texts], num_perm=128)
+        from pipeline.minhash import HASHFUNCS, shingles
+        hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
+        return (f"datasketch MinHash.bulk, {hashfunc}",
+                lambda: MinHash.bulk([[s.encode() for s in shingles(t, 5)] for t in texts], num_perm=128,
+                                     hashfunc=HASHFUNCS[hashfunc]))
     if stage == "dedup_exact":
         import xxhash
         return "xxh3_128", lambda: [xxhash.xxh3_128_digest(t.encode()) for t in texts]
@@ -117,21 +136,21 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     from pipeline.store import StageOutput
     import pyarrow as pa
 
-    table = _load_normalized(corpus, 10**9)
-    if stage == "phi":
+    table = _load_normalized(NOTES if stage == "phi_notes" else corpus, 10**9)
+    if stage in ("phi", "phi_notes"):
         table = table.slice(0, phi_docs)
     if stage in ("tokenizer", "pack"):
         table = table.append_column("split", pa.array(["train"] * table.num_rows))
     texts = table["text"].to_pylist()
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    if stage == "minhash_signatures":
-        return _bench_signatures(texts, mb, batch_size)
+    if stage.startswith("minhash_signatures"):
+        return _bench_signatures(stage, texts, mb, batch_size)
     cfg = load_config(ROOT / "configs/pubmed.yaml", check_inputs=False)
-    spec = cfg.stage(stage)
+    spec = cfg.stage("phi" if stage == "phi_notes" else stage)
     out_dir = WORK / "stage_out" / stage
     ctx = RunContext(run_dir=WORK, stage_dir=out_dir, seed=1, batch_size=batch_size, shard_size=50_000, num_proc=1,
                      progress=False, config=cfg)
-    obj = REGISTRY[stage](spec.config, ctx)
+    obj = REGISTRY[spec.name](spec.config, ctx)
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)
         (WORK / "tokenizer/tokenizer.json").write_bytes((WORK / "tokenizer.json").read_bytes())
@@ -151,36 +170,37 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     if stage == "tokenizer":
         (WORK / "tokenizer.json").write_bytes((output.folder / "tokenizer.json").read_bytes())
     output.abort()
-    result = {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": round(setup_s, 2),
-              "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "docs_per_s": round(len(texts) / wall, 1),
-              "MB_per_s": round(mb / wall, 2)}
+    return _with_engine(stage, texts, {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": round(setup_s, 2)},
+                        wall, cpu, mb)
+
+
+def _with_engine(stage: str, texts: list[str], result: dict, wall: float, cpu: float, mb: float) -> dict:
+    """Add the timings, then time the raw engine on the same documents. Ratios are of CPU time:
+    another process on the machine inflates wall time, not CPU time."""
+    n = len(texts)
+    result.update({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1),
+                   "docs_per_cpu_s": round(n / cpu, 1), "MB_per_cpu_s": round(mb / cpu, 2)})
     name, raw = _raw_engine(stage, texts)
     if raw is not None:
-        r0 = time.perf_counter()
+        c0 = time.process_time()
         raw()
-        raw_wall = time.perf_counter() - r0
-        result.update({"engine": name, "engine_docs_per_s": round(len(texts) / raw_wall, 1),
-                       "stage_vs_engine": round(raw_wall / wall, 3)})
+        raw_cpu = time.process_time() - c0
+        result.update({"engine": name, "engine_docs_per_cpu_s": round(n / raw_cpu, 1),
+                       "stage_vs_engine": round(raw_cpu / cpu, 3)})
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
 
 
-def _bench_signatures(texts: list[str], mb: float, batch_size: int) -> dict:
+def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int) -> dict:
     """The signature path of dedup_minhash alone (shingle, hash, permute, min), batch by batch."""
     from pipeline.minhash import MinHasher
-    hasher = MinHasher(128, 1, 5, True, "xxh32")
+    hasher = MinHasher(128, 1, 5, True, "sha1" if stage.endswith("sha1") else "xxh32")
     w0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(texts), batch_size):
         hasher.signatures(texts[i:i + batch_size])
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    name, raw = _raw_engine("minhash_signatures", texts)
-    r0 = time.perf_counter()
-    raw()
-    raw_wall = time.perf_counter() - r0
-    return {"stage": "minhash_signatures", "docs": len(texts), "MB": round(mb, 2), "setup_s": 0.0,
-            "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "docs_per_s": round(len(texts) / wall, 1),
-            "MB_per_s": round(mb / wall, 2), "engine": name, "engine_docs_per_s": round(len(texts) / raw_wall, 1),
-            "stage_vs_engine": round(raw_wall / wall, 3), "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    return _with_engine(stage, texts, {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": 0.0},
+                        wall, cpu, mb)
 
 
 def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -> tuple[dict | None, float, float, float]:
@@ -230,9 +250,13 @@ def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc:
         (WORK / name / "tokenizer").mkdir(parents=True)
         shutil.copy(tokenizer, WORK / name / "tokenizer/tokenizer.json")
     _, wall, cpu, rss = _child(["-m", "pipeline", "run", "--config", str(path)])
+    seconds = {}
+    for stats in sorted((WORK / name / "stages").glob("*/stats.json")):
+        st = json.loads(stats.read_text())
+        seconds[st["stage"]] = round(st["seconds"], 2)
     return {"chain": name, "stages": stages, "docs": docs, "num_proc": num_proc, "wall_s": round(wall, 2),
             "cpu_s": round(cpu, 2), "docs_per_s": round(docs / wall, 1), "docs_per_cpu_s": round(docs / cpu, 1),
-            "peak_rss_mb": round(rss, 1)}
+            "peak_rss_mb": round(rss, 1), "stage_wall_s": seconds, **({"overrides": overrides} if overrides else {})}
 
 
 def versions() -> dict:
@@ -255,32 +279,60 @@ def main() -> int:
     ap.add_argument("--skip-chain", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--phi-scaling", action="store_true", help="also time the phi stage alone at num_proc 1 and 2")
+    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement"],
+                    help="rerun only some rows and replace them in the existing bench/results.json. phi: phi, "
+                         "phi_notes and the phi scaling chains; datatrove: the heuristics row, our sub-chain and "
+                         "datatrove's chain; filters-agreement: recount which documents each side's filters kept "
+                         "in the last run's bench/work folders")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.only == "phi":
+        args.stages, args.skip_chain, args.skip_datatrove, args.phi_scaling = "phi,phi_notes", True, True, True
+    if args.only == "datatrove":
+        args.stages, args.phi_scaling = "heuristics", False
+    if args.only == "filters-agreement":
+        path = ROOT / "bench/results.json"
+        results = json.loads(path.read_text())
+        results["datatrove"]["filters_kept"] = filters_agreement()
+        path.write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps(results["datatrove"]["filters_kept"]))
+        return 0
     corpus = WORK / f"corpus-{args.docs}.jsonl"
     if args.one:
         print(json.dumps(bench_stage(args.one, corpus, args.batch_size, args.phi_docs)))
         return 0
     if not corpus.exists():
         build_corpus(args.docs, corpus)
-    results = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+    if "phi_notes" in args.stages.split(",") and not NOTES.exists():
+        print(f"error: {NOTES} is missing (the phi_notes row times the phi stage on these clinical notes)", file=sys.stderr)
+        return 2
+    results = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                           # Other processes slow even CPU-time figures (shared cores and caches).
+                           "load_average_at_start": [round(x, 1) for x in os.getloadavg()]},
                "versions": versions(), "docs": args.docs, "stages": [], "chains": []}
     wanted = [s for s in STAGES if s in args.stages.split(",")]
     if "pack" in wanted and "tokenizer" not in wanted and not (WORK / "tokenizer.json").exists():
         wanted.insert(wanted.index("pack"), "tokenizer")
     for stage in wanted:
-        data, *_ = _child([__file__, "--docs", str(args.docs), "--one", stage, "--phi-docs", str(args.phi_docs),
-                           "--batch-size", str(args.batch_size)])
+        try:
+            data, *_ = _child([__file__, "--docs", str(args.docs), "--one", stage, "--phi-docs", str(args.phi_docs),
+                               "--batch-size", str(args.batch_size)])
+        except RuntimeError as exc:        # one failing stage does not lose the others' rows
+            data = {"stage": stage, "error": str(exc)[-500:]}
+            print(f"  {stage}: failed: {str(exc)[-300:]}", file=sys.stderr)
+        else:
+            print(f"  {stage}: {data['docs_per_cpu_s']:,} docs per CPU-second", file=sys.stderr)
         results["stages"].append(data)
-        print(f"  {stage}: {data['docs_per_s']:,} docs/s", file=sys.stderr)
     if not args.skip_chain:
         chain = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "dedup_exact", "dedup_minhash", "split",
                  "tokenizer", "pack"]
-        results["chains"].append(bench_chain(corpus, args.docs, chain, "chain_without_phi"))
-        # The issue's matching sub-chain: heuristics with datatrove's own thresholds (Gopher's
-        # 50-word minimum), exact and MinHash dedup, and packing with the given tokenizer.
+        if args.only != "datatrove":
+            results["chains"].append(bench_chain(corpus, args.docs, chain, "chain_without_phi"))
+        # The sub-chain datatrove's chain does the same work as: from the same JSONL file to
+        # tokenized shards on disk, heuristics set to datatrove's filters, exact and MinHash
+        # dedup, and packing with the tokenizer both sides use.
         sub = ["heuristics", "dedup_exact", "dedup_minhash", "pack"]
-        results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain", overrides={"heuristics": {"min_words": 50}},
+        results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain", overrides={"heuristics": DATATROVE_HEURISTICS},
                                              tokenizer=WORK / "tokenizer.json"))
     if args.phi_scaling:
         subset = WORK / f"corpus-phi-{args.phi_docs}.jsonl"
@@ -288,7 +340,10 @@ def main() -> int:
             for _, line in zip(range(args.phi_docs), src):
                 dst.write(line)
         for n in (1, 2):
-            results["chains"].append(bench_chain(subset, args.phi_docs, ["phi"], f"phi_num_proc_{n}", num_proc=n))
+            try:
+                results["chains"].append(bench_chain(subset, args.phi_docs, ["phi"], f"phi_num_proc_{n}", num_proc=n))
+            except RuntimeError as exc:
+                results["chains"].append({"chain": f"phi_num_proc_{n}", "error": str(exc)[-500:]})
     if not args.skip_datatrove:
         try:
             data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
@@ -300,25 +355,73 @@ def main() -> int:
                                     "peak_rss_mb": round(rss, 1)}
             ours = next(c for c in results["chains"] if c["chain"] == "subchain")
             results["ours_vs_datatrove_docs_per_cpu_s"] = round(ours["docs_per_cpu_s"] / results["datatrove"]["docs_per_cpu_s"], 2)
+            # What datatrove's English word and sentence tokenization (spaCy) costs alone on the corpus.
+            data, _, cpu, _ = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus), "--spacy-only"],
+                                     python=str(ROOT / ".venv-bench/bin/python"))
+            results["datatrove"]["spacy_tokenization"] = data
+            results["datatrove"]["filters_kept"] = filters_agreement()
         except (RuntimeError, StopIteration, FileNotFoundError) as exc:
             results["datatrove"] = {"error": str(exc)[-500:]}
+    path = ROOT / "bench/results.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    if args.only:
+        results = merge_rows(previous, results)
+    else:
+        results.update({k: previous[k] for k in OTHER_SCRIPTS_KEYS if k in previous})
     print_table(results)
-    (ROOT / "bench").mkdir(exist_ok=True)
-    (ROOT / "bench/results.json").write_text(json.dumps(results, indent=2) + "\n")
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results))
     return 0
 
 
+def filters_agreement() -> dict:
+    """Documents kept by datatrove's filters (its filtered JSONL) and by our heuristics stage in
+    the sub-chain, and by both: how far apart the matched rules still are."""
+    import pyarrow as pa
+    theirs = [json.loads(line)["id"] for f in sorted((WORK / "datatrove/filtered").glob("*.jsonl"))
+              for line in open(f, encoding="utf-8")]
+    ours: list[str] = []
+    for f in sorted((WORK / "subchain/stages").glob("*_heuristics/data/*.arrow")):
+        with pa.OSFile(str(f), "rb") as src:
+            ours.extend(pa.ipc.open_stream(src).read_all()["id"].to_pylist())
+    # The corpus repeats a few ids (MEDLINE): count documents, and ids for the overlap.
+    return {"datatrove": len(theirs), "ours": len(ours), "both": len(set(theirs) & set(ours))}
+
+
+def merge_rows(previous: dict, new: dict) -> dict:
+    """previous with new's stage and chain rows put in place of the rows of the same name."""
+    merged = dict(previous)
+    for key, name in (("stages", "stage"), ("chains", "chain")):
+        rows = list(previous.get(key, []))
+        for row in new[key]:
+            at = next((i for i, r in enumerate(rows) if r[name] == row[name]), None)
+            if at is None:
+                rows.append(row)
+            else:
+                rows[at] = row
+        merged[key] = rows
+    merged["versions"] = new["versions"]
+    for key in ("datatrove", "ours_vs_datatrove_docs_per_cpu_s"):
+        if key in new:
+            merged[key] = new[key]
+    return merged
+
+
 def print_table(r: dict) -> None:
     print(f"\n{r['docs']:,} documents, {r['machine']['cores']} cores; per-stage figures are one process, one core.\n")
-    print("| stage | docs | docs/s | MB/s | peak RSS MB | engine | engine docs/s | stage/engine |")
+    print("| stage | docs | docs per CPU-s | MB per CPU-s | peak RSS MB | engine | engine docs per CPU-s | stage/engine |")
     print("|---|---:|---:|---:|---:|---|---:|---:|")
     for s in r["stages"]:
-        eng = s.get("engine", "-")
-        print(f"| {s['stage']} | {s['docs']:,} | {s['docs_per_s']:,} | {s['MB_per_s']} | {s['peak_rss_mb']:,} | {eng} | "
-              f"{s.get('engine_docs_per_s', '-'):,} | {s.get('stage_vs_engine', '-')} |" if "engine" in s else
-              f"| {s['stage']} | {s['docs']:,} | {s['docs_per_s']:,} | {s['MB_per_s']} | {s['peak_rss_mb']:,} | - | - | - |")
+        if "error" in s:
+            print(f"| {s['stage']} | failed: {s['error'][-120:]!r} |")
+            continue
+        print(f"| {s['stage']} | {s['docs']:,} | {s['docs_per_cpu_s']:,} | {s['MB_per_cpu_s']} | {s['peak_rss_mb']:,} | "
+              f"{s.get('engine', '-')} | {s.get('engine_docs_per_cpu_s', '-')} | {s.get('stage_vs_engine', '-')} |")
     for c in r["chains"]:
+        if "error" in c:
+            print(f"\nchain {c['chain']}: failed: {c['error'][-200:]!r}")
+            continue
         print(f"\nchain {c['chain']} ({' -> '.join(c['stages'])}), num_proc {c['num_proc']}: {c['wall_s']} s wall, "
               f"{c['docs_per_s']:,} docs/s, {c['docs_per_cpu_s']:,} docs per CPU-second, peak RSS {c['peak_rss_mb']} MB")
     if "datatrove" in r:

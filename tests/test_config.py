@@ -61,3 +61,13 @@ def test_shipped_configs_validate():
         cfg = load_config(f"configs/{name}.yaml")
         assert cfg.stages[0].name == "normalize" and cfg.stages[-1].name == "pack"
     load_config("configs/clinical_notes.yaml", check_inputs=False)
+
+
+def test_top_level_and_stage_errors_are_reported_together(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{RAW}]}}\noutput_dir: x\nnum_proc: 0\n"
+                                            "stages: [normalize, {dedup_exact: {hash: md5}}, {langid: {min_score: 2}}, pack, split]\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    message = str(err.value)
+    assert "num_proc" in message and "stages[1].dedup_exact.hash" in message and "stages[2].langid.min_score" in message
+    assert "out of order" in message

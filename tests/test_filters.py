@@ -107,6 +107,58 @@ def test_heuristic_repetition_rules_match_their_definition():
     assert stage.process(_table([text]))["_reason"].to_pylist() == [None]
 
 
+_ONLY_C4 = dict(min_words=0, max_punctuation_fraction=1.0, min_avg_word_length=0, max_avg_word_length=1e9,
+               max_symbol_word_ratio=1e9, min_alpha_words_ratio=0, min_stop_words=0, top_ngram_max_fraction={},
+               dup_ngram_max_fraction={}, max_dup_line_fraction=1, max_dup_para_fraction=1,
+               max_dup_line_char_fraction=1e9, max_dup_para_char_fraction=1e9, c4_boilerplate_lines=False)
+
+
+def test_c4_line_rules_drop_lines_rewrite_text_and_count_sentences():
+    page = "\n".join([
+        "Home | About | Contact",                                   # no terminal punctuation
+        "The study enrolled patients at two sites.[1]",            # citation removed, kept
+        "Too short.",                                              # fewer than 3 words
+        "Please enable JavaScript to use this site.",              # javascript line
+        "This site uses cookies to improve your visit.",           # policy line
+        "It ended without a conclusion...",                        # ellipsis
+        "Dr. Smith saw 40 patients, e.g. adults. Most improved. Some did not!",
+        "  Results were reported in full.  ",
+    ])
+    stage = Heuristics(HeuristicsConfig(**_ONLY_C4, c4_lines=True, c4_min_sentences=5), None)
+    out = stage.process(_table([page, page.replace("Most improved.", "Most improved. Lorem ipsum dolor sit."),
+                                page.replace("Most improved.", "Most improved {a}."),
+                                "Please enable JavaScript {now} for this site.\n" + page,
+                                page.replace("Most improved. Some did not!", "All improved.")]))
+    assert out["_reason"].to_pylist() == [None, "c4_lorem_ipsum", "c4_curly_braces", None, "c4_too_few_sentences"]
+    assert out["text"][0].as_py() == ("The study enrolled patients at two sites.\n"
+                                      "Dr. Smith saw 40 patients, e.g. adults. Most improved. Some did not!\n"
+                                      "Results were reported in full.")
+    # "Dr." and "e.g." end no sentence (spaCy's tokenizer keeps them whole): 1 + 3 + 1.
+    assert out["c4_sentences"].to_pylist()[0] == 5
+    assert out["c4_lines_dropped"].to_pylist()[0] == 5
+    # Words are counted as str.split() counts them, Unicode spaces included.
+    nbsp = Heuristics(HeuristicsConfig(**_ONLY_C4, c4_lines=True), None).process(_table(["One\u00a0two\u00a0three.", "One\u00a0two."]))
+    assert nbsp["_reason"].to_pylist() == [None, "c4_no_lines_left"]
+    # Off by default: the text is left alone.
+    plain = Heuristics(HeuristicsConfig(**_ONLY_C4), None).process(_table([page]))
+    assert plain["text"][0].as_py() == page and plain["_reason"].to_pylist() == [None]
+
+
+def test_c4_sentence_count_matches_spacy_sentencizer_on_real_abstracts(english_texts):
+    # datatrove counts C4's sentences with spaCy's sentencizer on each line: ours counts them
+    # from whitespace chunks in Arrow; on real abstracts the two agree.
+    import spacy
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    texts = english_texts[:200]
+    stage = Heuristics(HeuristicsConfig(**_ONLY_C4, c4_min_sentences=5), None)
+    ours = stage.process(_table(texts))["c4_sentences"].to_pylist()
+    ref = [sum(len(list(nlp(line.strip()).sents)) for line in t.splitlines() if line.strip()) for t in texts]
+    assert sum(a == b for a, b in zip(ours, ref)) >= 0.93 * len(texts)
+    assert sum((a >= 5) == (b >= 5) for a, b in zip(ours, ref)) >= 0.99 * len(texts)
+    assert max(ref) > 5
+
+
 def test_toxicity_scores_and_keeps_medical_vocabulary(english_texts):
     stage = _stage(Toxicity, ToxicityConfig())
     medical = ["Sexual dysfunction and penile prosthesis outcomes in men after radical prostatectomy.",

@@ -87,3 +87,52 @@ def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts)
     assert outs[0] == outs[1] == outs[2]
     removed = read_arrow_dir(tmp_path / "a/stages/01_dedup_minhash/removed")
     assert removed.num_rows >= 38
+
+
+def _chain(base: str, versions: int, edits: int, rng) -> list[str]:
+    """Versions of a text, each with `edits` words of the previous one replaced by new words."""
+    words = base.split()
+    out = [" ".join(words)]
+    for k in range(1, versions):
+        words = list(words)
+        for j, pos in enumerate(rng.sample(range(len(words)), edits)):
+            words[pos] = f"revision{k}word{j}"
+        out.append(" ".join(words))
+    return out
+
+
+@pytest.mark.parametrize("clustering", ["components", "star"])
+def test_chain_of_versions(tmp_path, english_texts, clustering):
+    rng = random.Random(12)
+    long_texts = [t for t in english_texts if len(t.split()) > 200]
+    base = " ".join(long_texts[:2])
+    chain = _chain(base, 12, len(base.split()) // 95, rng)
+    steps = [_jaccard(a, b) for a, b in zip(chain, chain[1:])]
+    assert all(0.86 <= j <= 0.94 for j in steps), steps
+    assert _jaccard(chain[0], chain[-1]) < 0.4
+    rows = [{"id": f"v{k:02d}", "text": t} for k, t in enumerate(chain)]
+    rows += [{"id": f"other{i}", "text": t} for i, t in enumerate(long_texts[2:40])]
+    src = write_jsonl(tmp_path / "docs.jsonl", rows)
+    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
+                                            f"stages: [{{dedup_minhash: {{clustering: {clustering}}}}}]\n")
+    run_cli("-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg))
+    folder = tmp_path / "run/stages/01_dedup_minhash"
+    removed = read_arrow_dir(folder / "removed").to_pylist()
+    text_of = {r["id"]: r["text"] for r in rows}
+    similarity = {r["id"]: _jaccard(text_of[r["id"]], text_of[r["duplicate_of"]]) for r in removed}
+    stats = json.loads((folder / "stats.json").read_text())
+    far = stats["removed_far_from_representative"]
+    assert stats["clustering"] == clustering and far["below"] == 0.6
+    if clustering == "components":
+        # Transitive merges: every later version goes as a duplicate of the first, down to Jaccard 0.3.
+        assert {r["id"]: r["duplicate_of"] for r in removed} == {f"v{k:02d}": "v00" for k in range(1, 12)}
+        assert min(similarity.values()) < 0.4
+        # The count is by estimated Jaccard (128 permutations): between the true counts either side.
+        assert 0 < sum(j < 0.5 for j in similarity.values()) <= far["documents"] <= sum(j < 0.7 for j in similarity.values())
+    else:
+        # Each removed version is within the threshold of the version kept in its place.
+        assert all(j >= 0.7 for j in similarity.values()), similarity
+        assert far["documents"] == 0
+        kept = read_arrow_dir(folder / "data")["id"].to_pylist()
+        kept_versions = [i for i in kept if i.startswith("v")]
+        assert len(removed) >= 5 and len(kept_versions) >= 3 and kept_versions[0] == "v00"

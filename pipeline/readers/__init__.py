@@ -62,10 +62,16 @@ def read_documents(input_cfg, batch_size: int) -> Iterator[ReaderBatch]:
     def batches():
         for path in files:
             fmt = input_cfg.format if input_cfg.format != "auto" else detect_format(path)
-            if fmt == "arrow":
-                yield from arrow.read([path], batch_size)
-            else:
-                yield from readers[fmt](path, input_cfg, batch_size)
+            try:
+                if fmt == "arrow":
+                    yield from arrow.read([path], batch_size)
+                else:
+                    yield from readers[fmt](path, input_cfg, batch_size)
+            except (OSError, EOFError, pa.ArrowException) as exc:
+                # A file that cannot be read at all (not gzip, not parquet, unreadable): one
+                # line naming it, not a traceback from deep inside a decoder.
+                detail = getattr(exc, "strerror", None) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise InputError(f"{path}: cannot read as {fmt}: {detail}") from None
     yield from _limit(batches(), input_cfg.limit)
 
 

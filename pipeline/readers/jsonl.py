@@ -4,12 +4,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.readers import RowBatcher
 
+log = logging.getLogger("medprep")
 SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("meta", pa.string())])
 
 
@@ -18,16 +21,65 @@ def open_binary(path: Path):
     if name.endswith(".gz"):
         return gzip.open(path, "rb")
     if name.endswith(".zst"):
-        import zstandard
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")))
+        return io.BufferedReader(ZstdFrames(path), 1 << 20)
     return open(path, "rb")
+
+
+class ZstdFrames(io.RawIOBase):
+    """Decompressed bytes of a .zst file (one or more frames). zstandard's stream_reader ends
+    quietly at a truncated frame; this raises EOFError there, as gzip does."""
+
+    def __init__(self, path: Path):
+        import zstandard
+        self._zstd = zstandard.ZstdDecompressor()
+        self._src = open(path, "rb")
+        self._frame = None
+        self._out = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._out:
+            if self._frame is not None and self._frame.eof:
+                rest, self._frame = self._frame.unused_data, None
+            else:
+                rest = self._src.read(1 << 20)
+                if not rest:
+                    if self._frame is not None:
+                        raise EOFError("zstd stream ended before the end of its frame")
+                    return 0
+            if rest:
+                self._frame = self._frame or self._zstd.decompressobj()
+                self._out = self._frame.decompress(rest)
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def close(self) -> None:
+        self._src.close()
+        super().close()
+
+
+def lines(fh, path: Path, batcher: RowBatcher):
+    """(line number, bytes) of a possibly compressed file. A truncated archive ends the file:
+    the lines before it are kept and the truncation is set aside as one malformed record at
+    the line where it cut in."""
+    lineno = 0
+    try:
+        for lineno, raw in enumerate(fh, start=1):
+            yield lineno, raw
+    except (EOFError, zlib.error) as exc:
+        batcher.aside(f"{path}:{lineno + 1}", "malformed_truncated")
+        log.warning("%s:%d: %s; the %d lines before are kept", path, lineno + 1, exc, lineno)
 
 
 def read(path: Path, cfg, batch_size: int):
     batcher = RowBatcher(SCHEMA, batch_size)
     stem = path.name
     with open_binary(path) as fh:
-        for lineno, raw in enumerate(fh, start=1):
+        for lineno, raw in lines(fh, path, batcher):
             where = f"{path}:{lineno}"
             if not raw.strip():
                 continue

@@ -8,6 +8,7 @@ reason `no_abstract`; broken XML is set aside as `malformed_bad_xml` with its li
 from __future__ import annotations
 
 import gzip
+import zlib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -68,10 +69,24 @@ def _documents(citation):
     return pmid, docs
 
 
+class _LineCounter:
+    """A binary file that counts the lines it has handed out (to place a truncation)."""
+
+    def __init__(self, fh):
+        self.fh = fh
+        self.lines = 1
+
+    def read(self, n=-1):
+        data = self.fh.read(n)
+        self.lines += data.count(b"\n")
+        return data
+
+
 def read(path: Path, cfg, batch_size: int):
     batcher = RowBatcher(SCHEMA, batch_size)
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
+    with opener(path, "rb") as raw:
+        fh = _LineCounter(raw)
         context = ET.iterparse(fh, events=("start", "end"))
         root = None
         try:
@@ -91,6 +106,9 @@ def read(path: Path, cfg, batch_size: int):
         except ET.ParseError as exc:
             line = exc.position[0] if getattr(exc, "position", None) else "?"
             batcher.aside(f"{path}:{line}", "malformed_bad_xml")
+        except (EOFError, zlib.error):
+            # A truncated .xml.gz: the citations before the cut are kept.
+            batcher.aside(f"{path}:{fh.lines}", "malformed_truncated")
     out = batcher.flush()
     if out:
         yield out

@@ -4,9 +4,12 @@ Out of core: pass 1 computes signatures batch by batch, writes them to a file on
 appends each band's bucket key (with the row number) to one of `partitions` files chosen by
 the key's top bits. Pass 2 loads one partition at a time, sorts it, and turns each bucket
 into candidate pairs (first member, other member); candidates are verified by estimated
-Jaccard >= threshold (reading only their signatures from the memory-mapped file) and merged
-with connected components. Pass 3 streams the input again: the first document of each
-cluster in input order is kept, the others are removed with `duplicate_of`.
+Jaccard >= threshold (reading only their signatures from the memory-mapped file) and become
+clusters: `star` (default) checks each document against its cluster's representative, the
+first document of the cluster in input order; `components` merges connected components.
+Pass 3 streams the input again: each representative is kept, the others are removed with
+`duplicate_of`. Stats count removed documents far (below threshold - 0.2) from their
+representative.
 
 Memory: about 12 bytes x bands / partitions per document for the largest partition, plus
 the cluster labels (8 bytes per document) and the verified pairs; signatures (4 x num_perm
@@ -45,6 +48,13 @@ class MinHashConfig(StageConfig):
     verify_margin: float = Field(default=0.05, ge=0.0, lt=0.5)
     # Bucket files: the largest one is what pass 2 holds in memory.
     partitions: int = Field(default=256, ge=1, le=1024)
+    # How verified pairs become clusters. star: documents are taken in input order and each
+    # joins the cluster of a candidate only if it is within the threshold (estimated Jaccard,
+    # with verify_margin) of that cluster's representative, the document kept in its place;
+    # otherwise it starts a cluster. components: connected components of the verified pairs;
+    # chains merge, so a removed document can be far from the one kept (a chain of versions
+    # each 0.9 from the previous ends at Jaccard 0.3 from the first).
+    clustering: Literal["star", "components"] = "star"
 
     def hasher(self) -> MinHasher:
         return MinHasher(self.num_perm, self.seed, self.ngram, self.lowercase, self.hashfunc)
@@ -108,16 +118,29 @@ class MinHashDedup(Stage):
                 u, v = u[keep], v[keep]
             src.append(u)
             dst.append(v)
-        labels, rep = _clusters(n, np.concatenate(src) if src else np.zeros(0, np.int64),
-                                np.concatenate(dst) if dst else np.zeros(0, np.int64))
+        u = np.concatenate(src) if src else np.zeros(0, np.int64)
+        v = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+        if cfg.clustering == "star":
+            rep_of_row = _star_clusters(sig_path, n, cfg.num_perm, u, v, cfg.threshold - cfg.verify_margin)
+        else:
+            labels, rep = _clusters(n, u, v)
+            rep_of_row = rep[labels]
+        # How far removed documents are from the document kept in their place.
+        removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+        similarity = _estimated_jaccard(sig_path, n, cfg.num_perm, removed_rows, rep_of_row[removed_rows])
         shutil.rmtree(work)
 
-        write_marked_duplicates(inputs.tables(), output, rep[labels], "near_duplicate")
-        sizes = np.bincount(labels) if n else np.zeros(0, np.int64)
+        write_marked_duplicates(inputs.tables(), output, rep_of_row, "near_duplicate")
+        sizes = np.bincount(rep_of_row, minlength=n) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
+        far = round(cfg.threshold - 0.2, 6)
         return {"bands": bands, "rows": rows, "num_perm": cfg.num_perm, "threshold": cfg.threshold,
+                "clustering": cfg.clustering,
                 "candidate_pairs": int(candidates), "clusters": int(sum(cluster_sizes.values())),
                 "cluster_sizes": {str(k): v for k, v in sorted(cluster_sizes.items())},
+                # Removed documents whose estimated Jaccard to their representative is below
+                # threshold - 0.2: merged by a chain, not near duplicates of what was kept.
+                "removed_far_from_representative": {"below": far, "documents": int((similarity < far).sum())},
                 "largest_partition_pairs": int(largest)}
 
 
@@ -133,6 +156,32 @@ def _estimated_jaccard(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray
         del signatures
         out[i:i + chunk] = (a == b).mean(axis=1)
     return out
+
+
+def _star_clusters(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
+    """Each row's representative, star-shaped: rows in input order; a row with earlier
+    candidates joins the representative of one of them (the most similar) if its estimated
+    Jaccard to that representative reaches min_similarity, else it represents itself. So a
+    removed row is always within the threshold of the row kept for it, never merged through a
+    chain. Only rows with candidates are visited (each candidate pair is (earlier, later))."""
+    rep = np.arange(n)
+    if not len(u):
+        return rep
+    order = np.lexsort((u, v))
+    u, v = u[order], v[order]
+    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
+    ends = np.append(starts[1:], len(v))
+    # One mapping for the loop: it reads only rows that have candidates and their representatives.
+    signatures = np.memmap(path, np.uint32, "r", shape=(n, num_perm))
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        row = int(v[s])
+        reps = np.unique(rep[u[s:e]])
+        similarity = (signatures[reps] == signatures[row]).mean(axis=1)
+        best = int(np.argmax(similarity))
+        if similarity[best] >= min_similarity:
+            rep[row] = reps[best]
+    del signatures
+    return rep
 
 
 def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

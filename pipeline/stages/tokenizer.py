@@ -1,78 +1,273 @@
-"""tokenizer: byte-level BPE (HF tokenizers) trained on the train split only, or an existing
-tokenizer.json loaded instead. Documents pass through unchanged for the pack stage."""
+"""tokenizer: byte-level BPE (HF tokenizers) trained on the train split only (`mode: train`), an
+existing tokenizer.json used as it is (`load`), or an existing one extended with domain tokens
+learned from the train split (`extend`: every base id and merge kept, new ones appended).
+PHI placeholders (`<|NAME|>`, ...) are special tokens: one id each. The stage then compares the
+tokenizer with general-purpose ones on the validation split (pipeline/tokenizer_compare.py).
+Documents pass through unchanged for the pack stage."""
 from __future__ import annotations
 
+import json
+import logging
 import shutil
+from pathlib import Path
+from typing import Iterator, Literal
 
+import numpy as np
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from pipeline.errors import UserError
 from pipeline.stages.base import Stage, StageConfig
 
 TOKENIZER_FILE = "tokenizer.json"
+# What the run's own tokenizer is called in the comparison, by mode.
+RUN_NAME = {"train": "trained", "load": "loaded", "extend": "extended"}
+# Extension learns merges over base-token symbols: base id i is the character chr(SYMBOL_BASE + i),
+# outside the Basic Multilingual Plane, where no character is whitespace or a surrogate.
+SYMBOL_BASE = 0x10000
+log = logging.getLogger("medprep")
 
 
 class TokenizerConfig(StageConfig):
+    # train: a new byte-level BPE; load: tokenizer_path as it is; extend: tokenizer_path plus up
+    # to extend_tokens domain tokens. Default: load when tokenizer_path is given, else train.
+    mode: Literal["train", "load", "extend"] = "train"
     vocab_size: int = Field(default=32_000, ge=300, le=1_000_000)
     min_frequency: int = Field(default=2, ge=1)
     special_tokens: list[str] = ["<|endoftext|>"]
     eos_token: str = "<|endoftext|>"
-    # Use this tokenizer.json instead of training one.
+    # The tokenizer.json that `load` uses and `extend` starts from.
     tokenizer_path: str | None = None
+    extend_tokens: int = Field(default=8192, ge=1, le=1_000_000)
+    # PHI placeholders as special tokens; null: when the chain has a phi stage.
+    phi_placeholders: bool | None = None
+    # Compared on the validation split: general-purpose tokenizers, and tokenizer.json files by name.
+    compare: list[Literal["gpt2", "cl100k", "o200k"]] = ["gpt2", "cl100k", "o200k"]
+    compare_files: dict[str, str] = {}
+    compare_max_docs: int = Field(default=5000, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mode(cls, data):
+        if isinstance(data, dict) and "mode" not in data:
+            data = {**data, "mode": "load" if data.get("tokenizer_path") else "train"}
+        return data
 
     @model_validator(mode="after")
-    def _eos_is_special(self):
-        if self.tokenizer_path is None and self.eos_token not in self.special_tokens:
-            raise ValueError(f"eos_token {self.eos_token!r} must be one of special_tokens")
+    def _consistent(self):
+        if self.mode == "train":
+            if self.tokenizer_path is not None:
+                raise ValueError("tokenizer_path is read in mode load or extend, not train")
+            if self.eos_token not in self.special_tokens:
+                raise ValueError(f"eos_token {self.eos_token!r} must be one of special_tokens")
+        elif self.tokenizer_path is None:
+            raise ValueError(f"mode {self.mode} needs tokenizer_path")
+        clash = set(self.compare_files) & (set(RUN_NAME.values()) | {"base"} | set(self.compare))
+        if clash:
+            raise ValueError(f"compare_files: name {sorted(clash)[0]!r} is taken")
         return self
 
 
-def build_trainer(cfg: TokenizerConfig):
+def build_trainer(cfg: TokenizerConfig, extra_special: list[str] = ()):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    special = list(cfg.special_tokens) + [t for t in extra_special if t not in cfg.special_tokens]
     trainer = trainers.BpeTrainer(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency,
-                                  special_tokens=list(cfg.special_tokens),
+                                  special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     return tok, trainer
 
 
+def add_special_tokens(tok, tokens: list[str]) -> list[str]:
+    """Adds the tokens the tokenizer lacks as special tokens, with new ids after every existing
+    one (existing ids never change). Returns those added."""
+    from tokenizers import AddedToken
+
+    missing = [t for t in tokens if tok.token_to_id(t) is None]
+    if missing:
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    return missing
+
+
+def _symbol_texts(base, batches: Iterator[list[str]], excluded: np.ndarray) -> Iterator[str]:
+    """Each document as its base tokenization: one symbol character per base token, a space
+    between the base pre-tokenizer's words, so merges learned on it join base tokens within a word.
+    `excluded` ids (special tokens) become spaces: they never take part in a merge."""
+    encode = base.encode_batch
+    for texts in batches:
+        for enc in encode(texts, add_special_tokens=False):
+            if not enc.ids:
+                continue
+            ids = np.asarray(enc.ids, np.uint32)
+            points = ids + np.uint32(SYMBOL_BASE)
+            words = np.array(enc.word_ids, dtype=np.float64)      # None -> nan
+            outside = np.isnan(words) | np.isin(ids, excluded)
+            points[outside] = 0x20
+            cut = np.flatnonzero(words[1:] != words[:-1]) + 1     # nan != nan: a cut around them too
+            points = np.insert(points, cut, np.uint32(0x20))
+            yield points.astype("<u4").tobytes().decode("utf-32-le")
+
+
+def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: int, min_frequency: int,
+                     keep_whole: list[str] = ()):
+    """The base tokenizer plus up to `new_tokens` tokens, each the merge of two tokens, learned by
+    BPE over the base's own tokenization of the texts. Base merges keep their ranks and new ones
+    rank after all of them, so the base segmentation is always reached first and the new merges
+    only join its pieces: every base id and merge is kept. `keep_whole` (the PHI placeholders)
+    are matched whole while learning, so no merge is spent on their pieces. Returns (tokenizer, stats)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    spec = json.loads(base_json)
+    model = spec.get("model", {})
+    if model.get("type") != "BPE":
+        raise UserError(f"stages.tokenizer.tokenizer_path: mode extend needs a BPE tokenizer, not {model.get('type')!r}")
+    base = Tokenizer.from_str(base_json)
+    base_vocab_size = base.get_vocab_size()
+    add_special_tokens(base, list(keep_whole))          # the learner's copy only: ids of the result come below
+    vocab: dict[str, int] = model["vocab"]
+    id_to_token = {i: t for t, i in vocab.items()}
+    for added in spec.get("added_tokens", []):
+        id_to_token.setdefault(added["id"], added["content"])
+    learner = Tokenizer(models.BPE())
+    learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # The learner's alphabet is the base tokens seen (at most the whole base vocabulary), so a
+    # vocabulary of base size + new_tokens yields at least new_tokens merges if the corpus has them.
+    trainer = trainers.BpeTrainer(vocab_size=len(id_to_token) + new_tokens, min_frequency=min_frequency,
+                                  show_progress=False, special_tokens=[])
+    special = [a["id"] for a in spec.get("added_tokens", []) if a.get("special")]
+    special += [base.token_to_id(t) for t in keep_whole]
+    learner.train_from_iterator(_symbol_texts(base, batches, np.array(special, np.uint32)), trainer=trainer)
+    learned = json.loads(learner.to_str())["model"]["merges"]
+
+    string_merges = bool(model["merges"]) and isinstance(model["merges"][0], str)
+    base_pairs = {tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]}
+    next_id = max(id_to_token) + 1
+    added_tokens, added_merges = 0, 0
+
+    def as_token(symbols: str) -> str:
+        return "".join(id_to_token[ord(c) - SYMBOL_BASE] for c in symbols)
+
+    for merge in learned:
+        if added_tokens >= new_tokens:
+            break
+        a, b = merge.split(" ", 1) if isinstance(merge, str) else merge
+        left, right = as_token(a), as_token(b)
+        if (left, right) in base_pairs:
+            continue
+        joined = left + right
+        if joined not in vocab:
+            vocab[joined] = next_id
+            id_to_token[next_id] = joined
+            next_id += 1
+            added_tokens += 1
+        model["merges"].append(f"{left} {right}" if string_merges else [left, right])
+        base_pairs.add((left, right))
+        added_merges += 1
+    tok = Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
+    return tok, {"extend_tokens_requested": new_tokens, "extend_tokens_added": added_tokens,
+                 "extend_merges_added": added_merges, "base_vocab_size": base_vocab_size}
+
+
 class TrainTokenizer(Stage):
     name = "tokenizer"
-    summary = "byte-level BPE trained on the train split (or a given tokenizer.json)"
+    summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
     kind = "global"
     artifacts = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
 
+    def fingerprint_files(self) -> list[Path]:
+        # The compared tokenizer.json files change the stats, so their content counts too.
+        return super().fingerprint_files() + [Path(p) for _, p in sorted(self.config.compare_files.items())]
+
+    def _placeholders(self) -> list[str]:
+        wanted = self.config.phi_placeholders
+        if wanted is None:
+            cfg = self.ctx.config
+            wanted = cfg is not None and cfg.has_stage("phi")
+        if not wanted:
+            return []
+        from pipeline.phi.placeholders import placeholder_tokens
+        return placeholder_tokens()
+
+    def _train_batches(self, inputs, output, counter: dict) -> Iterator[list[str]]:
+        for table in inputs.tables(output):
+            if "split" in table.column_names:
+                table = table.filter(pc.equal(table["split"], "train"))
+            counter["docs"] += table.num_rows
+            if table.num_rows:
+                yield table["text"].to_pylist()
+
     def run(self, inputs, output) -> dict:
         from tokenizers import Tokenizer
 
+        cfg = self.config
         target = output.folder / TOKENIZER_FILE
-        train_docs = 0
-        if self.config.tokenizer_path:
-            shutil.copyfile(self.config.tokenizer_path, target)
-            tok = Tokenizer.from_file(str(target))
+        placeholders = self._placeholders()
+        counter = {"docs": 0}
+        stats: dict = {"mode": cfg.mode, "trained": cfg.mode == "train"}
+        base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
+        if cfg.mode == "train":
+            tok, trainer = build_trainer(cfg, placeholders)
+            tok.train_from_iterator(self._train_batches(inputs, output, counter), trainer=trainer)
+            stats["vocab_size_requested"] = cfg.vocab_size
+            stats["vocab_size_trained"] = tok.get_vocab_size()
+            if tok.get_vocab_size() < cfg.vocab_size:
+                log.warning("tokenizer: vocab_size %d requested, the train split gave %d (no pair left with "
+                            "min_frequency %d)", cfg.vocab_size, tok.get_vocab_size(), cfg.min_frequency)
+        elif cfg.mode == "load":
+            tok = Tokenizer.from_str(base_json)
         else:
-            tok, trainer = build_trainer(self.config)
-            counter = {"docs": 0}
-
-            def train_texts():
-                for table in inputs.tables(output):
-                    if "split" in table.column_names:
-                        table = table.filter(pc.equal(table["split"], "train"))
-                    counter["docs"] += table.num_rows
-                    yield table["text"].to_pylist()
-            tok.train_from_iterator(train_texts(), trainer=trainer)
+            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, output, counter),
+                                             cfg.extend_tokens, cfg.min_frequency, placeholders)
+            stats.update(extended)
+            if extended["extend_tokens_added"] < cfg.extend_tokens:
+                log.warning("tokenizer: extend_tokens %d requested, the train split gave %d new tokens (no pair "
+                            "left with min_frequency %d)", cfg.extend_tokens, extended["extend_tokens_added"],
+                            cfg.min_frequency)
+        if cfg.mode != "train":
+            stats["special_tokens_added"] = add_special_tokens(tok, placeholders)
+        if tok.token_to_id(cfg.eos_token) is None:
+            raise UserError(f"stages.tokenizer.eos_token: {cfg.eos_token!r} is not in the tokenizer's vocabulary")
+        if cfg.mode == "load" and not stats["special_tokens_added"]:
+            shutil.copyfile(cfg.tokenizer_path, target)          # used as it is: the same bytes
+        else:
             tok.save(str(target))
-            train_docs = counter["docs"]
-        if tok.token_to_id(self.config.eos_token) is None:
-            from pipeline.errors import UserError
-            raise UserError(f"stages.tokenizer.eos_token: {self.config.eos_token!r} is not in the tokenizer's vocabulary")
-        # Documents pass through unchanged: pack reads them from here.
-        for table in inputs.tables(output if self.config.tokenizer_path else None):
+        stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
+                      "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
+
+        # Documents pass through unchanged (pack reads them from here); validation texts are kept
+        # aside, up to compare_max_docs in corpus order, for the comparison.
+        validation: list[str] = []
+        for table in inputs.tables(output):
             output.write(table)
-        return {"vocab_size": tok.get_vocab_size(), "trained_on_docs": train_docs,
-                "trained": self.config.tokenizer_path is None}
+            if "split" in table.column_names and len(validation) < cfg.compare_max_docs:
+                val = table.filter(pc.equal(table["split"], "validation"))
+                validation.extend(val["text"].to_pylist()[: cfg.compare_max_docs - len(validation)])
+        stats.update(self._compare(tok, base_json, validation))
+        return stats
+
+    def _compare(self, tok, base_json: str | None, validation: list[str]) -> dict:
+        from tokenizers import Tokenizer
+
+        from pipeline.tokenizer_compare import HFEncoder, compare, hf_encoder, reference_encoder
+
+        if not validation:
+            return {"comparison": None, "comparison_note": "no validation documents: nothing to compare on"}
+        cfg = self.config
+        encoders = [HFEncoder(RUN_NAME[cfg.mode], tok)]
+        if cfg.mode == "extend":
+            encoders.append(HFEncoder("base", Tokenizer.from_str(base_json)))
+        encoders += [reference_encoder(name) for name in cfg.compare]
+        for name, path in sorted(cfg.compare_files.items()):
+            if not Path(path).is_file():
+                raise UserError(f"stages.tokenizer.compare_files.{name}: {path} not found")
+            encoders.append(hf_encoder(name, path))
+        config = self.ctx.config
+        seq_len = config.stage("pack").config.seq_len if config is not None and config.has_stage("pack") else 2048
+        result = compare(encoders, validation, seq_len)
+        return {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
+                "comparison_corpus": {"split": "validation", **result}}

