@@ -9,7 +9,7 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
-from pipeline.phi.notes import case_mode
+from pipeline.phi.notes import RuleRecognizer, case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
@@ -20,13 +20,15 @@ PHONE_CUE = re.compile(r"(?i)(?:phone|tel|telephone|call|ring|contact|mobile|cel
                        r"telefone|celular|móvil|cellulare)(?:\W+\w{1,7}){0,3}\W*$")
 
 
-class PhoneNumberRecognizer(EntityRecognizer):
+class PhoneNumberRecognizer(RuleRecognizer):
     """Phone numbers libphonenumber accepts as possible in any of PHONE_REGIONS, where the
     number also looks like one: a leading + or 0 (trunk prefix) or parentheses, ten digits or
     more, or a phone word before it. Vital signs ("98 99 100") and dates are not phone-like."""
 
+    entity = "PHONE_NUMBER"
+
     def __init__(self):
-        super().__init__(supported_entities=["PHONE_NUMBER"], name="medprep_phone_numbers", supported_language="en")
+        super().__init__("medprep_phone_numbers")
 
     def load(self) -> None:
         import phonenumbers
@@ -94,17 +96,16 @@ MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "
                "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 
 
-class AddressRecognizer(EntityRecognizer):
+class AddressRecognizer(RuleRecognizer):
     """LOCATION: the text after an address cue up to the end of its clause (when it holds a number
     or a capitalized name), UK and Canadian postcodes, postal codes beside a town, and towns
     after a preposition in mixed-case text."""
 
+    entity = "LOCATION"
+
     def __init__(self):
         self.lex = lexicon()
-        super().__init__(supported_entities=["LOCATION"], name="medprep_addresses", supported_language="en")
-
-    def load(self) -> None:
-        pass
+        super().__init__("medprep_addresses")
 
     def analyze(self, text, entities, nlp_artifacts=None):
         out = []

