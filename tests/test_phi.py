@@ -4,7 +4,6 @@ abstracts."""
 import json
 import re
 from datetime import date
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
