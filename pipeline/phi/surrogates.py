@@ -20,6 +20,7 @@ _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
 _MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_name) if m})
 _MONTHS["sept"] = 9
 _TITLES = {"dr", "drs", "doctor", "mr", "mrs", "ms", "miss", "mister", "mx", "prof", "professor", "sir", "dame"}
+CACHE_SIZE = 100_000
 _NAME_PART = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 
@@ -111,6 +112,8 @@ class Surrogates:
         self.key = key
         self.faker = faker
         self.given = given_names
+        # Surrogates are a pure function of (key, type, value): the cache only saves time, so it
+        # is bounded (cleared when full) rather than growing with every value of the corpus.
         self.cache: dict[tuple[str, str], str] = {}
 
     def _rng(self, *parts: str) -> random.Random:
@@ -133,6 +136,8 @@ class Surrogates:
         else:
             key = (entity, value if entity == "PERSON" else norm)
         if key not in self.cache:
+            if len(self.cache) >= CACHE_SIZE:
+                self.cache.clear()
             try:
                 self.cache[key] = self._make(entity, value, norm, offset)
             except Exception:           # a value of a form no surrogate fits: its placeholder
