@@ -226,9 +226,17 @@ class WorkerPool:
 
     def _death(self) -> str:
         import signal
+        import time
+        # Let the executor's manager thread finish reaping first: if this thread and that one
+        # call waitpid on the same dead worker at once, the loser sees ECHILD and its exitcode
+        # reads None for a moment, which once turned the SIGKILL report into SIGTERM.
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        deadline = time.monotonic() + 5
         codes = []
         for p in self.processes.values():
-            p.join(timeout=5)
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            while p.exitcode is None and time.monotonic() < deadline:
+                time.sleep(0.01)
             codes.append(p.exitcode)
         # The pool terminates the surviving workers (SIGTERM) once one has died.
         dead = [c for c in codes if c not in (None, 0, -signal.SIGTERM)] or [c for c in codes if c]
