@@ -7,8 +7,9 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
+EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-phi figures figures-write models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-phi figures figures-write models kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -40,6 +41,11 @@ bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
+	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
+
+# The scaling table only: bench/executor.json (local vs Ray with 1 and 2 workers, projection).
+bench-executor: setup
+	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 
 # The phi rows of bench/results.json only (after a change to the PHI engine).
 bench-phi: setup

@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> None:
                      help="plain-text input: one document per file, or one per non-empty line "
                           "(overrides input.text_unit)")
     run.add_argument("--force", action="store_true", help="rerun finished stages too")
+    run.add_argument("--executor", choices=["local", "ray"],
+                     help="who runs the shard tasks (overrides executor.kind): local processes, or Ray "
+                          "(a local Ray instance, or the cluster at executor.address)")
     sub.add_parser("stages", help="list the stages and groups")
     rep = sub.add_parser("report", help="(re)write report.html of a run folder")
     rep.add_argument("run_dir")
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
             from pipeline.config import load_config
             from pipeline.runner import run_chain
             config = load_config(args.config, input_paths=args.input, output_dir=args.output,
-                                 text_unit=args.text_unit)
+                                 text_unit=args.text_unit, executor=args.executor)
             manifest = run_chain(config, force=args.force)
             print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
                   f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pipeline.errors import ConfigError
+from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
 
 
 # What --config means, for both commands' --help.
@@ -37,13 +38,35 @@ class InputConfig(Strict):
     limit: int | None = Field(default=None, ge=1)
 
 
+class ExecutorConfig(Strict):
+    """Who runs the shard tasks. local: this machine (num_proc worker processes). ray: a Ray
+    cluster; no address starts a local Ray instance, `auto` joins the running cluster."""
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+    # A local Ray instance's CPUs (None: all of this machine's).
+    num_cpus: int | None = Field(default=None, ge=1)
+    # Ray actors per stage, by stage name (phi needs ~100x the workers of langid); a stage
+    # not named gets one per cluster CPU / cpus_per_worker.
+    workers: dict[str, int] = Field(default_factory=dict)
+    cpus_per_worker: float = Field(default=1.0, gt=0.0)
+
+
 class RunConfig(Strict):
     input: InputConfig
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+
+    @field_validator("executor", mode="before")
+    @classmethod
+    def _executor_shorthand(cls, value):
+        # `executor: ray` means {kind: ray}.
+        return {"kind": value} if isinstance(value, str) else value
     output_dir: str
     seed: int = 0
     num_proc: int = Field(default=1, ge=1, le=256)
     batch_size: int = Field(default=1000, ge=1, le=1_000_000)
-    shard_size: int = Field(default=50_000, ge=1)
+    # Documents per input shard: the unit of work handed to a worker, of resume after an
+    # interruption, and of output files (shard NAME in, data/NAME.arrow out).
+    shard_size: int = Field(default=10_000, ge=1)
     # Keep the text of removed documents in removed/ (it may carry PHI for stages before phi).
     keep_removed_text: bool = False
     progress: bool = True
@@ -122,25 +145,9 @@ def _errors(exc: ValidationError, prefix: str = "") -> list[str]:
     return msgs
 
 
-def expand_paths(paths: list[str]) -> list[Path]:
-    """Files named by paths, folders (recursively) and globs, in a stable order."""
-    from pipeline.readers import SUPPORTED_SUFFIXES, is_hf_folder
-
-    out: list[Path] = []
-    for p in paths:
-        path = Path(p)
-        if any(ch in p for ch in "*?["):
-            out.extend(Path(m) for m in sorted(glob.glob(p, recursive=True)) if Path(m).is_file())
-        elif path.is_dir() and not is_hf_folder(path):
-            out.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.name.endswith(SUPPORTED_SUFFIXES)))
-        else:
-            out.append(path)
-    return out
-
-
 def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None,
                 output_dir: str | None = None, text_unit: str | None = None,
-                check_inputs: bool = True) -> Config:
+                check_inputs: bool = True, executor: str | None = None) -> Config:
     """Read and validate a config; raise ConfigError listing every problem by key path."""
     path = Path(path)
     if not path.is_file():
@@ -168,6 +175,10 @@ def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None
         raw["output_dir"] = output_dir
     if text_unit:
         raw["input"] = {**(raw.get("input") or {}), "text_unit": text_unit}
+    if executor:
+        current = raw.get("executor")
+        current = {"kind": current} if isinstance(current, str) else dict(current or {})
+        raw["executor"] = {**current, "kind": executor}
     return validate_config(raw, source=str(path), check_inputs=check_inputs, locate=resolve.where)
 
 
@@ -229,6 +240,10 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
             entries = []
 
     specs: list[StageSpec] = []
+    if run is not None:
+        for name in run.executor.workers:
+            if name not in REGISTRY:
+                problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(CHAIN_ORDER)})")
     for i, entry in enumerate(entries):
         (name, opts), = entry.items()
         where = f"stages[{i}].{name}"

@@ -43,25 +43,25 @@ def set_column(table: pa.Table, name: str, values) -> pa.Table:
     return table.append_column(name, values)
 
 
-def write_marked_duplicates(tables, output, rep_of_row, reason: str) -> None:
-    """Stream the input once more and write it: a row whose representative (rep_of_row[row],
-    an earlier row in input order) is another row is removed with `reason` and `duplicate_of`
-    set to the representative's id. Only representatives that have duplicates keep their id."""
+def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
+    """Write every output shard (on the executor): a row whose representative (rep_of_row[row],
+    an earlier row in input order, global numbering) is another row is removed with `reason`
+    and `duplicate_of` set to the representative's id. The ids of representatives that have
+    duplicates are asked of the shards that hold them, then each shard gets its marks."""
     import numpy as np
 
-    has_dups = np.bincount(rep_of_row, minlength=len(rep_of_row)) > 1
-    ids_of_rep: dict[int, str] = {}
-    row0 = 0
-    for table in tables:
-        m = table.num_rows
-        reps = rep_of_row[row0:row0 + m]
-        is_dup = reps != np.arange(row0, row0 + m)
-        ids = table["id"]
-        for i in np.flatnonzero(has_dups[row0:row0 + m]):
-            ids_of_rep[row0 + int(i)] = ids[int(i)].as_py()
-        if is_dup.any():
-            dup_of = [ids_of_rep[int(r)] if d else None for r, d in zip(reps, is_dup)]
-            table = table.append_column(REASON, pa.array(np.where(is_dup, reason, None), pa.string()))
-            table = table.append_column(DUPLICATE_OF, pa.array(dup_of, pa.string()))
-        output.write(table)
-        row0 += m
+    n = len(rep_of_row)
+    offsets = np.asarray(inputs.row_offsets() + [n], np.int64)
+    spans = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    reps = np.flatnonzero(np.bincount(rep_of_row, minlength=n) > 1) if n else np.zeros(0, np.int64)
+    reps = reps[np.isin(reps, rep_of_row[rep_of_row != np.arange(n)])]
+    asked = [{"rows": (reps[(reps >= lo) & (reps < hi)] - lo).tolist()} for lo, hi in spans]
+    found = inputs.map(stage, "ids_of_rows", asked)
+    id_of = dict(zip(reps.tolist(), [i for r in found for i in r["ids"]]))
+    dups = np.flatnonzero(rep_of_row != np.arange(n))
+    marks = []
+    for lo, hi in spans:
+        rows = dups[(dups >= lo) & (dups < hi)]
+        marks.append({"removed_rows": (rows - lo).tolist(), "duplicate_of": [id_of[int(r)] for r in rep_of_row[rows]],
+                      "reason": reason})
+    inputs.map(stage, "apply_marks", marks)

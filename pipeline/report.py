@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.store import STATS, is_purged, read_json, shards
+from pipeline.store import read_shard, STATS, is_purged, read_json, shards
 
 DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharmacokinetics", "immunohistochemistry",
                 "dexamethasone", "randomized", "cardiovascular", "chemotherapy", "mitochondrial", "glucocorticoid",
@@ -35,12 +35,9 @@ def _stage_dir(run_dir: Path, s: dict) -> Path:
 def _read(folder: Path, sub: str = "data", columns=None, limit=SAMPLE) -> pa.Table | None:
     tables, n = [], 0
     for f in shards(folder, sub):
-        with pa.OSFile(str(f), "rb") as src:
-            t = pa.ipc.open_stream(src).read_all()
-        if columns:
-            t = t.select([c for c in columns if c in t.column_names])
-        tables.append(t)
-        n += t.num_rows
+        for t in read_shard(f, None, list(columns) if columns else None):
+            tables.append(t)
+            n += t.num_rows
         if n >= limit:
             break
     return pa.concat_tables(tables).slice(0, limit) if tables else None
@@ -104,13 +101,12 @@ def _texts_of(folder: Path, ids: set[str], id_map=None) -> dict[str, str]:
     found: dict[str, str] = {}
     wanted = pa.array(sorted(ids), pa.string())
     for f in shards(folder):
-        with pa.OSFile(str(f), "rb") as src:
-            for batch in pa.ipc.open_stream(src):
-                batch_ids = batch.column("id")
-                if id_map is not None:
-                    batch_ids = pa.array(id_map(batch_ids.to_pylist()), pa.string())
-                hit = pc.is_in(batch_ids, wanted)
-                found.update(zip(batch_ids.filter(hit).to_pylist(), batch.column("text").filter(hit).to_pylist()))
+        for batch in read_shard(f, None, ["id", "text"]):
+            batch_ids = batch["id"]
+            if id_map is not None:
+                batch_ids = pa.array(id_map(batch_ids.to_pylist()), pa.string())
+            hit = pc.is_in(batch_ids, wanted)
+            found.update(zip(batch_ids.filter(hit).to_pylist(), batch["text"].filter(hit).to_pylist()))
         if len(found) == len(ids):
             break
     return found

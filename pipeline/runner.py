@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import multiprocessing as mp
 import os
 import shutil
 import sys
@@ -12,15 +11,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pyarrow as pa
 
 import pipeline
 from pipeline.config import Config, StageSpec, expand_paths
 from pipeline.errors import UserError
-from pipeline.readers import read_documents
 from pipeline.stages import GROUPS, REGISTRY
-from pipeline.stages.base import RunContext, StageFailed, StageInputs
-from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, shards, write_json
+from pipeline.stages.base import DocumentStage, RunContext, StageInputs
+from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, write_json
 
 log = logging.getLogger("medprep")
 
@@ -152,110 +149,7 @@ def _context(config: Config, stage_dir: Path) -> RunContext:
                       progress=run.progress and sys.stderr.isatty(), config=config)
 
 
-# ---- per-document stages, in this process or a pool of workers -------------------------
-
-_worker_stage = None
-_worker_setup_error: str | None = None
-
-
-def _init_worker(stage_cls, config, ctx):
-    global _worker_stage, _worker_setup_error
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        _worker_stage = stage_cls(config, ctx)
-        _worker_stage.setup()
-    except Exception as exc:
-        # Raised with the first batch instead: an initializer that raises only breaks the
-        # pool (multiprocessing.Pool even respawns the worker forever), losing the cause.
-        _worker_setup_error = setup_failure(stage_cls.name, exc)
-
-
-def _process_in_worker(table: pa.Table) -> pa.Table:
-    if _worker_setup_error is not None:
-        raise StageFailed(_worker_setup_error)
-    return _worker_stage.process(table)
-
-
-def setup_failure(name: str, exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
-
-
-class WorkerPool:
-    """Worker processes for a per-document stage. Batches go out in input order and come
-    back in input order, at most two per worker in flight. A worker that cannot set up, or
-    that dies (the kernel's out-of-memory killer sends SIGKILL), ends the stage with one line
-    naming the cause: concurrent.futures marks the pool broken where multiprocessing.Pool
-    would replace the worker and wait forever for its lost batch."""
-
-    def __init__(self, stage, num_proc: int):
-        from concurrent.futures import ProcessPoolExecutor
-        self.stage_name = stage.name
-        self.num_proc = num_proc
-        # spawn: no inherited threads or locks from this process.
-        self.executor = ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                            initargs=(type(stage), stage.config, stage.ctx))
-        self.processes: dict = {}
-
-    def map(self, batches):
-        """(processed table, set-aside records) per input batch, in input order."""
-        from collections import deque
-        from concurrent.futures.process import BrokenProcessPool
-        in_flight: deque = deque()
-        for table, set_aside in batches:
-            try:
-                future = self.executor.submit(_process_in_worker, table) if table.num_rows else None
-            except BrokenProcessPool:
-                raise StageFailed(self._death()) from None
-            # The executor starts workers as batches arrive: note each one, to tell how it ended.
-            self.processes.update(self.executor._processes or {})
-            in_flight.append((future, table, set_aside))
-            while len(in_flight) > 2 * self.num_proc:
-                yield self._result(*in_flight.popleft())
-        while in_flight:
-            yield self._result(*in_flight.popleft())
-
-    def _result(self, future, table, set_aside):
-        from concurrent.futures.process import BrokenProcessPool
-        if future is None:
-            return table, set_aside
-        try:
-            return future.result(), set_aside
-        except BrokenProcessPool:
-            raise StageFailed(self._death()) from None
-
-    def _death(self) -> str:
-        import signal
-        import time
-        # Let the executor's manager thread finish reaping first: if this thread and that one
-        # call waitpid on the same dead worker at once, the loser sees ECHILD and its exitcode
-        # reads None for a moment, which once turned the SIGKILL report into SIGTERM.
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        deadline = time.monotonic() + 5
-        codes = []
-        for p in self.processes.values():
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
-            while p.exitcode is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            codes.append(p.exitcode)
-        # The pool terminates the surviving workers (SIGTERM) once one has died.
-        dead = [c for c in codes if c not in (None, 0, -signal.SIGTERM)] or [c for c in codes if c]
-        code = dead[0] if dead else None
-        if code is not None and code < 0:
-            sig = signal.Signals(-code).name
-            msg = f"stage '{self.stage_name}': a worker process was killed by {sig}"
-            if -code == signal.SIGKILL:
-                msg += (" (most often the kernel's out-of-memory killer: lower num_proc or batch_size, "
-                        "or give the run more memory)")
-            return msg
-        return f"stage '{self.stage_name}': a worker process exited unexpectedly (exit code {code})"
-
-    def close(self) -> None:
-        for p in self.processes.values():
-            if p.exitcode is None:
-                p.terminate()
-        self.executor.shutdown(wait=True, cancel_futures=True)
-
+# ---- per-document stages: one task per shard, on the run's executor ------------------------
 
 def _progress(ctx: RunContext, name: str, total: int | None):
     from tqdm import tqdm
@@ -263,57 +157,37 @@ def _progress(ctx: RunContext, name: str, total: int | None):
                 smoothing=0.1)
 
 
-def run_document_stage(stage, inputs: StageInputs, output: StageOutput) -> dict:
+def run_document_stage(stage, inputs: StageInputs, output: StageOutput, executor=None, label: str = "") -> dict:
+    """Each input shard not finished before becomes a task that writes its own output shard."""
+    from pipeline.executor import LocalExecutor
     ctx = stage.ctx
-    totals: Counter = Counter()
+    executor = executor or LocalExecutor(ctx.num_proc)
+    done = output.done_shards()
+    tasks = [{**shard.to_dict(), "folder": str(output.tmp), "keep_removed_text": output.keep_removed_text,
+              "batch_size": ctx.batch_size} for shard in inputs.shards if shard.name not in done]
+    if done:
+        print(f"[{label or stage.name}] resuming: {len(inputs.shards) - len(tasks)} of {len(inputs.shards)} "
+              "shards finished before", file=sys.stderr)
     bar = _progress(ctx, stage.name, inputs.total)
-    # Batches are read in this thread, and each batch's set-aside records are written just
-    # before its documents: removed/ holds the same bytes for any num_proc.
-    batches = inputs.batches(output)
-    if ctx.num_proc == 1:
-        try:
-            stage.setup()
-        except Exception as exc:
-            raise StageFailed(setup_failure(stage.name, exc)) from exc
-        results = ((stage.process(t) if t.num_rows else t, aside) for t, aside in batches)
-        pool = None
-    else:
-        pool = WorkerPool(stage, ctx.num_proc)
-        results = pool.map(batches)
     try:
-        schema_set = False
-        for table, set_aside in results:
-            output.set_aside(set_aside)
-            if not table.num_rows:
-                continue
-            if not schema_set:
-                output.set_schema(_kept_schema(table, stage))
-                schema_set = True
-            totals.update(stage.batch_stats(table))
-            output.write(table)
-            bar.update(table.num_rows)
+        for marker in executor.map(stage, "process_document_shard", tasks):
+            bar.update(marker["docs_in"])
     finally:
         bar.close()
-        if pool is not None:
-            pool.close()
+    totals: Counter = Counter()
+    for path in sorted((output.tmp / "shards").glob("*.json")):
+        totals.update(read_json(path)["stats"])
     return stage.finish_stats(dict(totals))
-
-
-def _kept_schema(table: pa.Table, stage) -> pa.Schema:
-    """The stage's output schema: input columns plus its declared annotation fields."""
-    declared = {f.name: f for f in stage.output_fields()}
-    fields = [declared.get(f.name, f) for f in table.schema if not f.name.startswith("_")]
-    # Declared columns missing from the first batch still belong to the schema (null there).
-    fields += [f for name, f in declared.items() if name not in table.schema.names]
-    # A column that is all-null in the first batch has no type yet: strings are the safe guess.
-    return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in fields])
 
 
 # ---- chain ------------------------------------------------------------------------------
 
 def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None,
-                  stage_dirs: dict[str, Path]) -> tuple[StageInputs, str]:
-    """A stage's input: given files, the source (first stage), or the previous stage's data."""
+                  stage_dirs: dict[str, Path]):
+    """A stage's input: given files or the source (first stage), cut into shards once the
+    stage folder exists; or the previous stage's output shards. (open(output), fingerprint)."""
+    from pipeline.stages.base import InputShard
+    from pipeline.store import stage_shards
     run = config.run
     idx = config.stages.index(spec)
     if input_paths is not None or idx == 0:
@@ -323,9 +197,9 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
             missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
             if missing:
                 raise UserError(f"--input: not found: {', '.join(missing)}")
-        def open_source():
-            return read_documents(input_cfg, run.batch_size)
-        return StageInputs(open_source, None, count_ids=True), source_fingerprint(input_cfg)
+        from pipeline.ingest import ingest_source
+        return (lambda output, executor: ingest_source(input_cfg, run, output.tmp / "input", executor)), \
+            source_fingerprint(input_cfg)
     prev = config.stages[idx - 1]
     prev_dir = stage_dirs[prev.name]
     if is_purged(prev_dir) and not is_done(prev_dir):
@@ -337,12 +211,8 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
                         "first, or give --input")
     prev_stats = read_json(prev_dir / STATS)
-    files = shards(prev_dir)
-    from pipeline.readers.arrow import read as read_arrow
-
-    def open_prev():
-        return read_arrow(files, run.batch_size)
-    return StageInputs(open_prev, prev_stats.get("docs_out")), prev_stats["fingerprint"]
+    shards_in = [InputShard(name, path, rows) for name, path, rows in stage_shards(prev_dir)]
+    return (lambda output, executor: StageInputs(shards=shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
 
 
 def stage_dirs_for(config: Config) -> dict[str, Path]:
@@ -350,13 +220,13 @@ def stage_dirs_for(config: Config) -> dict[str, Path]:
 
 
 def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: Path | None = None,
-              force: bool = False, stage_dirs=None) -> dict:
+              force: bool = False, stage_dirs=None, executor=None) -> dict:
     stage_dirs = stage_dirs or stage_dirs_for(config)
     folder = Path(output_dir) if output_dir else stage_dirs[spec.name]
     if spec.name == "phi":
         from pipeline.phi.identifiers import check_private_files
         check_private_files(config, [config.output_dir, folder])
-    inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
+    open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
     ctx = _context(config, folder)
     stage = REGISTRY[spec.name](spec.config, ctx)
     fingerprint = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
@@ -366,21 +236,39 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
             log.info("%s: finished before with the same config and input, skipped", spec.name)
             print(f"[{spec.folder}] skipped: done with the same config and input", file=sys.stderr)
             return stats
+    document = isinstance(stage, DocumentStage)
     try:
-        output = StageOutput(folder, shard_size=config.run.shard_size,
-                             keep_removed_text=config.run.keep_removed_text)
+        # Document stages resume an interrupted run shard by shard (same fingerprint only);
+        # global stages start over.
+        output = StageOutput(folder, shard_size=config.run.shard_size, keep_removed_text=config.run.keep_removed_text,
+                             fingerprint=fingerprint if document else None)
     except OSError as exc:
         raise UserError(f"{exc.filename or folder}: cannot create the stage folder ({exc.strerror})") from None
     print(f"[{spec.folder}] running", file=sys.stderr)
     t0 = time.perf_counter()
+    own_executor = executor is None
+    if own_executor:
+        from pipeline.executor import make_executor
+        executor = make_executor(config.run.executor, config.run.num_proc)
     try:
-        extra = run_document_stage(stage, inputs, output) if stage.kind == "document" \
-            else stage.run(inputs, output)
+        inputs = open_inputs(output, executor)
+        inputs.bind(output, executor)
+        if document:
+            extra = run_document_stage(stage, inputs, output, executor, spec.folder)
+        else:
+            extra = stage.run(inputs, output)
     except BaseException:
         output.abort()
         raise
+    finally:
+        if own_executor:
+            executor.close()
     seconds = time.perf_counter() - t0
     extra = dict(extra or {})
+    # Where the time went: shard tasks on the executor's workers, and the driver's own part
+    # (reading the source into shards, combining results): the scaling projection uses both.
+    extra["seconds_ingest"] = round(inputs.ingest_seconds, 3)
+    extra["seconds_tasks"] = round(seconds - inputs.ingest_seconds if document else inputs.task_seconds, 3)
     duplicate_ids = inputs.duplicate_ids()
     if duplicate_ids is not None:
         extra["duplicate_ids"] = duplicate_ids
@@ -389,7 +277,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
                   f"document ({duplicate_ids['ids']} distinct ids); removed/ and duplicate_of name documents "
                   "by id, so give every document its own id", file=sys.stderr)
     stats = output.commit({"stage": spec.name, "position": spec.position, "fingerprint": fingerprint,
-                           "seconds": round(seconds, 3), **extra})
+                           "seconds": round(seconds, 3), "executor": executor.kind, **extra},
+                          input_shards=inputs.names())
     if output_dir is None:
         _publish(stage, folder, config.output_dir)
     rate = stats["docs_in"] / seconds if seconds else 0.0
@@ -448,18 +337,14 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     reusable = set() if force else purged_but_current(config, stage_dirs)
     all_stats = []
     t0 = time.perf_counter()
-    for spec in config.stages:
-        if spec.name in reusable:
-            why = "done with the same config and input" if spec.name == "phi" else \
-                "purged after the last run, and phi is done with the same config and input"
-            print(f"[{spec.folder}] skipped: {why}", file=sys.stderr)
-            all_stats.append(read_json(stage_dirs[spec.name] / STATS))
-            continue
-        stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs)
-        all_stats.append(stats)
-        if stats["docs_out"] == 0 or (spec.name == "pack" and not stats.get("sequences")):
-            raise UserError(nothing_left(config, spec, stats))
-    manifest = write_manifest(config, all_stats, time.perf_counter() - t0)
+    from pipeline.executor import make_executor
+    executor = make_executor(config.run.executor, config.run.num_proc)
+    try:
+        _run_stages(config, stage_dirs, reusable, all_stats, force, executor)
+        executor_info = executor.describe()
+    finally:
+        executor.close()
+    manifest = write_manifest(config, all_stats, time.perf_counter() - t0, executor_info)
     # The report reads the stages' raw removed documents (it shows them redacted, under
     # pseudonyms), so it comes before they are purged.
     if config.run.report:
@@ -470,6 +355,20 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         manifest["privacy"] = privacy
         write_json(config.output_dir / "manifest.json", manifest)
     return manifest
+
+
+def _run_stages(config, stage_dirs, reusable, all_stats, force, executor) -> None:
+    for spec in config.stages:
+        if spec.name in reusable:
+            why = "done with the same config and input" if spec.name == "phi" else \
+                "purged after the last run, and phi is done with the same config and input"
+            print(f"[{spec.folder}] skipped: {why}", file=sys.stderr)
+            all_stats.append(read_json(stage_dirs[spec.name] / STATS))
+            continue
+        stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs, executor=executor)
+        all_stats.append(stats)
+        if stats["docs_out"] == 0 or (spec.name == "pack" and not stats.get("sequences")):
+            raise UserError(nothing_left(config, spec, stats))
 
 
 def purged_but_current(config: Config, stage_dirs: dict[str, Path]) -> set[str]:
@@ -532,9 +431,10 @@ TOKENIZER_MANIFEST_KEYS = ("mode", "vocab_size", "vocab_size_requested", "extend
                            "comparison_examples", "comparison_corpus")
 
 
-def write_manifest(config: Config, all_stats: list[dict], seconds: float) -> dict:
+def write_manifest(config: Config, all_stats: list[dict], seconds: float, executor: dict | None = None) -> dict:
     by_name = {s["stage"]: s for s in all_stats}
     manifest = {
+        "executor": executor or {"kind": "local", "num_proc": config.run.num_proc},
         "config": config.raw,
         "config_file": config.source,
         "versions": _versions(),

@@ -22,12 +22,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text-unit", choices=["file", "line"],
                         help="plain-text input: one document per file, or one per non-empty line")
     parser.add_argument("--force", action="store_true", help="rerun even if finished")
+    parser.add_argument("--executor", choices=["local", "ray"],
+                        help="who runs the shard tasks (overrides executor.kind)")
     args = parser.parse_args(argv)
     with user_errors():
         from pipeline.config import load_config
         from pipeline.runner import expand_names, run_stage, stage_dirs_for
 
-        config = load_config(args.config, text_unit=args.text_unit, check_inputs=False)
+        config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
         specs = expand_names(config, [args.name])
         # Only a stage that reads the source needs the config's input files to exist.
         if args.input is None and specs[0] is config.stages[0]:

@@ -165,7 +165,9 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
         for b in batches:
             output.write(obj.process(b))
     else:
-        obj.run(StageInputs(lambda: (ReaderBatch(b) for b in batches), len(texts)), output)
+        inputs = StageInputs(lambda: (ReaderBatch(b) for b in batches), len(texts))
+        inputs.bind(output)
+        obj.run(inputs, output)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if stage == "tokenizer":
         (WORK / "tokenizer.json").write_bytes((output.folder / "tokenizer.json").read_bytes())

@@ -14,7 +14,7 @@ Two kinds of marker tie a README figure to a result file:
 
 The result files: bench/results.json (`make bench`: scripts/bench.py and
 scripts/bench_minhash_scale.py), bench/heuristics.json (scripts/heuristics_table.py),
-bench/phi_eval.json (scripts/eval_phi.py). Standard library only: the check runs in a hook."""
+bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_executor.py). Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
 import argparse
@@ -199,8 +199,38 @@ def heuristics_table(src: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def executor_scaling(src: dict) -> str:
+    e = load("executor.json", src)
+    labels = {"local_2_processes": "local, `num_proc: 2`", "ray_1_worker": "Ray (local instance, 2 CPUs), 1 worker per stage",
+              "ray_2_workers": "Ray (local instance, 2 CPUs), 2 workers per stage"}
+    lines = ["| executor | documents read | chain wall | docs/s | docs/s per worker |", "|---|---:|---:|---:|---:|"]
+    for name, run in e["runs"].items():
+        workers = 1 if name == "ray_1_worker" else 2
+        lines.append(f"| {labels.get(name, name)} | {run['docs_read']:,} | {run['chain_seconds']:,.1f} s | "
+                     f"{run['docs_per_s']:,.1f} | {run['docs_per_s'] / workers:,.1f} |")
+    lines.append("")
+    same = "byte-identical" if e["identical_outputs"] else "NOT identical"
+    lines.append(f"The three runs' data/, removed/, tokenizer and final/ files ({e['files_compared']:,} files) are {same}. "
+                 f"2 Ray workers do {e['speedup_2_vs_1_ray_workers']:.2f}x the documents per second of 1.")
+    p = e["projection"]
+    d = e["driver_steps"]
+    lines.append("")
+    lines.append("| 36 M abstracts on | hours | shard tasks | reading the source (per file) | driver |")
+    lines.append("|---:|---:|---:|---:|---:|")
+    for cores, row in p["cores"].items():
+        lines.append(f"| {int(cores):,} cores | {row['hours']:.2f} | {row['tasks_hours']:.2f} | {row['ingest_hours']:.3f} | "
+                     f"{row['driver_hours']:.2f} |")
+    lines.append("")
+    lines.append(f"Driver steps timed at {d['docs']:,} documents: exact dedup's first row per hash {d['exact_first_row_s']:.1f} s, "
+                 f"MinHash star clustering over {d['verified_pairs']:,} verified pairs {d['minhash_star_clusters_s']:.1f} s "
+                 f"(connected components {d['minhash_components_s']:.1f} s), tokenizer training on a "
+                 f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s.")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
-             (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table)}
+             (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
+              executor_scaling)}
 
 
 # --- check / write --------------------------------------------------------------------------

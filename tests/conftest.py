@@ -57,12 +57,10 @@ def run_cli(*args, check=True, cwd=ROOT, timeout=900):
 
 
 def read_arrow_dir(folder: Path) -> pa.Table | None:
-    files = sorted(Path(folder).glob("*.arrow"))
-    tables = []
-    for f in files:
-        with pa.OSFile(str(f), "rb") as src:
-            tables.append(pa.ipc.open_stream(src).read_all())
-    return pa.concat_tables(tables) if tables else None
+    """A stage's data/ or removed/ folder as one table, through the store's one reader."""
+    from pipeline.store import read_table
+    folder = Path(folder)
+    return read_table(folder.parent, folder.name)
 
 
 def write_config(path: Path, text: str) -> Path:

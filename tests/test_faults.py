@@ -57,7 +57,7 @@ class KilledNormalize(Normalize):
     """normalize, except that the worker given document d7 dies as the OOM killer ends it."""
 
     def process(self, table):
-        if "d7" in table["id"].to_pylist():
+        if "d7" in table["id"].to_pylist():        # shard 3 of 6, in a worker process
             os.kill(os.getpid(), signal.SIGKILL)
         return super().process(table)
 
@@ -78,7 +78,7 @@ def test_killed_worker_ends_the_run_with_the_memory_hint(tmp_path):
     (tmp_path / "killer.py").write_text(KILLER)
     src = write_jsonl(tmp_path / "in.jsonl", _notes(12))
     cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
-                                            "num_proc: 2\nbatch_size: 2\nstages: [normalize]\n")
+                                            "num_proc: 2\nbatch_size: 2\nshard_size: 2\nstages: [normalize]\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     proc = subprocess.run([sys.executable, "-c", f"import killer; killer.main({str(cfg)!r})"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

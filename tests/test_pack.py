@@ -41,6 +41,7 @@ def run_pack(corpus, folder: Path, seed: int = 5, **options) -> tuple[dict, Path
     ctx = RunContext(run_dir=run_dir, stage_dir=folder, seed=seed, batch_size=64, shard_size=1000, num_proc=1,
                      progress=False, config=None)
     output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
+    inputs.bind(output)
     stats = Pack(PackConfig(seq_len=SEQ_LEN, **options), ctx).run(inputs, output)
     output.commit({"stage": "pack"})
     return stats, folder / "final"

@@ -32,6 +32,7 @@ def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = N
     ctx = RunContext(run_dir=tmp_path, stage_dir=folder, seed=1, batch_size=100, shard_size=1000, num_proc=1,
                      progress=False, config=None)
     output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
+    inputs.bind(output)
     stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)
     output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats})
     return stats, Tokenizer.from_file(str(folder / TOKENIZER_FILE))

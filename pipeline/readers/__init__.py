@@ -46,9 +46,24 @@ def detect_format(path: Path) -> str:
                      "or a datasets save_to_disk folder)")
 
 
+def expand_paths(paths: list[str]) -> list[Path]:
+    """Files named by paths, folders (recursively) and globs, in a stable order."""
+    import glob
+
+    out: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if any(ch in p for ch in "*?["):
+            out.extend(Path(m) for m in sorted(glob.glob(p, recursive=True)) if Path(m).is_file())
+        elif path.is_dir() and not is_hf_folder(path):
+            out.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.name.endswith(SUPPORTED_SUFFIXES)))
+        else:
+            out.append(path)
+    return out
+
+
 def read_documents(input_cfg, batch_size: int) -> Iterator[ReaderBatch]:
     """All documents of the configured input, in file order, as batches."""
-    from pipeline.config import expand_paths
     from pipeline.readers import arrow, hf, jsonl, parquet, pubmed_xml, text
 
     files = expand_paths(input_cfg.paths)

@@ -1,17 +1,21 @@
 """dedup_exact: a 128-bit hash of each document's (normalized) text; the first document of
 each group in input order is kept, the others are removed with `duplicate_of`.
 
-Memory: 16 bytes of hash and 8 bytes of group index per document, plus the ids of documents
-that have duplicates. Two streaming passes over the input."""
+Map, reduce, map: each shard's hashes are computed by a task (work/hash-NAME.npy); the driver
+finds the first row of each hash; each shard is then written by a task with its marks.
+Memory on the driver: 16 bytes of hash and 8 bytes of group index per document, plus the ids
+of documents that have duplicates."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import xxhash
 
-from pipeline.documents import write_marked_duplicates
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.documents import mark_duplicates
+from pipeline.stages.base import GlobalStage, StageConfig
 
 
 class ExactDedupConfig(StageConfig):
@@ -27,20 +31,31 @@ def text_hashes(texts: list[str], lowercase: bool) -> np.ndarray:
     return np.frombuffer(raw, dtype=">u8").astype(np.uint64).reshape(-1, 2)
 
 
-class ExactDedup(Stage):
+class ExactDedup(GlobalStage):
     name = "dedup_exact"
     summary = "exact duplicates by 128-bit text hash; first in input order kept"
     Config = ExactDedupConfig
-    kind = "global"
+
+    def hash_shard(self, task: dict) -> dict:
+        from pipeline.store import read_shard
+        parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase)
+                 for t in read_shard(Path(task["path"]), task["batch_size"], ["text"])]
+        hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
+        np.save(Path(task["folder"]) / "work" / f"hash-{task['name']}.npy", hashes)
+        return {"rows": len(hashes)}
 
     def run(self, inputs, output) -> dict:
-        parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase) for t in inputs.tables(output)]
+        work = output.folder / "work"
+        work.mkdir(exist_ok=True)
+        inputs.map(self, "hash_shard")
+        parts = [np.load(work / f"hash-{name}.npy") for name in inputs.names()]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
         keyed = np.ascontiguousarray(hashes).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()
         _, first, inverse, counts = np.unique(keyed, return_index=True, return_inverse=True,
                                               return_counts=True)
-        del keyed, hashes
-        write_marked_duplicates(inputs.tables(), output, first[inverse], "exact_duplicate")
+        del keyed, hashes, parts
+        mark_duplicates(self, inputs, first[inverse].astype(np.int64), "exact_duplicate")
+        shutil.rmtree(work)
         sizes = counts[counts > 1]
         return {"duplicate_groups": int(len(sizes)), "largest_group": int(sizes.max()) if len(sizes) else 1,
                 "hash": self.config.hash, "bytes_per_doc": 24}

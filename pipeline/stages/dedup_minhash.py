@@ -17,15 +17,16 @@ bytes per document) stay on disk and are mapped one verification chunk at a time
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from collections import Counter
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from pipeline.documents import write_marked_duplicates
+from pipeline.documents import mark_duplicates
 from pipeline.minhash import MinHasher, band_keys, lsh_params
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import GlobalStage, StageConfig
 
 PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
 
@@ -63,48 +64,34 @@ class MinHashConfig(StageConfig):
         return lsh_params(self.threshold, self.num_perm, self.false_negative_weight)
 
 
-class MinHashDedup(Stage):
+class MinHashDedup(GlobalStage):
     name = "dedup_minhash"
     summary = "MinHash LSH near-duplicates (datasketch-identical signatures), out of core"
     Config = MinHashConfig
-    kind = "global"
 
-    def run(self, inputs, output) -> dict:
+    def signature_shard(self, task: dict) -> dict:
+        """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition."""
+        from pipeline.store import read_shard
         cfg = self.config
         bands, rows = cfg.bands()
         hasher = cfg.hasher()
-        work = output.folder / "work"
-        work.mkdir()
-        parts = [open(work / f"bucket-{p:04d}.bin", "wb") for p in range(cfg.partitions)]
-        shift = np.uint64(64 - max(1, int(np.ceil(np.log2(cfg.partitions))))) if cfg.partitions > 1 else None
-        n = 0
-        with open(work / "signatures.bin", "wb") as sig_file:
-            for table in inputs.tables(output):
-                sigs = hasher.signatures(table["text"].to_pylist())
-                sig_file.write(sigs.tobytes())
-                keys = band_keys(sigs, bands, rows)
-                pairs = np.empty(keys.size, PAIR)
-                pairs["key"] = keys.ravel()
-                pairs["row"] = np.repeat(np.arange(n, n + len(sigs), dtype=np.uint32), bands)
-                part_of = (pairs["key"] >> shift).astype(np.int64) % cfg.partitions if shift is not None \
-                    else np.zeros(len(pairs), np.int64)
-                order = np.argsort(part_of, kind="stable")
-                bounds = np.searchsorted(part_of[order], np.arange(cfg.partitions + 1))
-                for p in range(cfg.partitions):
-                    chunk = pairs[order[bounds[p]:bounds[p + 1]]]
-                    if len(chunk):
-                        parts[p].write(chunk.tobytes())
-                n += len(sigs)
-        for f in parts:
-            f.close()
+        parts = [hasher.signatures(t["text"].to_pylist()) for t in read_shard(Path(task["path"]), task["batch_size"], ["text"])]
+        sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
+        work = Path(task["folder"]) / "work"
+        np.save(work / f"sig-{task['name']}.npy", sigs)
+        write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
+                              cfg.partitions)
+        return {"rows": len(sigs)}
 
-        sig_path = work / "signatures.bin"
-        src, dst, candidates, largest = [], [], 0, 0
-        for p in range(cfg.partitions):
-            pairs = np.fromfile(work / f"bucket-{p:04d}.bin", PAIR)
-            largest = max(largest, len(pairs))
-            if len(pairs) < 2:
-                continue
+    def partition_pairs(self, task: dict) -> dict:
+        """Reduce, per bucket partition: candidate pairs (first member of a bucket, other
+        member), verified by estimated Jaccard; written to work/pairs-P.npy."""
+        cfg = self.config
+        work = Path(task["folder"]) / "work"
+        pairs = read_partition(work, task["names"], task["partition"])
+        u = v = np.zeros(0, np.int64)
+        candidates = 0
+        if len(pairs) >= 2:
             pairs = pairs[np.argsort(pairs["key"], kind="stable")]
             same = pairs["key"][1:] == pairs["key"][:-1]
             run_start = np.flatnonzero(np.concatenate([[True], ~same]))
@@ -112,25 +99,42 @@ class MinHashDedup(Stage):
             first_row = pairs["row"][run_start][run_id]          # first member of each row's bucket
             other = pairs["row"] != first_row
             u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
-            candidates += len(u)
+            candidates = len(u)
             if cfg.verify and len(u):
-                keep = _estimated_jaccard(sig_path, n, cfg.num_perm, u, v) >= cfg.threshold - cfg.verify_margin
+                sigs = ShardSignatures(work, task["names"], task["offsets"], cfg.num_perm)
+                keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
                 u, v = u[keep], v[keep]
-            src.append(u)
-            dst.append(v)
-        u = np.concatenate(src) if src else np.zeros(0, np.int64)
-        v = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+        np.save(work / f"pairs-{task['partition']:04d}.npy", np.stack([u, v]))
+        return {"candidates": int(candidates), "largest": int(len(pairs))}
+
+    def run(self, inputs, output) -> dict:
+        cfg = self.config
+        bands, rows = cfg.bands()
+        work = output.folder / "work"
+        work.mkdir(exist_ok=True)
+        inputs.map(self, "signature_shard")
+        names = inputs.names()
+        offsets = inputs.row_offsets()
+        n = sum(s.rows for s in inputs.shards)
+        results = inputs.map_tasks(self, "partition_pairs", [{"partition": p, "names": names, "offsets": offsets}
+                                                             for p in range(cfg.partitions)])
+        candidates = sum(r["candidates"] for r in results)
+        largest = max((r["largest"] for r in results), default=0)
+        found = [np.load(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
+        u = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
+        v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
+        del found
+        sigs = ShardSignatures(work, names, offsets, cfg.num_perm)
         if cfg.clustering == "star":
-            rep_of_row = _star_clusters(sig_path, n, cfg.num_perm, u, v, cfg.threshold - cfg.verify_margin)
+            rep_of_row = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin)
         else:
             labels, rep = _clusters(n, u, v)
             rep_of_row = rep[labels]
         # How far removed documents are from the document kept in their place.
         removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
-        similarity = _estimated_jaccard(sig_path, n, cfg.num_perm, removed_rows, rep_of_row[removed_rows])
+        similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+        mark_duplicates(self, inputs, rep_of_row, "near_duplicate")
         shutil.rmtree(work)
-
-        write_marked_duplicates(inputs.tables(), output, rep_of_row, "near_duplicate")
         sizes = np.bincount(rep_of_row, minlength=n) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         far = round(cfg.threshold - 0.2, 6)
@@ -144,21 +148,71 @@ class MinHashDedup(Stage):
                 "largest_partition_pairs": int(largest)}
 
 
-def _estimated_jaccard(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    """Fraction of equal signature values per pair. The signature file is mapped per chunk and
-    unmapped after it: pages a mapping touched count in RSS, and over all candidates they would
-    cover most of the file (4 x num_perm bytes per document)."""
+def write_band_partitions(stem: Path, keys: np.ndarray, row0: int, partitions: int) -> None:
+    """A shard's (band key, global row) records, grouped by bucket partition (the key's top
+    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start."""
+    n, bands = keys.shape if keys.ndim == 2 else (0, 0)
+    pairs = np.empty(keys.size, PAIR)
+    pairs["key"] = keys.ravel()
+    pairs["row"] = np.repeat(np.arange(row0, row0 + n, dtype=np.uint32), bands)
+    if partitions > 1:
+        shift = np.uint64(64 - max(1, int(np.ceil(np.log2(partitions)))))
+        part_of = (pairs["key"] >> shift).astype(np.int64) % partitions
+    else:
+        part_of = np.zeros(len(pairs), np.int64)
+    order = np.argsort(part_of, kind="stable")
+    pairs[order].tofile(str(stem) + ".bin")
+    np.save(str(stem) + ".idx.npy", np.searchsorted(part_of[order], np.arange(partitions + 1)))
+
+
+def read_partition(work: Path, names: list[str], partition: int) -> np.ndarray:
+    """One partition's records from every shard, in shard (= row) order."""
+    parts = []
+    for name in names:
+        idx = np.load(work / f"bands-{name}.idx.npy")
+        lo, hi = int(idx[partition]), int(idx[partition + 1])
+        if hi > lo:
+            parts.append(np.fromfile(work / f"bands-{name}.bin", PAIR, count=hi - lo, offset=lo * PAIR.itemsize))
+    return np.concatenate(parts) if parts else np.zeros(0, PAIR)
+
+
+class ShardSignatures:
+    """Signatures by global row, from the shards' work/sig-NAME.npy files, memory-mapped on
+    first use. `release()` unmaps them: pages a mapping touched count in RSS."""
+
+    def __init__(self, work: Path, names: list[str], offsets: list[int], num_perm: int):
+        self.work = Path(work)
+        self.names = list(names)
+        self.offsets = np.asarray(offsets, np.int64)
+        self.num_perm = num_perm
+        self._maps: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, rows) -> np.ndarray:
+        rows = np.atleast_1d(np.asarray(rows, np.int64))
+        out = np.empty((len(rows), self.num_perm), np.uint32)
+        shard = np.searchsorted(self.offsets, rows, side="right") - 1
+        for s in np.unique(shard).tolist():
+            sel = shard == s
+            if s not in self._maps:
+                self._maps[s] = np.load(self.work / f"sig-{self.names[s]}.npy", mmap_mode="r")
+            out[sel] = self._maps[s][rows[sel] - self.offsets[s]]
+        return out
+
+    def release(self) -> None:
+        self._maps.clear()
+
+
+def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """Fraction of equal signature values per pair, a chunk of pairs at a time; the mappings
+    are dropped after each chunk, so over all candidates RSS stays bounded."""
     out = np.empty(len(u))
     for i in range(0, len(u), chunk):
-        signatures = np.memmap(path, np.uint32, "r", shape=(n, num_perm))
-        a = np.array(signatures[u[i:i + chunk]])
-        b = np.array(signatures[v[i:i + chunk]])
-        del signatures
-        out[i:i + chunk] = (a == b).mean(axis=1)
+        out[i:i + chunk] = (sigs[u[i:i + chunk]] == sigs[v[i:i + chunk]]).mean(axis=1)
+        sigs.release()
     return out
 
 
-def _star_clusters(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
+def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
     """Each row's representative, star-shaped: rows in input order; a row with earlier
     candidates joins the representative of one of them (the most similar) if its estimated
     Jaccard to that representative reaches min_similarity, else it represents itself. So a
@@ -171,16 +225,14 @@ def _star_clusters(path, n: int, num_perm: int, u: np.ndarray, v: np.ndarray, mi
     u, v = u[order], v[order]
     starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
     ends = np.append(starts[1:], len(v))
-    # One mapping for the loop: it reads only rows that have candidates and their representatives.
-    signatures = np.memmap(path, np.uint32, "r", shape=(n, num_perm))
     for s, e in zip(starts.tolist(), ends.tolist()):
         row = int(v[s])
         reps = np.unique(rep[u[s:e]])
-        similarity = (signatures[reps] == signatures[row]).mean(axis=1)
+        similarity = (sigs[reps] == sigs[row]).mean(axis=1)
         best = int(np.argmax(similarity))
         if similarity[best] >= min_similarity:
             rep[row] = reps[best]
-    del signatures
+    sigs.release()
     return rep
 
 
@@ -197,36 +249,3 @@ def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndar
     rep = np.full(labels.max() + 1, n, np.int64)
     np.minimum.at(rep, labels, np.arange(n))
     return labels, rep
-
-
-class SplitLeakChecker:
-    """After the split: how many validation documents share an LSH bucket with a train
-    document (same MinHash settings as dedup_minhash). Holds 9 bytes per document and band."""
-
-    def __init__(self, config: MinHashConfig, ctx):
-        self.hasher = config.hasher()
-        self.bands, self.rows = config.bands()
-        self.keys: list[np.ndarray] = []
-        self.is_val: list[np.ndarray] = []
-
-    def add(self, texts: list[str], is_val: np.ndarray) -> None:
-        self.keys.append(band_keys(self.hasher.signatures(texts), self.bands, self.rows))
-        self.is_val.append(np.asarray(is_val, bool))
-
-    def count_validation_near_train(self) -> int:
-        if not self.keys:
-            return 0
-        keys = np.concatenate(self.keys)
-        is_val = np.concatenate(self.is_val)
-        n = len(is_val)
-        rows = np.repeat(np.arange(n), self.bands)
-        flat = keys.ravel()
-        order = np.argsort(flat, kind="stable")
-        fk, fr = flat[order], rows[order]
-        starts = np.flatnonzero(np.concatenate([[True], fk[1:] != fk[:-1]]))
-        run_id = np.cumsum(np.concatenate([[True], fk[1:] != fk[:-1]])) - 1
-        has_train = np.zeros(len(starts), bool)
-        np.logical_or.at(has_train, run_id, ~is_val[fr])
-        leaked = np.zeros(n, bool)
-        leaked[fr[is_val[fr] & has_train[run_id]]] = True
-        return int(leaked.sum())

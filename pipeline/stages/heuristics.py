@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]   # Gopher's
 BULLETS = "•‣⁃◦▪▫●○■□➢➤►*\\-"
@@ -62,7 +62,7 @@ class HeuristicsConfig(StageConfig):
     c4_min_sentences: int = Field(default=0, ge=0)
 
 
-class Heuristics(Stage):
+class Heuristics(DocumentStage):
     name = "heuristics"
     summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 rules"
     Config = HeuristicsConfig

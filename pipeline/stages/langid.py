@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 
 def bundled_lid_model() -> str:
@@ -25,7 +25,7 @@ class LangIdConfig(StageConfig):
     model_path: str | None = None
 
 
-class LanguageId(Stage):
+class LanguageId(DocumentStage):
     name = "langid"
     summary = "fastText lid.176 language ID; keeps configured languages above min_score"
     Config = LangIdConfig

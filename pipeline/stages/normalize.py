@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 # Only real HTML tag names, so "p <0.05" or "a<b and c>d" in science text survive.
 _TAGS = ("a|abbr|b|bdi|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|"
@@ -30,7 +30,7 @@ class NormalizeConfig(StageConfig):
     max_blank_lines: int = 1
 
 
-class Normalize(Stage):
+class Normalize(DocumentStage):
     name = "normalize"
     summary = "Unicode NFC, HTML and control characters out, whitespace normalized"
     Config = NormalizeConfig

@@ -17,7 +17,7 @@ import xxhash
 from pydantic import Field
 
 from pipeline.errors import UserError
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
 from pipeline.store import ShardWriter, shards
@@ -172,11 +172,10 @@ class BucketShuffle:
             yield table.take(pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]))
 
 
-class Pack(Stage):
+class Pack(GlobalStage):
     name = "pack"
     summary = "tokenize, shuffle, EOS between documents, pack into seq_len int32 sequences (final/)"
     Config = PackConfig
-    kind = "global"
     artifacts = {"final": "final"}
 
     def _tokenizer(self):
@@ -192,27 +191,53 @@ class Pack(Stage):
                 return Tokenizer.from_file(str(path))
         raise UserError(f"pack needs a tokenizer: {candidates[0]} does not exist; run the tokenizer stage first")
 
-    def _documents(self, inputs, output, encode, shuffle: BucketShuffle | None) -> Iterator[pa.Table]:
-        """Tokenized documents (split code, ids) in packing order: corpus order, or key order."""
-        pos = 0
-        for table in inputs.tables(output):
-            output.write(table)
+    def tokenize_shard(self, task: dict) -> dict:
+        """Map: one shard's documents tokenized (key, global position, split, ids) into
+        work/tok-NAME.arrow; the documents pass through unchanged as the output shard."""
+        from pipeline.executor import rewrite_shard
+        if getattr(self, "_encode", None) is None:
+            tok = self._tokenizer()
+            # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
+            self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+        path = Path(task["folder"]) / "work" / "tokens" / f"{task['name']}.arrow"
+        sink = pa.OSFile(str(path) + ".tmp", "wb")
+        writer = pa.ipc.new_stream(sink, BUCKET_SCHEMA)
+        shuffle = task["shuffle"]
+
+        def tokenize(table: pa.Table, row0: int) -> pa.Table:
             if "split" in table.column_names:
                 split = pc.if_else(pc.equal(table["split"], "validation"), 1, 0).cast(pa.int8())
             else:
                 split = pa.array(np.zeros(table.num_rows, np.int8))
-            ids = pa.array([e.ids for e in encode(table["text"].to_pylist(), add_special_tokens=False)],
+            ids = pa.array([e.ids for e in self._encode(table["text"].to_pylist(), add_special_tokens=False)],
                            pa.list_(pa.int32()))
             n = table.num_rows
-            docs = pa.table({"key": pa.array(np.zeros(n, np.uint64) if shuffle is None
-                                             else shuffle_keys(table["id"].to_pylist(), self.ctx.seed)),
-                             "pos": pa.array(np.arange(pos, pos + n, dtype=np.int64)), "split": split, "ids": ids},
-                            schema=BUCKET_SCHEMA)
-            pos += n
-            if shuffle is None:
-                yield docs
-            else:
-                shuffle.add(docs)
+            keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed) if shuffle else np.zeros(n, np.uint64)
+            writer.write_table(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
+                                         "split": split, "ids": ids}, schema=BUCKET_SCHEMA))
+            return table
+        try:
+            marker = rewrite_shard(self, task, tokenize)
+        finally:
+            writer.close()
+            sink.close()
+        Path(str(path) + ".tmp").replace(path)
+        return marker
+
+    def _documents(self, inputs, output, shuffle: BucketShuffle | None) -> Iterator[pa.Table]:
+        """Tokenized documents (split code, ids) in packing order: corpus order, or key order.
+        Tokenizing is per shard, on the executor; the driver reads the results in shard order."""
+        from pipeline.store import read_shard
+        (output.folder / "work" / "tokens").mkdir(parents=True, exist_ok=True)
+        inputs.map(self, "tokenize_shard", shuffle=shuffle is not None)
+        for name in inputs.names():
+            path = output.folder / "work" / "tokens" / f"{name}.arrow"
+            for docs in read_shard(path):
+                if shuffle is None:
+                    yield docs
+                else:
+                    shuffle.add(docs)
+            path.unlink()
         if shuffle is not None:
             yield from shuffle.drain()
 
@@ -223,8 +248,6 @@ class Pack(Stage):
         if eos is None:
             raise UserError(f"stages.pack.eos_token: {cfg.eos_token!r} is not in the tokenizer's vocabulary")
         vocab_size = tok.get_vocab_size()
-        # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
-        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
         seq_type = pa.list_(pa.int32(), cfg.seq_len)
         schema = pa.schema([("input_ids", seq_type)])
         work = output.folder / "work"
@@ -244,7 +267,7 @@ class Pack(Stage):
         shuffle = BucketShuffle(work / "shuffle", int(cfg.shuffle_memory_mb * 2**20)) if cfg.shuffle else None
         if shuffle is not None:
             shuffle.folder.mkdir(parents=True, exist_ok=True)
-        for table in self._documents(inputs, output, encode, shuffle):
+        for table in self._documents(inputs, output, shuffle):
             codes = table["split"].to_numpy()
             for code, split in enumerate(SPLITS):
                 part = table.filter(pa.array(codes == code)) if (codes != code).any() else table

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from pipeline.ccnet_norm import document_lines, normalize_lines
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 DEFAULT_MODEL = "data/models/pubmed_lm.binary"
 BUCKETS = ("head", "middle", "tail")
@@ -43,7 +43,7 @@ def document_perplexity(model, normalized: str) -> float:
     return round(10.0 ** (-log_score / length), 1) if length else float("inf")
 
 
-class Perplexity(Stage):
+class Perplexity(DocumentStage):
     name = "perplexity"
     summary = "KenLM perplexity (CCNet normalization); max threshold or head/middle/tail buckets"
     Config = PerplexityConfig

@@ -14,7 +14,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 ENTITY_COUNTS = pa.list_(pa.struct([("type", pa.string()), ("count", pa.int32())]))
 
@@ -47,7 +47,7 @@ class PhiConfig(StageConfig):
         return data
 
 
-class PhiDeidentify(Stage):
+class PhiDeidentify(DocumentStage):
     name = "phi"
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig

@@ -2,13 +2,18 @@
 so a document lands in the same split whatever else is in the corpus."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
 from pipeline.documents import set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.minhash import band_keys
+from pipeline.stages.base import GlobalStage, StageConfig
 
 SPLITS = ("train", "validation")
 
@@ -26,35 +31,82 @@ def assign_splits(ids: list[str], seed: int, validation_fraction: float) -> np.n
     return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < validation_fraction
 
 
-class Split(Stage):
+class Split(GlobalStage):
     name = "split"
     summary = "document-level train/validation split, stable per id and seed"
     Config = SplitConfig
-    kind = "global"
 
     def output_fields(self):
         return [pa.field("split", pa.string())]
 
-    def run(self, inputs, output) -> dict:
-        counts = {s: 0 for s in SPLITS}
-        checker = self._near_duplicate_checker()
-        for table in inputs.tables(output):
+    def batch_stats(self, table: pa.Table) -> dict[str, int]:
+        if "split" not in table.column_names:
+            return {}
+        return {f"split.{v['values']}": v["counts"] for v in pc.value_counts(table["split"]).to_pylist()}
+
+    def split_shard(self, task: dict) -> dict:
+        """Map: the split column of one shard, written as its output shard; with the leak
+        check, the shard's LSH band keys (dedup_minhash's settings) by partition."""
+        from pipeline.executor import rewrite_shard
+        leak = task.get("leak")
+        keys, flags = [], []
+        hasher = None
+        if leak:
+            from pipeline.stages.dedup_minhash import MinHashConfig
+            mh = MinHashConfig.model_validate(leak)
+            hasher, (bands, rows) = mh.hasher(), mh.bands()
+
+        def assign(table: pa.Table, row0: int) -> pa.Table:
             is_val = assign_splits(table["id"].to_pylist(), self.ctx.seed, self.config.validation_fraction)
-            table = set_column(table, "split", pa.array(np.where(is_val, "validation", "train"), pa.string()))
-            counts["validation"] += int(is_val.sum())
-            counts["train"] += int((~is_val).sum())
-            if checker is not None:
-                checker.add(table["text"].to_pylist(), is_val)
-            output.write(table)
+            if hasher is not None:
+                keys.append(band_keys(hasher.signatures(table["text"].to_pylist()), bands, rows))
+                flags.append(is_val)
+            return set_column(table, "split", pa.array(np.where(is_val, "validation", "train"), pa.string()))
+        marker = rewrite_shard(self, task, assign)
+        if hasher is not None:
+            from pipeline.stages.dedup_minhash import write_band_partitions
+            work = Path(task["folder"]) / "work"
+            all_keys = np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)
+            write_band_partitions(work / f"bands-{task['name']}", all_keys, task["row0"], mh.partitions)
+            np.save(work / f"val-{task['name']}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
+        return marker
+
+    def leak_partition(self, task: dict) -> dict:
+        """Reduce, per bucket partition: validation rows that share a bucket with a train row."""
+        from pipeline.stages.dedup_minhash import read_partition
+        work = Path(task["folder"]) / "work"
+        pairs = read_partition(work, task["names"], task["partition"])
+        if not len(pairs):
+            return {"rows": []}
+        is_val = np.concatenate([np.load(work / f"val-{name}.npy") for name in task["names"]])
+        order = np.argsort(pairs["key"], kind="stable")
+        fk, fr = pairs["key"][order], pairs["row"][order].astype(np.int64)
+        new_run = np.concatenate([[True], fk[1:] != fk[:-1]])
+        run_id = np.cumsum(new_run) - 1
+        has_train = np.zeros(int(new_run.sum()), bool)
+        np.logical_or.at(has_train, run_id, ~is_val[fr])
+        return {"rows": np.unique(fr[is_val[fr] & has_train[run_id]]).tolist()}
+
+    def run(self, inputs, output) -> dict:
+        leak = self._leak_settings()
+        if leak is not None:
+            (output.folder / "work").mkdir(exist_ok=True)
+        markers = inputs.map(self, "split_shard", leak=leak)
+        counts = {s: sum(m["stats"].get(f"split.{s}", 0) for m in markers) for s in SPLITS}
         stats = {"splits": counts, "validation_fraction": self.config.validation_fraction}
-        if checker is not None:
-            leak = checker.count_validation_near_train()
-            stats["validation_near_train"] = leak
+        if leak is not None:
+            names = inputs.names()
+            found = inputs.map_tasks(self, "leak_partition", [{"partition": p, "names": names}
+                                                              for p in range(leak["partitions"])])
+            stats["validation_near_train"] = len({r for f in found for r in f["rows"]})
+            shutil.rmtree(output.folder / "work")
         return stats
 
-    def _near_duplicate_checker(self):
+    def finish_stats(self, totals: dict) -> dict:
+        return totals
+
+    def _leak_settings(self) -> dict | None:
         config = self.ctx.config
         if not self.config.check_near_duplicates or config is None or not config.has_stage("dedup_minhash"):
             return None
-        from pipeline.stages.dedup_minhash import SplitLeakChecker
-        return SplitLeakChecker(config.stage("dedup_minhash").config, self.ctx)
+        return config.stage("dedup_minhash").config.model_dump()

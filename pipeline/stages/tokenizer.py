@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from pipeline.errors import UserError
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import GlobalStage, StageConfig
 
 TOKENIZER_FILE = "tokenizer.json"
 # What the run's own tokenizer is called in the comparison, by mode.
@@ -45,6 +46,9 @@ class TokenizerConfig(StageConfig):
     compare: list[Literal["gpt2", "cl100k", "o200k"]] = ["gpt2", "cl100k", "o200k"]
     compare_files: dict[str, str] = {}
     compare_max_docs: int = Field(default=5000, ge=1)
+    # Train (or extend) on about this many train documents, a sample keyed by (seed, id), so
+    # training time stays bounded on a large corpus (it is one task, on the driver). None: all.
+    train_sample_docs: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -172,11 +176,10 @@ def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: i
                  "extend_merges_added": added_merges, "base_vocab_size": base_vocab_size}
 
 
-class TrainTokenizer(Stage):
+class TrainTokenizer(GlobalStage):
     name = "tokenizer"
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
-    kind = "global"
     artifacts = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
 
     def fingerprint_files(self) -> list[Path]:
@@ -194,9 +197,16 @@ class TrainTokenizer(Stage):
         return placeholder_tokens()
 
     def _train_batches(self, inputs, output, counter: dict) -> Iterator[list[str]]:
+        fraction = None
+        if self.config.train_sample_docs is not None and inputs.total:
+            fraction = self.config.train_sample_docs / inputs.total
         for table in inputs.tables(output):
             if "split" in table.column_names:
                 table = table.filter(pc.equal(table["split"], "train"))
+            if fraction is not None and fraction < 1.0:
+                from pipeline.stages.split import assign_splits
+                # The same keyed hash as the split, with another seed: a sample by id.
+                table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
             counter["docs"] += table.num_rows
             if table.num_rows:
                 yield table["text"].to_pylist()
@@ -239,12 +249,14 @@ class TrainTokenizer(Stage):
         stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 
-        # Documents pass through unchanged (pack reads them from here); validation texts are kept
-        # aside, up to compare_max_docs in corpus order, for the comparison.
+        # Documents pass through unchanged (pack reads them from here), shard by shard on the
+        # executor; validation texts, up to compare_max_docs in corpus order, for the comparison.
+        inputs.map(self, "copy_shard")
         validation: list[str] = []
-        for table in inputs.tables(output):
-            output.write(table)
-            if "split" in table.column_names and len(validation) < cfg.compare_max_docs:
+        for table in inputs.tables():
+            if len(validation) >= cfg.compare_max_docs:
+                break
+            if "split" in table.column_names:
                 val = table.filter(pc.equal(table["split"], "validation"))
                 validation.extend(val["text"].to_pylist()[: cfg.compare_max_docs - len(validation)])
         stats.update(self._compare(tok, base_json, validation))

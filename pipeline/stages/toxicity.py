@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.stages.base import DocumentStage, StageConfig
 
 
 class ToxicityConfig(StageConfig):
@@ -17,7 +17,7 @@ class ToxicityConfig(StageConfig):
     max_score: float = Field(default=0.9, ge=0.0, le=1.0)
 
 
-class Toxicity(Stage):
+class Toxicity(DocumentStage):
     name = "toxicity"
     summary = "alt-profanity-check linear SVM score; removes documents above max_score"
     Config = ToxicityConfig

@@ -1,0 +1,345 @@
+"""Executors: who runs a stage's shard tasks. The same contract for both (see store.py):
+a task is one input shard, a worker holds one stage instance set up once (models loaded
+once per worker), and a task writes its shard's files and marker itself, so the driver
+only hands out shard descriptors and commits.
+
+- local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
+- ray: Ray Data, `from_items` of shard descriptors into `map_batches` over an actor pool
+  (one actor per worker, `setup()` in its constructor), as NeMo Curator drives Ray. Ray's
+  own file readers and writers are not used: they merge blocks and name files at random.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.errors import UserError
+from pipeline.stages.base import StageFailed
+
+log = logging.getLogger("medprep")
+
+
+# ---- the shard task of a per-document stage ----------------------------------------------
+
+def kept_schema(table: pa.Table, stage) -> pa.Schema:
+    """The stage's output schema: input columns plus its declared annotation fields."""
+    declared = {f.name: f for f in stage.output_fields()}
+    fields = [declared.get(f.name, f) for f in table.schema if not f.name.startswith("_")]
+    # Declared columns missing from the first batch still belong to the schema (null there).
+    fields += [f for name, f in declared.items() if name not in table.schema.names]
+    # A column that is all-null in the first batch has no type yet: strings are the safe guess.
+    return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in fields])
+
+
+def shard_of(task: dict):
+    from pipeline.stages.base import InputShard
+    return InputShard(task["name"], Path(task["path"]), task.get("rows"),
+                      Path(task["aside_path"]) if task.get("aside_path") else None)
+
+
+def rewrite_shard(stage, task: dict, transform) -> dict:
+    """Read one input shard, write `transform(table, first_row)` of each batch to
+    data/NAME.arrow and removed/NAME.arrow (rows with a reason), then the marker. The
+    shard's set-aside records go first. Returns the marker (counts and batch stats)."""
+    from pipeline.store import ShardFiles, read_shard, shard_schema
+    shard = shard_of(task)
+    out = ShardFiles(Path(task["folder"]), shard.name, keep_removed_text=task["keep_removed_text"])
+    totals: Counter = Counter()
+    row = task.get("row0", 0)
+    try:
+        out.set_aside(shard.set_aside())
+        for table in read_shard(shard.path, task["batch_size"]):
+            if not table.num_rows:
+                continue
+            n = table.num_rows
+            table = transform(table, row)
+            row += n
+            if out.data.schema is None:
+                out.data.schema = kept_schema(table, stage)
+            totals.update(stage.batch_stats(table))
+            out.write(table)
+        if out.data.schema is None:
+            # No document in this shard: the input's columns and the stage's declared ones.
+            out.data.schema = kept_schema(shard_schema(shard.path).empty_table(), stage)
+        return out.close(dict(totals))
+    except BaseException:
+        out.abort()
+        raise
+
+
+def process_document_shard(stage, task: dict) -> dict:
+    """A per-document stage's task: `stage.process` on each batch of one shard."""
+    return rewrite_shard(stage, task, lambda table, row0: stage.process(table))
+
+
+def run_task(stage, method: str, task: dict) -> dict:
+    if method == "process_document_shard":
+        return process_document_shard(stage, task)
+    return getattr(stage, method)(task)
+
+
+def setup_failure(name: str, exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
+
+
+# ---- local ---------------------------------------------------------------------------------
+
+_worker_stage = None
+_worker_setup_error: str | None = None
+
+
+def _init_worker(stage_cls, config, ctx):
+    global _worker_stage, _worker_setup_error
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        _worker_stage = stage_cls(config, ctx)
+        _worker_stage.setup()
+    except Exception as exc:
+        # Raised with the first task instead: an initializer that raises only breaks the
+        # pool (multiprocessing.Pool even respawns the worker forever), losing the cause.
+        _worker_setup_error = setup_failure(stage_cls.name, exc)
+
+
+def _task_in_worker(method: str, task: dict) -> dict:
+    if _worker_setup_error is not None:
+        raise StageFailed(_worker_setup_error)
+    return run_task(_worker_stage, method, task)
+
+
+class LocalExecutor:
+    kind = "local"
+
+    def __init__(self, num_proc: int = 1):
+        self.num_proc = num_proc
+
+    def describe(self) -> dict:
+        return {"kind": "local", "num_proc": self.num_proc}
+
+    def workers_for(self, stage, n_tasks: int) -> int:
+        return max(1, min(self.num_proc, n_tasks))
+
+    def map(self, stage, method: str, tasks: list[dict], *, setup: bool = True):
+        """Results of `method` on each task, yielded in task order."""
+        if not tasks:
+            return
+        workers = self.workers_for(stage, len(tasks))
+        if workers == 1:
+            if setup and not getattr(stage, "_set_up", False):
+                try:
+                    stage.setup()
+                except Exception as exc:
+                    raise StageFailed(setup_failure(stage.name, exc)) from exc
+                stage._set_up = True
+            for task in tasks:
+                yield run_task(stage, method, task)
+            return
+        pool = WorkerPool(stage, workers)
+        try:
+            yield from pool.map(method, tasks)
+        finally:
+            pool.close()
+
+    def close(self) -> None:
+        pass
+
+
+class WorkerPool:
+    """Worker processes for a stage's shard tasks, results in task order, at most two tasks
+    per worker in flight. A worker that cannot set up, or that dies (the kernel's
+    out-of-memory killer sends SIGKILL), ends the stage with one line naming the cause:
+    concurrent.futures marks the pool broken where multiprocessing.Pool would replace the
+    worker and wait forever for its lost task."""
+
+    def __init__(self, stage, num_proc: int):
+        from concurrent.futures import ProcessPoolExecutor
+        self.stage_name = stage.name
+        self.num_proc = num_proc
+        # spawn: no inherited threads or locks from this process.
+        self.executor = ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                            initargs=(type(stage), stage.config, stage.ctx))
+        self.processes: dict = {}
+
+    def map(self, method: str, tasks: list[dict]):
+        from collections import deque
+        from concurrent.futures.process import BrokenProcessPool
+        in_flight: deque = deque()
+        for task in tasks:
+            try:
+                future = self.executor.submit(_task_in_worker, method, task)
+            except BrokenProcessPool:
+                raise StageFailed(self._death()) from None
+            # The executor starts workers as tasks arrive: note each one, to tell how it ended.
+            self.processes.update(self.executor._processes or {})
+            in_flight.append(future)
+            while len(in_flight) > 2 * self.num_proc:
+                yield self._result(in_flight.popleft())
+        while in_flight:
+            yield self._result(in_flight.popleft())
+
+    def _result(self, future):
+        from concurrent.futures.process import BrokenProcessPool
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise StageFailed(self._death()) from None
+
+    def _death(self) -> str:
+        import signal
+        import time
+        # Let the executor's manager thread finish reaping first: if this thread and that one
+        # call waitpid on the same dead worker at once, the loser sees ECHILD and its exitcode
+        # reads None for a moment, which once turned the SIGKILL report into SIGTERM.
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        deadline = time.monotonic() + 5
+        codes = []
+        for p in self.processes.values():
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            while p.exitcode is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            codes.append(p.exitcode)
+        # The pool terminates the surviving workers (SIGTERM) once one has died.
+        dead = [c for c in codes if c not in (None, 0, -signal.SIGTERM)] or [c for c in codes if c]
+        code = dead[0] if dead else None
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name
+            msg = f"stage '{self.stage_name}': a worker process was killed by {sig}"
+            if -code == signal.SIGKILL:
+                msg += (" (most often the kernel's out-of-memory killer: lower num_proc or batch_size, "
+                        "or give the run more memory)")
+            return msg
+        return f"stage '{self.stage_name}': a worker process exited unexpectedly (exit code {code})"
+
+    def close(self) -> None:
+        for p in self.processes.values():
+            if p.exitcode is None:
+                p.terminate()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+# ---- ray -----------------------------------------------------------------------------------
+
+class RayShardWorker:
+    """A Ray Data actor: one stage instance, set up once in the constructor. Errors come back
+    as values (one line), not as exceptions wrapped in Ray's tracebacks."""
+
+    def __init__(self, stage_cls, config, ctx, method: str):
+        logging.basicConfig(level=logging.WARNING)
+        self.method = method
+        self.error = None
+        try:
+            self.stage = stage_cls(config, ctx)
+            self.stage.setup()
+        except Exception as exc:
+            self.error = setup_failure(stage_cls.name, exc)
+
+    def __call__(self, batch: dict) -> dict:
+        import numpy as np
+        results = []
+        for raw in batch["task"]:
+            if self.error is not None:
+                results.append(json.dumps({"_error": self.error, "_user": True}))
+                continue
+            try:
+                results.append(json.dumps(run_task(self.stage, self.method, json.loads(raw))))
+            except UserError as exc:          # a setup failure, an unreadable input file: one line
+                results.append(json.dumps({"_error": str(exc), "_user": True}))
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0]
+                results.append(json.dumps({"_error": f"stage '{self.stage.name}': {type(exc).__name__}: {first}",
+                                           "_user": False}))
+        return {"index": np.asarray(batch["index"]), "result": np.asarray(results, dtype=object)}
+
+
+class RayExecutor:
+    """Shard tasks on a Ray cluster: a local instance (`address` unset: tests, laptops) or a
+    running cluster (`address: auto`). Per-stage worker counts follow the stage's cost:
+    `workers: {phi: 400, langid: 4}`; unset, a stage gets one worker per CPU of the cluster."""
+    kind = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, workers: dict | None = None,
+                 cpus_per_worker: float = 1.0):
+        self.address = address
+        self.num_cpus = num_cpus
+        self.workers = dict(workers or {})
+        self.cpus_per_worker = cpus_per_worker
+        self._started_here = False
+
+    def describe(self) -> dict:
+        import ray
+        out = {"kind": "ray", "address": self.address or "local", "ray": ray.__version__,
+               "workers": self.workers, "cpus_per_worker": self.cpus_per_worker}
+        if ray.is_initialized():
+            out["cluster_cpus"] = int(ray.cluster_resources().get("CPU", 0))
+        return out
+
+    def start(self) -> None:
+        import os
+
+        import ray
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+        kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
+                  "configure_logging": True}
+        # Workers import `pipeline` from the checkout: the driver's sys.path is theirs too.
+        kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
+        if self.address:
+            ray.init(address=self.address, **kwargs)
+        else:
+            ray.init(num_cpus=self.num_cpus, **kwargs)
+            self._started_here = True
+        # Ray Data logs every dataset's plan at INFO: the run prints its own one line per stage.
+        for name in ("ray", "ray.data"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.execution_options.preserve_order = True
+        ctx.execution_options.verbose_progress = False
+
+    def workers_for(self, stage, n_tasks: int) -> int:
+        import ray
+        n = self.workers.get(stage.name)
+        if n is None:
+            n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
+        return max(1, min(n, n_tasks))
+
+    def map(self, stage, method: str, tasks: list[dict], *, setup: bool = True):
+        if not tasks:
+            return
+        import ray
+        from ray.data import ActorPoolStrategy
+        self.start()
+        size = self.workers_for(stage, len(tasks))
+        items = [{"index": i, "task": json.dumps(t)} for i, t in enumerate(tasks)]
+        ds = ray.data.from_items(items, override_num_blocks=len(items))
+        out = ds.map_batches(RayShardWorker, fn_constructor_args=(type(stage), stage.config, stage.ctx, method),
+                             batch_size=1, compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker,
+                             batch_format="numpy")
+        rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
+        for row in rows:
+            result = json.loads(row["result"])
+            if "_error" in result:
+                if result["_user"]:
+                    raise StageFailed(result["_error"])
+                raise RuntimeError(result["_error"])
+            yield result
+
+    def close(self) -> None:
+        if self._started_here:
+            import ray
+            ray.shutdown()
+            self._started_here = False
+
+
+def make_executor(executor_cfg, num_proc: int):
+    if executor_cfg is None or executor_cfg.kind == "local":
+        return LocalExecutor(num_proc)
+    return RayExecutor(executor_cfg.address, executor_cfg.num_cpus, executor_cfg.workers,
+                       executor_cfg.cpus_per_worker)

@@ -1,0 +1,113 @@
+"""The source, cut into a first stage's input shards (in <stage>.tmp/input/, which commit
+removes), with the records the reader set aside in each and the repeated-id count.
+
+Several input files and no `limit`: one task per file on the executor (PubMed's baseline is
+1,334 files), shards named FILE-K (file index, then K-th `shard_size` slice of that file).
+One file, or a `limit` (which cuts across files in order): the driver reads the source in
+order, shards named K. Either way names sort in source order, and the bytes do not depend on
+the executor or the number of workers. Kept across an interrupted run of the same
+fingerprint, so a resumed first stage does not read the source again."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.readers import expand_paths, read_documents
+from pipeline.stages.base import IdCounter, InputShard, Stage, StageInputs
+from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
+
+DONE = "_DONE.json"
+
+
+def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object]:
+    """Documents to shards of `shard_size` rows; a batch's set-aside records go to the shard its
+    first document lands in (the last shard for trailing ones). Returns ([name, rows], schema)."""
+    writer = ShardWriter(folder, None, shard_size, prefix=prefix)
+    asides: dict[int, list] = {}
+    empty_schema = None
+    for batch in batches:
+        if batch.set_aside:
+            asides.setdefault(writer.rows // shard_size, []).extend(batch.set_aside)
+        if batch.table.num_rows:
+            ids.add(batch.table["id"])
+            writer.write(batch.table)
+        elif empty_schema is None:
+            empty_schema = batch.table.schema
+    writer.close()
+    names = list(writer.names)
+    counts = [min(shard_size, writer.rows - i * shard_size) for i in range(len(names))]
+    if not names and asides:
+        # Nothing but set-aside records: one empty shard carries them.
+        ArrowFile(folder / f"{prefix}00000.arrow", empty_schema).close()
+        names, counts = [f"{prefix}00000"], [0]
+    last = max(len(names) - 1, 0)
+    by_shard: dict[int, list] = {}
+    for idx, rows in sorted(asides.items()):
+        by_shard.setdefault(min(idx, last), []).extend(rows)
+    for idx, rows in by_shard.items():
+        write_json(folder / f"{names[idx]}.aside.json", rows)
+    return [[n, c] for n, c in zip(names, counts)], writer.schema
+
+
+class SourceReader(Stage):
+    """Reads one input file into shards: the task an executor runs per file."""
+    name = "read"
+
+    def ingest_file(self, task: dict) -> dict:
+        from pipeline.config import InputConfig
+        cfg = InputConfig.model_validate({**task["input"], "paths": [task["file"]]})
+        folder = Path(task["folder"])
+        ids = IdCounter()
+        shards, schema = _write_shards(read_documents(cfg, task["batch_size"]), folder, task["shard_size"],
+                                       f"{task['index']:05d}-", ids)
+        hashes = np.concatenate(ids.hashes) if ids.hashes else np.zeros(0, np.uint64)
+        np.save(folder / f"ids-{task['index']:05d}.npy", hashes)
+        return {"shards": shards, "schema": schema.to_string() if schema is not None else None}
+
+
+def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
+    done = folder / DONE
+    t0 = time.perf_counter()
+    if not done.exists():
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        files = expand_paths(input_cfg.paths)
+        info = _ingest_per_file(input_cfg, run, folder, files, executor) \
+            if executor is not None and input_cfg.limit is None and len(files) > 1 else None
+        if info is None:
+            ids = IdCounter()
+            shards, _ = _write_shards(read_documents(input_cfg, run.batch_size), folder, run.shard_size, "", ids)
+            info = {"shards": shards, "duplicate_ids": ids.result()}
+        info["seconds"] = round(time.perf_counter() - t0, 3)
+        write_json(done, info)
+    info = read_json(done)
+    shards_in = [InputShard(name, folder / f"{name}.arrow", rows,
+                            folder / f"{name}.aside.json" if (folder / f"{name}.aside.json").exists() else None)
+                 for name, rows in info["shards"]]
+    inputs = StageInputs(shards=shards_in, batch_size=run.batch_size, duplicate_ids=info["duplicate_ids"])
+    inputs.ingest_seconds = info.get("seconds", 0.0)
+    return inputs
+
+
+def _ingest_per_file(input_cfg, run, folder: Path, files: list[Path], executor) -> dict | None:
+    """One task per file. Files whose columns differ are read again in order by the driver,
+    which conforms them to the first file's columns (or names the file that cannot be)."""
+    reader = SourceReader(None, None)
+    tasks = [{"file": str(f), "index": i, "input": input_cfg.model_dump(), "shard_size": run.shard_size,
+              "batch_size": run.batch_size, "folder": str(folder)} for i, f in enumerate(files)]
+    results = list(executor.map(reader, "ingest_file", tasks))
+    schemas = {r["schema"] for r in results if r["schema"] is not None}
+    if len(schemas) > 1:
+        shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return None
+    ids = IdCounter()
+    ids.hashes = [np.load(folder / f"ids-{i:05d}.npy") for i in range(len(files))]
+    for i in range(len(files)):
+        (folder / f"ids-{i:05d}.npy").unlink()
+    return {"shards": [s for r in results for s in r["shards"]], "duplicate_ids": ids.result(),
+            "parallel_files": len(files)}

@@ -1,0 +1,211 @@
+"""Scaling: the whole default chain (configs/pubmed.yaml) under the local executor and under
+Ray with 1 and 2 workers, then a projection for 36 M abstracts from measured costs.
+
+    python scripts/bench_executor.py [--docs 10000] [--driver-docs 2000000]   # part of `make bench`
+
+1. Three runs of configs/pubmed.yaml on its first `--docs` abstracts (input.limit), each in its
+   own process and run folder: local with num_proc 2; Ray (a local instance with 2 CPUs) with
+   1 worker per stage; Ray with 2 workers per stage. Wall time from the manifest, docs/s,
+   and whether data/, removed/, tokenizer and final/ are byte-identical across the three.
+2. Per-document costs: each stage's shard-task seconds in the 1-worker Ray run (one core) per
+   document read, and its driver seconds (reading the source into shards, combining results).
+3. The driver-side steps that do not shrink with more workers, timed at `--driver-docs`
+   documents on synthetic inputs shaped like the MinHash benchmark's (8 % of rows near
+   duplicates of an earlier row): exact dedup's first-row-per-hash, MinHash's clustering
+   (star and connected components) over the verified pairs, and tokenizer training on a
+   `train_sample_docs` sample (200,000 documents of real abstract text).
+4. Projection for N documents on C cores: sum over stages of (task cost per document x
+   documents reaching the stage / C) + driver steps scaled from --driver-docs to N (linear)
+   + tokenizer training (constant: a fixed sample). Bucket-partition tasks are capped at
+   the `partitions` setting (256) and per-file reading at the file count (1,334 for PubMed).
+
+Writes bench/executor.json (also printed). No test asserts on these numbers."""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+WORK = ROOT / "bench/work/executor"
+CHAIN = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
+         "split", "tokenizer", "pack"]
+PUBMED_DOCS = 36_000_000
+PUBMED_FILES = 1334
+CORES = [64, 512, 1024]
+TOKENIZER_SAMPLE = 200_000
+
+
+def run_variant(name: str, docs: int, executor: dict, num_proc: int) -> dict:
+    import yaml
+    raw = yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())
+    raw["input"] = {**raw["input"], "limit": docs}
+    raw["output_dir"] = str(WORK / name)
+    raw["num_proc"] = num_proc
+    raw["executor"] = executor
+    raw["report"] = False
+    cfg = WORK / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    # Relative paths of the default config (model_path) are looked for beside the config, then here.
+    import shutil
+    shutil.rmtree(WORK / name, ignore_errors=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: run failed:\n{proc.stderr[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    manifest = json.loads((WORK / name / "manifest.json").read_text())
+    stages = {s["stage"]: {"docs_in": s["docs_in"], "seconds": s["seconds"], "seconds_tasks": s.get("seconds_tasks"),
+                           "seconds_ingest": s.get("seconds_ingest", 0.0)} for s in manifest["stages"]}
+    return {"executor": manifest["executor"], "docs_read": manifest["docs_read"], "chain_seconds": manifest["seconds"],
+            "process_wall_s": round(wall, 1), "docs_per_s": round(manifest["docs_read"] / manifest["seconds"], 1),
+            # The driver process: Ray's workers are not its waited-for children, so their memory is not in it.
+            "driver_peak_rss_MB": round(after.ru_maxrss / 1024) if after.ru_maxrss > before.ru_maxrss else None,
+            "stages": stages}
+
+
+def contract_files(run: Path) -> dict[str, str]:
+    import hashlib
+    out = {}
+    for path in sorted(run.rglob("*")):
+        rel = path.relative_to(run).as_posix()
+        if path.is_file() and rel.split("/")[0] in ("stages", "tokenizer", "final") and \
+                not rel.endswith(("stats.json",)) and "/shards/" not in rel:
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def driver_steps(n: int) -> dict:
+    """The driver's own work at n documents, on synthetic inputs (see the module docstring)."""
+    from pipeline.stages.dedup_minhash import ShardSignatures, _clusters, _star_clusters
+    rng = np.random.default_rng(0)
+    out = {"docs": n}
+    # exact dedup: first row per 128-bit hash (8 % repeats)
+    hashes = rng.integers(0, 2**63, size=(n, 2), dtype=np.uint64)
+    dup = rng.random(n) < 0.08
+    src = rng.integers(0, n, size=n)
+    earlier = np.minimum(src, np.arange(n))
+    hashes[dup] = hashes[earlier[dup]]
+    t0 = time.perf_counter()
+    keyed = np.ascontiguousarray(hashes).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()
+    _, first, inverse = np.unique(keyed, return_index=True, return_inverse=True)
+    _ = first[inverse]
+    out["exact_first_row_s"] = round(time.perf_counter() - t0, 2)
+    del hashes, keyed
+    # MinHash clustering over verified pairs: each planted row paired with its source (and a
+    # few with two), signatures 128 x uint32 per row on disk as shards of 100k rows.
+    work = WORK / "driver_sigs"
+    work.mkdir(parents=True, exist_ok=True)
+    num_perm, shard = 128, 100_000
+    names, offsets = [], []
+    for i, lo in enumerate(range(0, n, shard)):
+        m = min(shard, n - lo)
+        sig = rng.integers(0, 2**32, size=(m, num_perm), dtype=np.uint32)
+        names.append(f"{i:05d}")
+        offsets.append(lo)
+        np.save(work / f"sig-{names[-1]}.npy", sig)
+    rows = np.flatnonzero(dup & (earlier < np.arange(n)))
+    u, v = earlier[rows].astype(np.int64), rows.astype(np.int64)
+    # Make the planted rows near copies of their source (90 % equal values).
+    sigs = ShardSignatures(work, names, offsets, num_perm)
+    for i in range(0, len(v), 50_000):
+        uu, vv = u[i:i + 50_000], v[i:i + 50_000]
+        copy = sigs[uu]
+        noise = rng.random(copy.shape) < 0.1
+        copy[noise] = rng.integers(0, 2**32, size=int(noise.sum()), dtype=np.uint32)
+        for s in np.unique(np.searchsorted(offsets, vv, side="right") - 1).tolist():
+            sel = (np.searchsorted(offsets, vv, side="right") - 1) == s
+            arr = np.load(work / f"sig-{names[s]}.npy", mmap_mode="r+")
+            arr[vv[sel] - offsets[s]] = copy[sel]
+            arr.flush()
+            del arr
+        sigs.release()
+    out["verified_pairs"] = int(len(u))
+    t0 = time.perf_counter()
+    _star_clusters(ShardSignatures(work, names, offsets, num_perm), n, u, v, 0.75)
+    out["minhash_star_clusters_s"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    _clusters(n, u, v)
+    out["minhash_components_s"] = round(time.perf_counter() - t0, 2)
+    import shutil
+    shutil.rmtree(work)
+    # tokenizer training on a fixed sample of real abstract text
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    from pipeline.stages.tokenizer import TokenizerConfig, build_trainer
+    texts = []
+    for batch in read_documents(InputConfig(paths=[str(ROOT / "data/raw/pubmed21n1298.xml.gz")]), 2000):
+        texts.extend(batch.table["text"].to_pylist())
+    sample = [texts[i % len(texts)] for i in range(TOKENIZER_SAMPLE)]
+    tok, trainer = build_trainer(TokenizerConfig(vocab_size=32000))
+    t0 = time.perf_counter()
+    tok.train_from_iterator((sample[i:i + 1000] for i in range(0, len(sample), 1000)), trainer=trainer)
+    out["tokenizer_train_s"] = round(time.perf_counter() - t0, 2)
+    out["tokenizer_train_docs"] = TOKENIZER_SAMPLE
+    out["tokenizer_train_note"] = ("real abstracts repeated to the sample size: BPE training time grows with the "
+                                   "text's distinct words, so a sample of 200,000 distinct abstracts may take longer")
+    return out
+
+
+def projection(one_worker: dict, driver: dict, docs_read: int) -> dict:
+    stages = one_worker["stages"]
+    scale = PUBMED_DOCS / docs_read
+    task_s = {s: v["seconds_tasks"] for s, v in stages.items()}
+    per_doc_ms = {s: round(1000 * task_s[s] / docs_read, 4) for s in stages}
+    ingest_s = sum(v["seconds_ingest"] for v in stages.values())
+    driver_bench_s = {s: round(v["seconds"] - v["seconds_tasks"] - v["seconds_ingest"], 2) for s, v in stages.items()}
+    k = PUBMED_DOCS / driver["docs"]
+    driver_36m = (driver["exact_first_row_s"] + driver["minhash_star_clusters_s"]) * k + driver["tokenizer_train_s"]
+    out = {"docs": PUBMED_DOCS, "task_ms_per_doc_read": per_doc_ms, "ingest_ms_per_doc": round(1000 * ingest_s / docs_read, 4),
+           "driver_seconds_at_bench_size": driver_bench_s, "driver_seconds_at_36M": round(driver_36m), "cores": {}}
+    for c in CORES:
+        tasks = sum(task_s.values()) * scale / c
+        ingest = ingest_s * scale / min(c, PUBMED_FILES)
+        hours = (tasks + ingest + driver_36m) / 3600
+        out["cores"][str(c)] = {"hours": round(hours, 2), "tasks_hours": round(tasks / 3600, 2),
+                                "ingest_hours": round(ingest / 3600, 3), "driver_hours": round(driver_36m / 3600, 2)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=10_000)
+    ap.add_argument("--driver-docs", type=int, default=2_000_000)
+    args = ap.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    stages = {s: 1 for s in CHAIN}
+    variants = {
+        "local_2_processes": ({"kind": "local"}, 2),
+        "ray_1_worker": ({"kind": "ray", "num_cpus": 2, "workers": stages}, 1),
+        "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in CHAIN}}, 1),
+    }
+    result = {"docs": args.docs, "config": "configs/pubmed.yaml (input.limit = docs, report off)", "runs": {}}
+    for name, (executor, num_proc) in variants.items():
+        print(f"running {name} ...", file=sys.stderr)
+        result["runs"][name] = run_variant(name, args.docs, executor, num_proc)
+    digests = {name: contract_files(WORK / name) for name in variants}
+    first = next(iter(digests.values()))
+    result["identical_outputs"] = all(d == first for d in digests.values())
+    result["files_compared"] = len(first)
+    print("timing driver steps ...", file=sys.stderr)
+    result["driver_steps"] = driver_steps(args.driver_docs)
+    one = result["runs"]["ray_1_worker"]
+    result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
+    result["speedup_2_vs_1_ray_workers"] = round(result["runs"]["ray_2_workers"]["docs_per_s"] / one["docs_per_s"], 2)
+    (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
