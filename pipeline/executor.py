@@ -38,7 +38,7 @@ def kept_schema(table: pa.Table, stage) -> pa.Schema:
 
 
 def shard_of(task: dict):
-    from pipeline.stages.base import InputShard
+    from pipeline.inputs import InputShard
     return InputShard(task["name"], Path(task["path"]), task.get("rows"),
                       Path(task["aside_path"]) if task.get("aside_path") else None)
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.readers import expand_paths, read_documents
-from pipeline.stages.base import IdCounter, InputShard, Stage, StageInputs
+from pipeline.inputs import IdCounter, InputShard, StageInputs
+from pipeline.stages.base import Stage
 from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
 
 DONE = "_DONE.json"

@@ -16,7 +16,8 @@ import pipeline
 from pipeline.config import Config, StageSpec, expand_paths
 from pipeline.errors import UserError
 from pipeline.stages import GROUPS, REGISTRY
-from pipeline.stages.base import DocumentStage, RunContext, StageInputs
+from pipeline.inputs import StageInputs
+from pipeline.stages.base import DocumentStage, RunContext
 from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, write_json
 
 log = logging.getLogger("medprep")
@@ -186,7 +187,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                   stage_dirs: dict[str, Path]):
     """A stage's input: given files or the source (first stage), cut into shards once the
     stage folder exists; or the previous stage's output shards. (open(output), fingerprint)."""
-    from pipeline.stages.base import InputShard
+    from pipeline.inputs import InputShard
     from pipeline.store import stage_shards
     run = config.run
     idx = config.stages.index(spec)
