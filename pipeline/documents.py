@@ -65,3 +65,11 @@ def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
         marks.append({"removed_rows": (rows - lo).tolist(), "duplicate_of": [id_of[int(r)] for r in rep_of_row[rows]],
                       "reason": reason})
     inputs.map(stage, "apply_marks", marks)
+
+
+def split_words(arr):
+    """pc.utf8_split_whitespace, made deterministic. pyarrow 26 sometimes reads past a string
+    that ends in whitespace and returns a stray token for it (found when Ray and local runs
+    differed by one word in one document); trimming first gives the same words without that."""
+    import pyarrow.compute as pc
+    return pc.utf8_split_whitespace(pc.utf8_trim_whitespace(arr))

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.documents import split_words
+
 REFERENCES = ("gpt2", "cl100k", "o200k")
 _BPE_OPENAI = {"cl100k": "cl100k_base", "o200k": "o200k_base"}
 # The seeds' examples, shown piece by piece beside the corpus's own top domain terms.
@@ -149,7 +151,7 @@ def measure(enc: Encoder, texts: list[str], words: int, chars: int, terms: list[
 def compare(encoders: list[Encoder], texts: list[str], seq_len: int) -> dict:
     """Every figure for every encoder on the same texts, plus the example-term table."""
     arr = pa.array(texts, pa.string())
-    words = int(pc.sum(pc.list_value_length(pc.utf8_split_whitespace(arr))).as_py() or 0)
+    words = int(pc.sum(pc.list_value_length(split_words(arr))).as_py() or 0)
     chars = int(pc.sum(pc.utf8_length(arr)).as_py() or 0)
     terms = domain_terms(arr)
     term_words = [t for t, _ in terms]

@@ -71,3 +71,19 @@ def test_top_level_and_stage_errors_are_reported_together(tmp_path):
     message = str(err.value)
     assert "num_proc" in message and "stages[1].dedup_exact.hash" in message and "stages[2].langid.min_score" in message
     assert "out of order" in message
+
+
+def test_executor_options_are_validated_up_front(tmp_path):
+    base = f"input: {{paths: [{RAW}]}}\noutput_dir: {tmp_path / 'run'}\nstages: [normalize]\n"
+    cfg = load_config(write_config(tmp_path / "short.yaml", base + "executor: ray\n"))
+    assert cfg.run.executor.kind == "ray" and cfg.run.executor.address is None
+    # --executor overrides the file's kind and keeps its other options.
+    cfg = load_config(write_config(tmp_path / "keep.yaml", base + "executor: {kind: ray, num_cpus: 2}\n"),
+                      executor="local")
+    assert cfg.run.executor.kind == "local" and cfg.run.executor.num_cpus == 2
+    for bad, where in (("executor: {kind: spark}", "executor.kind"),
+                       ("executor: {kind: ray, workers: {phy: 4}}", "executor.workers.phy: unknown stage"),
+                       ("executor: {kind: ray, cpus_per_worker: 0}", "executor.cpus_per_worker")):
+        with pytest.raises(ConfigError) as err:
+            load_config(write_config(tmp_path / "bad.yaml", base + bad + "\n"))
+        assert where in str(err.value)

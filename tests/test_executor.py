@@ -185,3 +185,42 @@ def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference))
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     assert _files(run) == _files(reference)
+
+
+def test_several_input_files_are_read_one_task_per_file(tmp_path):
+    """Shards FILE-K, the same bytes for 1 and 2 workers; a bad line and a repeated id across
+    files are still counted; files with other columns are read again in order by the driver."""
+    notes = _notes(90)
+    for f in range(3):
+        lines = [json.dumps(d) for d in notes[30 * f:30 * (f + 1)]]
+        if f == 1:
+            lines.insert(5, '{"id": "broken", "text": ')                      # bad JSON
+            lines.append(json.dumps({"id": "d000", "text": "a repeated id in another file, with enough words."}))
+        (tmp_path / f"in{f}.jsonl").write_text("\n".join(lines) + "\n")
+    runs = {}
+    for num_proc in (1, 2):
+        cfg = write_config(tmp_path / f"p{num_proc}.yaml",
+                           f"input: {{paths: ['{tmp_path}/in*.jsonl']}}\noutput_dir: {tmp_path / f'p{num_proc}'}\n"
+                           f"num_proc: {num_proc}\nshard_size: 20\nstages: [normalize]\n")
+        proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[num_proc] = tmp_path / f"p{num_proc}"
+    assert _files(runs[1]) == _files(runs[2])
+    names = sorted(p.name for p in (runs[2] / "stages/01_normalize/data").glob("*.arrow"))
+    assert names == ["00000-00000.arrow", "00000-00001.arrow", "00001-00000.arrow", "00001-00001.arrow",
+                     "00002-00000.arrow", "00002-00001.arrow"]
+    stats = json.loads((runs[2] / "stages/01_normalize/stats.json").read_text())
+    assert stats["docs_in"] == 92 and stats["removed"] == {"malformed_bad_json": 1}
+    assert stats["duplicate_ids"] == {"documents": 1, "ids": 1}
+    # A parquet file beside JSONL has other columns: one ordered pass conforms them.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"id": ["p1", "p2"], "text": [notes[0]["text"], notes[1]["text"] + " again"]}),
+                   tmp_path / "in3.parquet")
+    cfg = write_config(tmp_path / "mixed.yaml",
+                       f"input: {{paths: ['{tmp_path}/in0.jsonl', '{tmp_path}/in3.parquet']}}\n"
+                       f"output_dir: {tmp_path / 'mixed'}\nnum_proc: 2\nshard_size: 20\nstages: [normalize]\n")
+    run_cli("-m", "pipeline", "run", "--config", str(cfg))
+    mixed = sorted(p.name for p in (tmp_path / "mixed/stages/01_normalize/data").glob("*.arrow"))
+    assert mixed == ["00000.arrow", "00001.arrow"]
+    assert json.loads((tmp_path / "mixed/stages/01_normalize/stats.json").read_text())["docs_out"] == 32

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from pipeline.documents import first_reason, set_column
+from pipeline.documents import first_reason, set_column, split_words
 from pipeline.stages.base import DocumentStage, StageConfig
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]   # Gopher's
@@ -98,7 +98,7 @@ class Heuristics(DocumentStage):
 
         # Words: punctuation split off (but keep decimals like 0.05 and hyphenated terms whole).
         spaced = pc.replace_substring_regex(text, _WORD_SPLIT, r" \1 ")
-        words = pc.utf8_split_whitespace(spaced)
+        words = split_words(spaced)
         flat = pc.list_flatten(words)
         counts = pc.list_value_length(words).to_numpy(zero_copy_only=False).astype(np.int64)
         doc_of_word = np.repeat(np.arange(n), counts)
@@ -183,7 +183,7 @@ class Heuristics(DocumentStage):
             sentences = c4["sentences"]
             rules.append(("c4_no_lines_left", c4["kept_per_doc"] == 0))
         elif cfg.c4_min_sentences:
-            sentences = _sentence_counts(pc.utf8_split_whitespace(pc.list_flatten(lines)), doc_of_line, n)
+            sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
         if cfg.c4_min_sentences:
             rules.append(("c4_too_few_sentences", sentences < cfg.c4_min_sentences))
         if cfg.c4_boilerplate_lines:
@@ -266,7 +266,7 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
     long_word = np.zeros(len(lines), bool)
     long_lines = np.flatnonzero(pc.utf8_length(lines).to_numpy(zero_copy_only=False) > cfg.c4_max_word_length)
     if len(long_lines):
-        long_words = pc.utf8_split_whitespace(lines.take(pa.array(long_lines)))
+        long_words = split_words(lines.take(pa.array(long_lines)))
         lengths = pc.utf8_length(pc.list_flatten(long_words)).to_numpy(zero_copy_only=False)
         owner = np.repeat(np.arange(len(long_lines)), pc.list_value_length(long_words).to_numpy(zero_copy_only=False))
         long_word[long_lines] = np.bincount(owner, lengths > cfg.c4_max_word_length, len(long_lines)) > 0
@@ -288,7 +288,7 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
     return {"lorem": _per_item(lorem, doc_of_line, n) > 0, "curly": _per_item(curly, doc_of_line, n) > 0,
             "text": new_text, "kept_per_doc": kept_per_doc, "dropped_per_doc": line_counts - kept_per_doc,
-            "sentences": _sentence_counts(pc.utf8_split_whitespace(original_lines.filter(pa.array(kept))),
+            "sentences": _sentence_counts(split_words(original_lines.filter(pa.array(kept))),
                                           doc_of_line[kept], n)}
 
 
