@@ -143,11 +143,33 @@ def _key_ids(spec: StageSpec) -> list[str]:
     return [key_id(load_phi_key(spec.config.key_file))] if uses_key(spec.config) else []
 
 
-def _context(config: Config, stage_dir: Path) -> RunContext:
+def _context(config: Config, spec: StageSpec, stage_dir: Path, stage_dirs: dict[str, Path] | None = None) -> RunContext:
+    """What the stage gets from the run: the options of the stages it `needs` and the files
+    other stages made, resolved here so that stages never read the whole config."""
     run = config.run
+    needs = REGISTRY[spec.name].needs
+    upstream = {name: config.stage(name).config for name in needs if config.has_stage(name)}
     return RunContext(run_dir=config.output_dir, stage_dir=stage_dir, seed=run.seed,
                       batch_size=run.batch_size, shard_size=run.shard_size, num_proc=run.num_proc,
-                      progress=run.progress and sys.stderr.isatty(), config=config)
+                      progress=run.progress and sys.stderr.isatty(), upstream=upstream,
+                      artifacts=stage_artifacts(config, spec, stage_dirs or stage_dirs_for(config)))
+
+
+def stage_artifacts(config: Config, spec: StageSpec, stage_dirs: dict[str, Path]) -> dict[str, Path]:
+    """pack's tokenizer.json: the tokenizer stage's own output if it has finished (its folder,
+    wherever `pipeline.stage tokenizer --output` put it), else the run's published copy, else
+    the file the tokenizer stage loads (`tokenizer_path`)."""
+    if spec.name != "pack":
+        return {}
+    from pipeline.stages.tokenizer import TOKENIZER_FILE
+    candidates = []
+    if config.has_stage("tokenizer"):
+        candidates.append(stage_dirs["tokenizer"] / TOKENIZER_FILE)
+    candidates.append(config.output_dir / "tokenizer" / TOKENIZER_FILE)
+    if config.has_stage("tokenizer") and config.stage("tokenizer").config.tokenizer_path:
+        candidates.append(Path(config.stage("tokenizer").config.tokenizer_path))
+    found = next((c for c in candidates if c.exists()), candidates[1 if config.has_stage("tokenizer") else 0])
+    return {TOKENIZER_FILE: found}
 
 
 # ---- per-document stages: one task per shard, on the run's executor ------------------------
@@ -228,7 +250,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         from pipeline.phi.identifiers import check_private_files
         check_private_files(config, [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
-    ctx = _context(config, folder)
+    ctx = _context(config, spec, folder, stage_dirs)
     stage = REGISTRY[spec.name](spec.config, ctx)
     fingerprint = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
     if not force and is_done(folder):
@@ -386,7 +408,7 @@ def purged_but_current(config: Config, stage_dirs: dict[str, Path]) -> set[str]:
         folder = stage_dirs[spec.name]
         if not (is_done(folder) or is_purged(folder)):
             return set()
-        stage = REGISTRY[spec.name](spec.config, _context(config, folder))
+        stage = REGISTRY[spec.name](spec.config, _context(config, spec, folder, stage_dirs))
         input_fp = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
         if read_json(folder / STATS).get("fingerprint") != input_fp:
             return set()

@@ -148,8 +148,9 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     cfg = load_config(ROOT / "configs/pubmed.yaml", check_inputs=False)
     spec = cfg.stage("phi" if stage == "phi_notes" else stage)
     out_dir = WORK / "stage_out" / stage
+    upstream = {n: cfg.stage(n).config for n in REGISTRY[spec.name].needs if cfg.has_stage(n)}
     ctx = RunContext(run_dir=WORK, stage_dir=out_dir, seed=1, batch_size=batch_size, shard_size=50_000, num_proc=1,
-                     progress=False, config=cfg)
+                     progress=False, upstream=upstream, artifacts={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
     obj = REGISTRY[spec.name](spec.config, ctx)
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)

@@ -30,7 +30,7 @@ def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = N
     inputs = StageInputs(lambda: iter([ReaderBatch(b) for b in batches]), table.num_rows)
     folder = tmp_path / "stages" / "10_tokenizer"
     ctx = RunContext(run_dir=tmp_path, stage_dir=folder, seed=1, batch_size=100, shard_size=1000, num_proc=1,
-                     progress=False, config=None)
+                     progress=False)
     output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
     inputs.bind(output)
     stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)

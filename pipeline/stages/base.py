@@ -2,7 +2,7 @@
 once per worker, and either process(batch) (per-document) or run(inputs, output) (global)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -33,7 +33,11 @@ class RunContext:
     shard_size: int
     num_proc: int
     progress: bool
-    config: object = None    # the whole pipeline.config.Config, for stages that read others' options
+    # What a stage needs from the rest of the chain, resolved by the runner, so no stage reads
+    # the whole config: the options of the stages it names in `needs` (those in the chain),
+    # and files other stages made (pack: "tokenizer.json").
+    upstream: dict = field(default_factory=dict)
+    artifacts: dict = field(default_factory=dict)
 
 
 class Stage:
@@ -43,6 +47,8 @@ class Stage:
     kind: ClassVar[str] = "document"         # set by DocumentStage / GlobalStage
     # Files of the stage folder published into the run folder: {stage-relative: run-relative}.
     artifacts: ClassVar[dict[str, str]] = {}
+    # Other stages whose options this one reads (ctx.upstream), when they are in the chain.
+    needs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: StageConfig, ctx: RunContext):
         self.config = config

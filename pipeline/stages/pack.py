@@ -181,15 +181,12 @@ class Pack(GlobalStage):
     def _tokenizer(self):
         from tokenizers import Tokenizer
 
-        # The run's tokenizer first: in load and extend modes it may hold tokens the given file lacks.
-        candidates = [self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE]
-        cfg = self.ctx.config
-        if cfg is not None and cfg.has_stage("tokenizer") and cfg.stage("tokenizer").config.tokenizer_path:
-            candidates.append(Path(cfg.stage("tokenizer").config.tokenizer_path))
-        for path in candidates:
-            if path.exists():
-                return Tokenizer.from_file(str(path))
-        raise UserError(f"pack needs a tokenizer: {candidates[0]} does not exist; run the tokenizer stage first")
+        # The runner resolves which tokenizer.json (see runner.stage_artifacts).
+        path = self.ctx.artifacts.get(TOKENIZER_FILE)
+        if path is None or not Path(path).exists():
+            where = path or self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE
+            raise UserError(f"pack needs a tokenizer: {where} does not exist; run the tokenizer stage first")
+        return Tokenizer.from_file(str(path))
 
     def tokenize_shard(self, task: dict) -> dict:
         """Map: one shard's documents tokenized (key, global position, split, ids) into

@@ -35,6 +35,7 @@ class Split(GlobalStage):
     name = "split"
     summary = "document-level train/validation split, stable per id and seed"
     Config = SplitConfig
+    needs = ("dedup_minhash",)        # the leak check uses its LSH settings
 
     def output_fields(self):
         return [pa.field("split", pa.string())]
@@ -106,7 +107,7 @@ class Split(GlobalStage):
         return totals
 
     def _leak_settings(self) -> dict | None:
-        config = self.ctx.config
-        if not self.config.check_near_duplicates or config is None or not config.has_stage("dedup_minhash"):
+        minhash = self.ctx.upstream.get("dedup_minhash")
+        if not self.config.check_near_duplicates or minhash is None:
             return None
-        return config.stage("dedup_minhash").config.model_dump()
+        return minhash.model_dump()

@@ -180,6 +180,7 @@ class TrainTokenizer(GlobalStage):
     name = "tokenizer"
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
+    needs = ("phi", "pack")          # placeholders when phi runs; pack's seq_len for the comparison
     artifacts = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
 
     def fingerprint_files(self) -> list[Path]:
@@ -189,8 +190,7 @@ class TrainTokenizer(GlobalStage):
     def _placeholders(self) -> list[str]:
         wanted = self.config.phi_placeholders
         if wanted is None:
-            cfg = self.ctx.config
-            wanted = cfg is not None and cfg.has_stage("phi")
+            wanted = "phi" in self.ctx.upstream
         if not wanted:
             return []
         from pipeline.phi.placeholders import placeholder_tokens
@@ -278,8 +278,8 @@ class TrainTokenizer(GlobalStage):
             if not Path(path).is_file():
                 raise UserError(f"stages.tokenizer.compare_files.{name}: {path} not found")
             encoders.append(hf_encoder(name, path))
-        config = self.ctx.config
-        seq_len = config.stage("pack").config.seq_len if config is not None and config.has_stage("pack") else 2048
+        pack = self.ctx.upstream.get("pack")
+        seq_len = pack.seq_len if pack is not None else 2048
         result = compare(encoders, validation, seq_len)
         return {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
                 "comparison_corpus": {"split": "validation", **result}}
