@@ -72,6 +72,11 @@ class RunConfig(Strict):
     progress: bool = True
     # Write report.html at the end of `pipeline run` (plots, and PHI-redacted removed examples).
     report: bool = True
+    # What a finished run keeps. all: every stage's data/ (a rerun or retune starts from any
+    # stage). final: final/, tokenizer/, manifest.json, report.html, and each stage's
+    # stats.json and removed/ (the record of why each document left); the stages' data/ go,
+    # so the next run recomputes them. The manifest's run_folder gives the folder's size.
+    keep: Literal["all", "final"] = "all"
     stages: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("stages", mode="before")

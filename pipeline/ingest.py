@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 
 from pipeline.readers import expand_paths, read_documents
 from pipeline.inputs import IdCounter, InputShard, StageInputs
@@ -23,9 +24,11 @@ from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
 DONE = "_DONE.json"
 
 
-def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object]:
+def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object, int]:
     """Documents to shards of `shard_size` rows; a batch's set-aside records go to the shard its
-    first document lands in (the last shard for trailing ones). Returns ([name, rows], schema)."""
+    first document lands in (the last shard for trailing ones). Returns ([name, rows], schema,
+    the documents' text in UTF-8 bytes: what the run folder's size is compared with)."""
+    text_bytes = 0
     writer = ShardWriter(folder, None, shard_size, prefix=prefix)
     asides: dict[int, list] = {}
     empty_schema = None
@@ -34,6 +37,7 @@ def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCo
             asides.setdefault(writer.rows // shard_size, []).extend(batch.set_aside)
         if batch.table.num_rows:
             ids.add(batch.table["id"])
+            text_bytes += pc.sum(pc.binary_length(batch.table["text"])).as_py() or 0
             writer.write(batch.table)
         elif empty_schema is None:
             empty_schema = batch.table.schema
@@ -50,7 +54,7 @@ def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCo
         by_shard.setdefault(min(idx, last), []).extend(rows)
     for idx, rows in by_shard.items():
         write_json(folder / f"{names[idx]}.aside.json", rows)
-    return [[n, c] for n, c in zip(names, counts)], writer.schema
+    return [[n, c] for n, c in zip(names, counts)], writer.schema, text_bytes
 
 
 class SourceReader(Stage):
@@ -62,11 +66,12 @@ class SourceReader(Stage):
         cfg = InputConfig.model_validate({**task["input"], "paths": [task["file"]]})
         folder = Path(task["folder"])
         ids = IdCounter()
-        shards, schema = _write_shards(read_documents(cfg, task["batch_size"]), folder, task["shard_size"],
-                                       f"{task['index']:05d}-", ids)
+        shards, schema, text_bytes = _write_shards(read_documents(cfg, task["batch_size"]), folder,
+                                                   task["shard_size"], f"{task['index']:05d}-", ids)
         hashes = np.concatenate(ids.hashes) if ids.hashes else np.zeros(0, np.uint64)
         np.save(folder / f"ids-{task['index']:05d}.npy", hashes)
-        return {"shards": shards, "schema": schema.to_string() if schema is not None else None}
+        return {"shards": shards, "schema": schema.to_string() if schema is not None else None,
+                "text_bytes": text_bytes}
 
 
 def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
@@ -81,8 +86,9 @@ def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
             if executor is not None and input_cfg.limit is None and len(files) > 1 else None
         if info is None:
             ids = IdCounter()
-            shards, _ = _write_shards(read_documents(input_cfg, run.batch_size), folder, run.shard_size, "", ids)
-            info = {"shards": shards, "duplicate_ids": ids.result()}
+            shards, _, text_bytes = _write_shards(read_documents(input_cfg, run.batch_size), folder, run.shard_size,
+                                                  "", ids)
+            info = {"shards": shards, "duplicate_ids": ids.result(), "text_bytes": text_bytes}
         info["seconds"] = round(time.perf_counter() - t0, 3)
         write_json(done, info)
     info = read_json(done)
@@ -91,6 +97,7 @@ def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
                  for name, rows in info["shards"]]
     inputs = StageInputs(shards=shards_in, batch_size=run.batch_size, duplicate_ids=info["duplicate_ids"])
     inputs.ingest_seconds = info.get("seconds", 0.0)
+    inputs.text_bytes = info.get("text_bytes")
     return inputs
 
 
@@ -111,4 +118,4 @@ def _ingest_per_file(input_cfg, run, folder: Path, files: list[Path], executor) 
     for i in range(len(files)):
         (folder / f"ids-{i:05d}.npy").unlink()
     return {"shards": [s for r in results for s in r["shards"]], "duplicate_ids": ids.result(),
-            "parallel_files": len(files)}
+            "text_bytes": sum(r["text_bytes"] for r in results), "parallel_files": len(files)}

@@ -55,6 +55,7 @@ class StageInputs:
         self.executor = None
         self.task_seconds = 0.0          # wall time spent in shard tasks (the rest is the driver's)
         self.ingest_seconds = 0.0        # the driver reading the source into shards
+        self.text_bytes = None           # the source's text, in UTF-8 bytes (first stage only)
 
     def bind(self, output, executor=None) -> None:
         self.output = output

@@ -226,6 +226,11 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     prev = config.stages[idx - 1]
     prev_dir = stage_dirs[prev.name]
     if is_purged(prev_dir) and not is_done(prev_dir):
+        from pipeline.store import PURGED
+        if "keep: final" in (prev_dir / PURGED).read_text(encoding="utf-8"):
+            raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', whose documents were removed "
+                            f"after the last run (keep: final; {prev_dir}); rerun the chain "
+                            f"('python -m pipeline run --config {config.source}') with keep: all to keep them")
         raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', whose raw documents were removed "
                         f"after the last run because they hold PHI ({prev_dir}); rerun the chain from the start "
                         f"('python -m pipeline run --config {config.source}'), or set phi.keep_raw: true to keep them")
@@ -291,6 +296,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     # Where the time went: shard tasks on the executor's workers, and the driver's own part
     # (reading the source into shards, combining results): the scaling projection uses both.
     extra["seconds_ingest"] = round(inputs.ingest_seconds, 3)
+    if inputs.text_bytes is not None:
+        extra["input_text_bytes"] = inputs.text_bytes
     extra["seconds_tasks"] = round(seconds - inputs.ingest_seconds if document else inputs.task_seconds, 3)
     duplicate_ids = inputs.duplicate_ids()
     if duplicate_ids is not None:
@@ -376,8 +383,46 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     privacy = purge_raw_phi(config, stage_dirs)
     if privacy is not None:
         manifest["privacy"] = privacy
-        write_json(config.output_dir / "manifest.json", manifest)
+    if config.run.keep == "final":
+        keep_final_only(stage_dirs)
+    manifest["run_folder"] = run_folder_size(config, all_stats)
+    write_json(config.output_dir / "manifest.json", manifest)
     return manifest
+
+
+def keep_final_only(stage_dirs: dict[str, Path]) -> None:
+    """`keep: final`: each stage keeps stats.json and removed/; its documents go (_SUCCESS
+    first, _PURGED last, as the PHI purge does), so the next run recomputes the stage."""
+    from pipeline.store import PURGED, SUCCESS
+    for folder in stage_dirs.values():
+        if not folder.is_dir():
+            continue
+        (folder / SUCCESS).unlink(missing_ok=True)
+        for entry in folder.iterdir():
+            if entry.name in (STATS, "removed", PURGED):
+                continue
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if not (folder / PURGED).exists():
+            (folder / PURGED).write_text("documents removed after the run (keep: final); the next `pipeline run` "
+                                         "reruns this stage\n", encoding="utf-8")
+
+
+def run_folder_size(config: Config, all_stats: list[dict]) -> dict:
+    """The run folder's bytes (a hard-linked file counted once; manifest.json, which holds this
+    figure, left out) against the input's text."""
+    seen: set = set()
+    total = 0
+    for path in config.output_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path != config.output_dir / "manifest.json":
+            st = path.stat()
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    text = all_stats[0].get("input_text_bytes") if all_stats else None
+    out = {"keep": config.run.keep, "bytes": total, "input_text_bytes": text}
+    if text:
+        out["times_input_text"] = round(total / text, 2)
+    return out
 
 
 def _run_stages(config, stage_dirs, reusable, all_stats, force, executor) -> None:

@@ -134,3 +134,26 @@ def test_stages_command_lists_every_stage_and_group():
     for name in ("normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact",
                  "dedup_minhash", "split", "tokenizer", "pack", "dedup"):
         assert name in out
+
+
+def test_keep_final_leaves_the_outputs_and_the_record_and_states_the_size(reference_run, tmp_path):
+    cfg = write_config(tmp_path / "final.yaml", TINY.read_text() + "keep: final\n")
+    out = tmp_path / "run"
+    run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(out))
+    kept = {k: v for k, v in _files(out).items() if k.startswith(("final/", "tokenizer/"))}
+    assert kept and kept == {k: v for k, v in _files(reference_run).items() if k.startswith(("final/", "tokenizer/"))}
+    for stage in (out / "stages").iterdir():
+        assert sorted(p.name for p in stage.iterdir()) == ["_PURGED", "removed", "stats.json"], stage
+    size = json.loads((out / "manifest.json").read_text())["run_folder"]
+    full = json.loads((reference_run / "manifest.json").read_text())["run_folder"]
+    on_disk = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and p.name != "manifest.json")
+    assert size["keep"] == "final" and size["bytes"] == on_disk < full["bytes"]
+    assert size["input_text_bytes"] == full["input_text_bytes"] > 0
+    assert size["times_input_text"] == round(on_disk / size["input_text_bytes"], 2)
+    # The stages' documents are gone: one stage alone says so; the chain recomputes them.
+    proc = run_cli("-m", "pipeline.stage", "split", "--config", str(cfg), check=False)
+    again = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(out))
+    assert "[01_normalize] running" in again.stderr and "[11_pack] running" in again.stderr
+    assert {k: v for k, v in _files(out).items() if k.startswith("final/")} == \
+        {k: v for k, v in kept.items() if k.startswith("final/")}
+    assert proc.returncode != 0
