@@ -316,9 +316,6 @@ class StageOutput:
     def done_shards(self) -> set[str]:
         return {p.stem for p in (self.tmp / MARKERS).glob("*.json")}
 
-    def set_schema(self, schema: pa.Schema) -> None:
-        self.schema = schema
-
     # -- global stages: writes on the driver, into the current shard --
     def begin_shard(self, name: str) -> None:
         if self.current is not None and self.current.name != name:

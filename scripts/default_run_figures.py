@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("docs_read", "seconds", "tokens", "sequences", "splits", "leftover_tokens", "steps_per_epoch", "batch_size",
-        "seq_len", "validation_near_train", "duplicate_ids")
+        "seq_len", "validation_near_train", "duplicate_ids", "run_folder")
 STAGE_KEYS = ("stage", "docs_in", "docs_out", "removed", "seconds")
 
 
