@@ -54,7 +54,6 @@ def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
     offsets = np.asarray(inputs.row_offsets() + [n], np.int64)
     spans = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
     reps = np.flatnonzero(np.bincount(rep_of_row, minlength=n) > 1) if n else np.zeros(0, np.int64)
-    reps = reps[np.isin(reps, rep_of_row[rep_of_row != np.arange(n)])]
     asked = [{"rows": (reps[(reps >= lo) & (reps < hi)] - lo).tolist()} for lo, hi in spans]
     found = inputs.map(stage, "ids_of_rows", asked)
     id_of = dict(zip(reps.tolist(), [i for r in found for i in r["ids"]]))

@@ -125,13 +125,13 @@ class LocalExecutor:
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
 
-    def map(self, stage, method: str, tasks: list[dict], *, setup: bool = True):
+    def map(self, stage, method: str, tasks: list[dict]):
         """Results of `method` on each task, yielded in task order."""
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
         if workers == 1:
-            if setup and not getattr(stage, "_set_up", False):
+            if not getattr(stage, "_set_up", False):
                 try:
                     stage.setup()
                 except Exception as exc:
@@ -310,7 +310,7 @@ class RayExecutor:
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
         return max(1, min(n, n_tasks))
 
-    def map(self, stage, method: str, tasks: list[dict], *, setup: bool = True):
+    def map(self, stage, method: str, tasks: list[dict]):
         if not tasks:
             return
         import ray

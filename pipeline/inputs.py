@@ -41,7 +41,7 @@ class StageInputs:
     remember them. `open_batches` (a callable giving ReaderBatches) stands for one shard."""
 
     def __init__(self, open_batches: Callable[[], Iterator[ReaderBatch]] | None = None, total: int | None = None,
-                 count_ids: bool = False, *, shards: list[InputShard] | None = None, batch_size: int = 1000,
+                 *, shards: list[InputShard] | None = None, batch_size: int = 1000,
                  duplicate_ids: dict | None = None):
         self._open = open_batches
         self.shards = shards
@@ -49,7 +49,6 @@ class StageInputs:
         self.total = total if total is not None or shards is None else \
             (sum(s.rows for s in shards) if all(s.rows is not None for s in shards) else None)
         self._set_aside_done = False
-        self._ids = IdCounter() if count_ids else None
         self._duplicate_ids = duplicate_ids
         self.output = None
         self.executor = None
@@ -100,7 +99,7 @@ class StageInputs:
         its first global row (`row0`), the output folder, and `common` and `per_shard` values."""
         from pipeline.executor import LocalExecutor
         self._materialize()
-        executor = getattr(self, "executor", None) or LocalExecutor(1)
+        executor = self.executor or LocalExecutor(1)
         offsets = self.row_offsets()
         tasks = []
         for i, shard in enumerate(self.shards):
@@ -121,7 +120,7 @@ class StageInputs:
     def map_tasks(self, stage, method: str, tasks: list[dict]) -> list[dict]:
         """Run `stage.<method>` on tasks that are not shards (a bucket partition, say)."""
         from pipeline.executor import LocalExecutor
-        executor = getattr(self, "executor", None) or LocalExecutor(1)
+        executor = self.executor or LocalExecutor(1)
         folder = str(self.output.tmp)
         return self._timed(executor.map(stage, method, [{"folder": folder, **t} for t in tasks]))
 
@@ -148,8 +147,6 @@ class StageInputs:
                 output.begin_shard(name)
             aside = list(aside) if first else []
             for batch in batches:
-                if first and self._ids is not None:
-                    self._ids.add(batch.table["id"])
                 extra = batch.set_aside if first else []
                 if batch.table.num_rows or aside or extra:
                     yield batch.table, aside + list(extra)
@@ -168,10 +165,8 @@ class StageInputs:
 
     def duplicate_ids(self) -> dict | None:
         """{"documents": rows whose id an earlier row already had, "ids": distinct such ids},
-        or None when ids were not counted (or not read yet)."""
-        if self._duplicate_ids is not None:
-            return self._duplicate_ids
-        return self._ids.result() if self._ids is not None and self._set_aside_done else None
+        counted while the source was cut into shards; None for a stage that does not read it."""
+        return self._duplicate_ids
 
 
 def batch_of_nothing() -> pa.Table:

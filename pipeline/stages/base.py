@@ -80,7 +80,8 @@ class Stage:
         raise NotImplementedError
 
     def batch_stats(self, table: pa.Table) -> dict[str, int]:
-        """Counters summed over batches into stats.json (computed in the main process)."""
+        """Counters summed over batches into the shard's marker, then over shards into
+        stats.json (computed by the worker that ran the shard)."""
         return {}
 
     def finish_stats(self, totals: dict) -> dict:
