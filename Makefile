@@ -9,7 +9,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-phi figures figures-write models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write models kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -42,6 +42,11 @@ bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
+	$(BIN)/python scripts/bench_retune.py --docs 1500
+
+# Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
+bench-retune: setup
+	$(BIN)/python scripts/bench_retune.py --docs 1500
 
 # The scaling table only: bench/executor.json (local vs Ray with 1 and 2 workers, projection).
 bench-executor: setup

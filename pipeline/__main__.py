@@ -1,4 +1,4 @@
-"""python -m pipeline run|stages|report
+"""python -m pipeline run|stages|report|cache
 
 To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
 python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
@@ -32,6 +32,14 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("stages", help="list the stages and groups")
     rep = sub.add_parser("report", help="(re)write report.html of a run folder")
     rep.add_argument("run_dir")
+    cache = sub.add_parser("cache", help="list (or prune) the run's cache of per-document results",
+                           description="List the cache's keys (cache/<kind>/<namespace>) with their sizes and "
+                                       "whether a finished stage of the run uses them. --prune removes those no "
+                                       "finished stage lists, then the oldest entries while the cache is over "
+                                       "cache.max_mb. Do not prune while the run is running.")
+    cache.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    cache.add_argument("--output", help="run folder instead of the config's output_dir")
+    cache.add_argument("--prune", action="store_true", help="remove unused namespaces, then trim to cache.max_mb")
     args = parser.parse_args(argv)
 
     with user_errors():
@@ -49,13 +57,29 @@ def main(argv: list[str] | None = None) -> None:
             manifest = run_chain(config, force=args.force)
             print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
                   f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)
+        elif args.command == "cache":
+            from pipeline.cache import cache_root, describe, prune
+            from pipeline.config import load_config
+            config = load_config(args.config, output_dir=args.output, check_inputs=False)
+            if args.prune:
+                removed = prune(config)
+                for line in removed:
+                    print(f"removed {line}")
+                print(f"pruned: {len(removed)} removed", file=sys.stderr)
+            entries = describe(config)
+            for e in entries:
+                print(f"{e['key']}  {e['files']} files  {e['bytes'] / 2**20:.1f} MB  "
+                      f"{'in use' if e['in_use'] else 'unused'}")
+            total = sum(e["bytes"] for e in entries)
+            print(f"{cache_root(config) / 'cache'}: {total / 2**20:.1f} MB of {config.run.cache.max_mb} MB",
+                  file=sys.stderr)
         elif args.command == "report":
-            from pathlib import Path
             from pipeline.errors import UserError
             from pipeline.report import write_report
-            if not (Path(args.run_dir) / "stages").is_dir():
+            from pipeline.storage import RunPath
+            if not (RunPath.of(args.run_dir) / "stages").is_dir():
                 raise UserError(f"{args.run_dir}: not a run folder (no stages/)")
-            print(write_report(Path(args.run_dir)))
+            print(write_report(RunPath.of(args.run_dir)))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pipeline.storage import RunPath
 from pipeline.errors import ConfigError
 from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
 
@@ -51,6 +52,14 @@ class ExecutorConfig(Strict):
     cpus_per_worker: float = Field(default=1.0, gt=0.0)
 
 
+class CacheConfig(Strict):
+    """Per-document results kept for reruns (pipeline/cache.py): phi's redacted text."""
+    # The folder holding cache/ (default: the run folder); a path or a URI like output_dir.
+    folder: str | None = None
+    # Over this, no new entries are written (0: none at all); `pipeline cache --prune` trims to it.
+    max_mb: int = Field(default=4096, ge=0)
+
+
 class RunConfig(Strict):
     input: InputConfig
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
@@ -77,6 +86,13 @@ class RunConfig(Strict):
     # stats.json and removed/ (the record of why each document left); the stages' data/ go,
     # so the next run recomputes them. The manifest's run_folder gives the folder's size.
     keep: Literal["all", "final"] = "all"
+    # How finished files are published in the run folder (output_dir may be a URI: s3://...,
+    # gs://..., hdfs://...; it is read and written through pyarrow.fs). auto: under a temp name,
+    # then renamed, where the filesystem renames (local); elsewhere at their final names.
+    # direct: final names everywhere. Either way a shard's marker and a stage's _SUCCESS come
+    # after the files they vouch for.
+    commit: Literal["auto", "direct"] = "auto"
+    cache: CacheConfig = Field(default_factory=CacheConfig)
     stages: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("stages", mode="before")
@@ -114,8 +130,8 @@ class Config:
     raw: dict = field(default_factory=dict)
 
     @property
-    def output_dir(self) -> Path:
-        return Path(self.run.output_dir)
+    def output_dir(self) -> RunPath:
+        return RunPath.of(self.run.output_dir, direct=self.run.commit == "direct")
 
     def stage(self, name: str) -> StageSpec:
         for spec in self.stages:

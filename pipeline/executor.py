@@ -15,11 +15,11 @@ import logging
 import multiprocessing as mp
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 
 from pipeline.errors import UserError
+from pipeline.storage import RunPath, task_folder
 from pipeline.stages.base import StageFailed
 
 log = logging.getLogger("medprep")
@@ -39,34 +39,39 @@ def kept_schema(table: pa.Table, stage) -> pa.Schema:
 
 def shard_of(task: dict):
     from pipeline.inputs import InputShard
-    return InputShard(task["name"], Path(task["path"]), task.get("rows"),
-                      Path(task["aside_path"]) if task.get("aside_path") else None)
+    return InputShard(task["name"], RunPath.of(task["path"]), task.get("rows"),
+                      RunPath.of(task["aside_path"]) if task.get("aside_path") else None,
+                      bool(task.get("persistent")))
 
 
 def rewrite_shard(stage, task: dict, transform) -> dict:
     """Read one input shard, write `transform(table, first_row)` of each batch to
     data/NAME.arrow and removed/NAME.arrow (rows with a reason), then the marker. The
     shard's set-aside records go first. Returns the marker (counts and batch stats)."""
-    from pipeline.store import ShardFiles, read_shard, shard_schema
+    from pipeline.store import ShardFiles, read_shard_refs, shard_schema
     shard = shard_of(task)
-    out = ShardFiles(Path(task["folder"]), shard.name, keep_removed_text=task["keep_removed_text"])
+    folder = task_folder(task)
+    # A stage that does not change the text, reading texts that stay in the run folder (another
+    # stage's output, not the source cut into input shards), writes where they are, not a copy.
+    text_refs = bool(task.get("persistent")) and not stage.rewrites_text
+    out = ShardFiles(folder, shard.name, keep_removed_text=task["keep_removed_text"], text_refs=text_refs)
     totals: Counter = Counter()
     row = task.get("row0", 0)
     try:
         out.set_aside(shard.set_aside())
-        for table in read_shard(shard.path, task["batch_size"]):
+        for table, files, rows in read_shard_refs(shard.path, task["batch_size"], folder.parent):
             if not table.num_rows:
                 continue
             n = table.num_rows
             table = transform(table, row)
             row += n
             if out.data.schema is None:
-                out.data.schema = kept_schema(table, stage)
+                out.set_schema(kept_schema(table, stage))
             totals.update(stage.batch_stats(table))
-            out.write(table)
+            out.write(table, (files, rows))
         if out.data.schema is None:
             # No document in this shard: the input's columns and the stage's declared ones.
-            out.data.schema = kept_schema(shard_schema(shard.path).empty_table(), stage)
+            out.set_schema(kept_schema(shard_schema(shard.path).empty_table(), stage))
         return out.close(dict(totals))
     except BaseException:
         out.abort()
@@ -76,6 +81,11 @@ def rewrite_shard(stage, task: dict, transform) -> dict:
 def process_document_shard(stage, task: dict) -> dict:
     """A per-document stage's task: `stage.process` on each batch of one shard."""
     return rewrite_shard(stage, task, lambda table, row0: stage.process(table))
+
+
+# Shard tasks that need no model: their workers skip setup() (a threshold-only rerun decides
+# again from stored scores, so it never loads the model).
+NO_SETUP_METHODS = frozenset({"redecide_shard"})
 
 
 def run_task(stage, method: str, task: dict) -> dict:
@@ -95,12 +105,13 @@ _worker_stage = None
 _worker_setup_error: str | None = None
 
 
-def _init_worker(stage_cls, config, ctx):
+def _init_worker(stage_cls, config, ctx, setup: bool = True):
     global _worker_stage, _worker_setup_error
     logging.basicConfig(level=logging.WARNING)
     try:
         _worker_stage = stage_cls(config, ctx)
-        _worker_stage.setup()
+        if setup:
+            _worker_stage.setup()
     except Exception as exc:
         # Raised with the first task instead: an initializer that raises only breaks the
         # pool (multiprocessing.Pool even respawns the worker forever), losing the cause.
@@ -118,9 +129,28 @@ class LocalExecutor:
 
     def __init__(self, num_proc: int = 1):
         self.num_proc = num_proc
+        # The pool of the stage running now, kept across its map calls (a global stage maps up
+        # to four times: spawning workers and loading models once saves seconds per call).
+        self._pool: WorkerPool | None = None
+        self._pool_for: tuple | None = None
 
     def describe(self) -> dict:
         return {"kind": "local", "num_proc": self.num_proc}
+
+    def _pool_of(self, stage, workers: int, setup: bool) -> "WorkerPool":
+        key = self._pool_for
+        if self._pool is not None and key[0] is stage and key[1] == setup and self._pool.num_proc >= workers:
+            return self._pool
+        self.end_stage()
+        self._pool = WorkerPool(stage, workers, setup=setup)
+        self._pool_for = (stage, setup)
+        return self._pool
+
+    def end_stage(self) -> None:
+        """The stage is done: its worker processes go."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = self._pool_for = None
 
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
@@ -131,7 +161,7 @@ class LocalExecutor:
             return
         workers = self.workers_for(stage, len(tasks))
         if workers == 1:
-            if not getattr(stage, "_set_up", False):
+            if method not in NO_SETUP_METHODS and not getattr(stage, "_set_up", False):
                 try:
                     stage.setup()
                 except Exception as exc:
@@ -140,14 +170,15 @@ class LocalExecutor:
             for task in tasks:
                 yield run_task(stage, method, task)
             return
-        pool = WorkerPool(stage, workers)
+        pool = self._pool_of(stage, workers, setup=method not in NO_SETUP_METHODS)
         try:
             yield from pool.map(method, tasks)
-        finally:
-            pool.close()
+        except BaseException:
+            self.end_stage()             # a broken or interrupted pool is not reused
+            raise
 
     def close(self) -> None:
-        pass
+        self.end_stage()
 
 
 class WorkerPool:
@@ -157,13 +188,13 @@ class WorkerPool:
     concurrent.futures marks the pool broken where multiprocessing.Pool would replace the
     worker and wait forever for its lost task."""
 
-    def __init__(self, stage, num_proc: int):
+    def __init__(self, stage, num_proc: int, setup: bool = True):
         from concurrent.futures import ProcessPoolExecutor
         self.stage_name = stage.name
         self.num_proc = num_proc
         # spawn: no inherited threads or locks from this process.
         self.executor = ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                            initargs=(type(stage), stage.config, stage.ctx))
+                                            initargs=(type(stage), stage.config, stage.ctx, setup))
         self.processes: dict = {}
 
     def map(self, method: str, tasks: list[dict]):
@@ -235,7 +266,8 @@ class RayShardWorker:
         self.error = None
         try:
             self.stage = stage_cls(config, ctx)
-            self.stage.setup()
+            if method not in NO_SETUP_METHODS:
+                self.stage.setup()
         except Exception as exc:
             self.error = setup_failure(stage_cls.name, exc)
 
@@ -330,6 +362,9 @@ class RayExecutor:
                     raise StageFailed(result["_error"])
                 raise RuntimeError(result["_error"])
             yield result
+
+    def end_stage(self) -> None:
+        """Ray Data's actor pools end with each map call."""
 
     def close(self) -> None:
         if self._started_here:

@@ -9,7 +9,6 @@ the executor or the number of workers. Kept across an interrupted run of the sam
 fingerprint, so a resumed first stage does not read the source again."""
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -19,12 +18,13 @@ import pyarrow.compute as pc
 from pipeline.readers import expand_paths, read_documents
 from pipeline.inputs import IdCounter, InputShard, StageInputs
 from pipeline.stages.base import Stage
+from pipeline.storage import RunPath, load_npy, save_npy, task_fields, task_folder
 from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
 
 DONE = "_DONE.json"
 
 
-def _write_shards(batches, folder: Path, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object, int]:
+def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object, int]:
     """Documents to shards of `shard_size` rows; a batch's set-aside records go to the shard its
     first document lands in (the last shard for trailing ones). Returns ([name, rows], schema,
     the documents' text in UTF-8 bytes: what the run folder's size is compared with)."""
@@ -64,23 +64,22 @@ class SourceReader(Stage):
     def ingest_file(self, task: dict) -> dict:
         from pipeline.config import InputConfig
         cfg = InputConfig.model_validate({**task["input"], "paths": [task["file"]]})
-        folder = Path(task["folder"])
+        folder = task_folder(task)
         ids = IdCounter()
         shards, schema, text_bytes = _write_shards(read_documents(cfg, task["batch_size"]), folder,
                                                    task["shard_size"], f"{task['index']:05d}-", ids)
         hashes = np.concatenate(ids.hashes) if ids.hashes else np.zeros(0, np.uint64)
-        np.save(folder / f"ids-{task['index']:05d}.npy", hashes)
+        save_npy(folder / f"ids-{task['index']:05d}.npy", hashes)
         return {"shards": shards, "schema": schema.to_string() if schema is not None else None,
                 "text_bytes": text_bytes}
 
 
-def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
+def ingest_source(input_cfg, run, folder: RunPath, executor=None) -> StageInputs:
     done = folder / DONE
     t0 = time.perf_counter()
     if not done.exists():
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.rmtree()
+        folder.mkdir()
         files = expand_paths(input_cfg.paths)
         info = _ingest_per_file(input_cfg, run, folder, files, executor) \
             if executor is not None and input_cfg.limit is None and len(files) > 1 else None
@@ -101,20 +100,20 @@ def ingest_source(input_cfg, run, folder: Path, executor=None) -> StageInputs:
     return inputs
 
 
-def _ingest_per_file(input_cfg, run, folder: Path, files: list[Path], executor) -> dict | None:
+def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executor) -> dict | None:
     """One task per file. Files whose columns differ are read again in order by the driver,
     which conforms them to the first file's columns (or names the file that cannot be)."""
     reader = SourceReader(None, None)
     tasks = [{"file": str(f), "index": i, "input": input_cfg.model_dump(), "shard_size": run.shard_size,
-              "batch_size": run.batch_size, "folder": str(folder)} for i, f in enumerate(files)]
+              "batch_size": run.batch_size, **task_fields(folder)} for i, f in enumerate(files)]
     results = list(executor.map(reader, "ingest_file", tasks))
     schemas = {r["schema"] for r in results if r["schema"] is not None}
     if len(schemas) > 1:
-        shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.rmtree()
+        folder.mkdir()
         return None
     ids = IdCounter()
-    ids.hashes = [np.load(folder / f"ids-{i:05d}.npy") for i in range(len(files))]
+    ids.hashes = [load_npy(folder / f"ids-{i:05d}.npy") for i in range(len(files))]
     for i in range(len(files)):
         (folder / f"ids-{i:05d}.npy").unlink()
     return {"shards": [s for r in results for s in r["shards"]], "duplicate_ids": ids.result(),

@@ -4,13 +4,13 @@ previous stage's output shards otherwise) and binds it to the stage's output."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from pipeline.readers import ReaderBatch
+from pipeline.storage import RunPath, as_run_path, task_fields
 
 
 @dataclass
@@ -18,19 +18,22 @@ class InputShard:
     """One unit of work: an Arrow shard (a previous stage's data/NAME.arrow, or a slice of
     the source cut by the driver) and the records the reader set aside in that slice."""
     name: str
-    path: Path
+    path: RunPath
     rows: int | None = None
-    aside_path: Path | None = None
+    aside_path: RunPath | None = None
+    # A finished stage's output (its texts stay in the run folder), not the source cut into
+    # the first stage's input shards (removed when that stage commits).
+    persistent: bool = False
 
     def set_aside(self) -> list[tuple[str, str]]:
-        if self.aside_path is None or not Path(self.aside_path).exists():
+        if self.aside_path is None or not as_run_path(self.aside_path).exists():
             return []
         import json
-        return [tuple(r) for r in json.loads(Path(self.aside_path).read_text(encoding="utf-8"))]
+        return [tuple(r) for r in json.loads(as_run_path(self.aside_path).read_text())]
 
     def to_dict(self) -> dict:
         return {"name": self.name, "path": str(self.path), "rows": self.rows,
-                "aside_path": str(self.aside_path) if self.aside_path else None}
+                "aside_path": str(self.aside_path) if self.aside_path else None, "persistent": self.persistent}
 
 
 class StageInputs:
@@ -69,7 +72,7 @@ class StageInputs:
         from pipeline.store import ShardWriter
         if self.output is None:
             raise RuntimeError("StageInputs: bind(output) before running shard tasks")
-        folder = Path(self.output.tmp) / "input"
+        folder = self.output.tmp / "input"
         writer = ShardWriter(folder, None, 1 << 62)
         aside: list = []
         for batch in self._open():
@@ -82,7 +85,7 @@ class StageInputs:
         aside_path = None
         if aside:
             aside_path = folder / "00000.aside.json"
-            aside_path.write_text(json.dumps(aside), encoding="utf-8")
+            aside_path.write_text(json.dumps(aside))
         self.shards = [InputShard("00000", folder / "00000.arrow", writer.rows, aside_path)]
 
     def row_offsets(self) -> list[int]:
@@ -103,7 +106,7 @@ class StageInputs:
         offsets = self.row_offsets()
         tasks = []
         for i, shard in enumerate(self.shards):
-            task = {**shard.to_dict(), "row0": offsets[i], "folder": str(self.output.tmp),
+            task = {**shard.to_dict(), "row0": offsets[i], **task_fields(self.output.tmp),
                     "keep_removed_text": self.output.keep_removed_text, "batch_size": self.batch_size, **common}
             if per_shard is not None:
                 task.update(per_shard[i])
@@ -121,8 +124,8 @@ class StageInputs:
         """Run `stage.<method>` on tasks that are not shards (a bucket partition, say)."""
         from pipeline.executor import LocalExecutor
         executor = self.executor or LocalExecutor(1)
-        folder = str(self.output.tmp)
-        return self._timed(executor.map(stage, method, [{"folder": folder, **t} for t in tasks]))
+        where = task_fields(self.output.tmp)
+        return self._timed(executor.map(stage, method, [{**where, **t} for t in tasks]))
 
     def names(self) -> list[str]:
         if self.shards is None and self.output is not None:

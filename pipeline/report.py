@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.storage import RunPath, as_run_path
 from pipeline.store import read_shard, STATS, is_purged, read_json, shards
 
 DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharmacokinetics", "immunohistochemistry",
@@ -155,8 +156,8 @@ def _examples(run_dir: Path, stats: list[dict], manifest: dict) -> list[tuple[st
             for stage, reason, doc_id, text, missing in picks]
 
 
-def write_report(run_dir: Path) -> Path:
-    run_dir = Path(run_dir)
+def write_report(run_dir) -> RunPath:
+    run_dir = as_run_path(run_dir)
     stats = load_stats(run_dir)
     by = {s["stage"]: s for s in stats}
     manifest = read_json(run_dir / "manifest.json") if (run_dir / "manifest.json").exists() else {}
@@ -187,7 +188,7 @@ def write_report(run_dir: Path) -> Path:
         tok_path = run_dir / "tokenizer/tokenizer.json"
         if tok_path.exists():
             from tokenizers import Tokenizer
-            tok = Tokenizer.from_file(str(tok_path))
+            tok = Tokenizer.from_str(tok_path.read_text())
             texts = sample["text"].to_pylist()
             lengths = np.array([len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)])
             words = sum(len(t.split()) for t in texts)
@@ -242,9 +243,7 @@ th{{background:#f3f3f3}}img{{margin:6px 12px 6px 0}}h2{{margin-top:28px;border-b
 <script type="application/json" id="figures">{html.escape(json.dumps(figures, sort_keys=True))}</script>
 </body></html>"""
     out = run_dir / "report.html"
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    out.write_text(page)
     return out
 
 

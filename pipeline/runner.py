@@ -5,7 +5,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ from pipeline.errors import UserError
 from pipeline.stages import GROUPS, REGISTRY
 from pipeline.inputs import StageInputs
 from pipeline.stages.base import DocumentStage, RunContext
+from pipeline.storage import RunPath, task_fields
 from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, write_json
 
 log = logging.getLogger("medprep")
@@ -75,8 +75,15 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def content_digest(path: Path) -> str:
+def content_digest(path) -> str:
     """A file's content digest; a folder's (a datasets save_to_disk folder) over its files."""
+    if isinstance(path, RunPath):
+        if path.local is None:           # on an object store: read it (no file identity to cache by)
+            import xxhash
+            if path.is_dir():
+                return _digest([(f.relative_to(path), content_digest(f)) for f in path.rglob()])
+            return xxhash.xxh3_128(path.read_bytes()).hexdigest()
+        path = path.local
     path = Path(path)
     if path.is_dir():
         return _digest([(str(f.relative_to(path)), file_digest(f)) for f in sorted(path.rglob("*")) if f.is_file()])
@@ -124,14 +131,24 @@ def engine_versions(name: str) -> dict:
     return out
 
 
-def stage_fingerprint(spec: StageSpec, input_fp: str, config: Config, files: list[Path] = ()) -> str:
+def stage_fingerprint(spec: StageSpec, input_fp: str, config: Config, files: list[Path] = (),
+                      options: dict | None = None) -> str:
     # num_proc, batch_size and progress do not change a stage's output, so they are left out.
     # Files the stage reads (models, tokenizer.json) count by content, engines by version.
     run = config.run
-    file_digests = [(str(f), content_digest(f)) for f in files if Path(f).exists()]
-    return _digest(pipeline.__version__, code_digest(), spec.name, spec.config.model_dump(), input_fp, run.seed,
+    file_digests = [(str(f), content_digest(f)) for f in files if f.exists()]
+    options = spec.config.model_dump() if options is None else options
+    return _digest(pipeline.__version__, code_digest(), spec.name, options, input_fp, run.seed,
                    run.shard_size, run.keep_removed_text, file_digests, engine_versions(spec.name),
                    *_key_ids(spec))
+
+
+def score_fingerprint(spec: StageSpec, input_fp: str, config: Config, files: list[Path] = (),
+                      threshold_options: tuple[str, ...] = ()) -> str:
+    """What a filter stage's score columns depend on: its fingerprint without the options that
+    only decide (thresholds), so a retuned threshold finds the stored scores again."""
+    options = {k: v for k, v in spec.config.model_dump().items() if k not in threshold_options}
+    return stage_fingerprint(spec, input_fp, config, files, options=options)
 
 
 def _key_ids(spec: StageSpec) -> list[str]:
@@ -146,13 +163,15 @@ def _key_ids(spec: StageSpec) -> list[str]:
 def _context(config: Config, spec: StageSpec, stage_dir: Path, stage_dirs: dict[str, Path] | None = None) -> RunContext:
     """What the stage gets from the run: the options of the stages it `needs` and the files
     other stages made, resolved here so that stages never read the whole config."""
+    from pipeline.cache import run_cache
     run = config.run
     needs = REGISTRY[spec.name].needs
     upstream = {name: config.stage(name).config for name in needs if config.has_stage(name)}
     return RunContext(run_dir=config.output_dir, stage_dir=stage_dir, seed=run.seed,
                       batch_size=run.batch_size, shard_size=run.shard_size, num_proc=run.num_proc,
                       progress=run.progress and sys.stderr.isatty(), upstream=upstream,
-                      artifacts=stage_artifacts(config, spec, stage_dirs or stage_dirs_for(config)))
+                      artifacts=stage_artifacts(config, spec, stage_dirs or stage_dirs_for(config)),
+                      cache=run_cache(config, spec))
 
 
 def stage_artifacts(config: Config, spec: StageSpec, stage_dirs: dict[str, Path]) -> dict[str, Path]:
@@ -180,27 +199,45 @@ def _progress(ctx: RunContext, name: str, total: int | None):
                 smoothing=0.1)
 
 
-def run_document_stage(stage, inputs: StageInputs, output: StageOutput, executor=None, label: str = "") -> dict:
-    """Each input shard not finished before becomes a task that writes its own output shard."""
+def run_document_stage(stage, inputs: StageInputs, output: StageOutput, executor=None, label: str = "",
+                       scores_key: str | None = None, cache_root: RunPath | None = None,
+                       reuse_scores: bool = True) -> dict:
+    """Each input shard not finished before becomes a task that writes its own output shard.
+    A filter stage (scores_key: its score folder in cache_root) also stores each shard's score
+    columns; when all shards have them already, its tasks decide from them, without the model."""
     from pipeline.executor import LocalExecutor
     ctx = stage.ctx
+    own_executor = executor is None
     executor = executor or LocalExecutor(ctx.num_proc)
     done = output.done_shards()
-    tasks = [{**shard.to_dict(), "folder": str(output.tmp), "keep_removed_text": output.keep_removed_text,
+    tasks = [{**shard.to_dict(), **task_fields(output.tmp), "keep_removed_text": output.keep_removed_text,
               "batch_size": ctx.batch_size} for shard in inputs.shards if shard.name not in done]
     if done:
         print(f"[{label or stage.name}] resuming: {len(inputs.shards) - len(tasks)} of {len(inputs.shards)} "
               "shards finished before", file=sys.stderr)
+    method, extra = "process_document_shard", {}
+    if scores_key is not None:
+        scores = cache_root / scores_key
+        stored = {f.stem for f in scores.glob("*.arrow")}
+        redecide = reuse_scores and all(shard.name in stored for shard in inputs.shards)
+        method = "redecide_shard" if redecide else "score_shard"
+        tasks = [{**task, "scores": str(scores)} for task in tasks]
+        extra = {"decided_from_stored_scores": redecide, "cache_keys": [scores_key]}
+        if redecide:
+            print(f"[{label or stage.name}] only thresholds changed: deciding from the scores in {scores_key}, "
+                  "without the model", file=sys.stderr)
     bar = _progress(ctx, stage.name, inputs.total)
     try:
-        for marker in executor.map(stage, "process_document_shard", tasks):
+        for marker in executor.map(stage, method, tasks):
             bar.update(marker["docs_in"])
     finally:
         bar.close()
+        if own_executor:
+            executor.close()
     totals: Counter = Counter()
     for path in sorted((output.tmp / "shards").glob("*.json")):
         totals.update(read_json(path)["stats"])
-    return stage.finish_stats(dict(totals))
+    return {**stage.finish_stats(dict(totals)), **extra}
 
 
 # ---- chain ------------------------------------------------------------------------------
@@ -239,7 +276,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
                         "first, or give --input")
     prev_stats = read_json(prev_dir / STATS)
-    shards_in = [InputShard(name, path, rows) for name, path, rows in stage_shards(prev_dir)]
+    shards_in = [InputShard(name, path, rows, persistent=True) for name, path, rows in stage_shards(prev_dir)]
     return (lambda output, executor: StageInputs(shards=shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
 
 
@@ -250,14 +287,15 @@ def stage_dirs_for(config: Config) -> dict[str, Path]:
 def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: Path | None = None,
               force: bool = False, stage_dirs=None, executor=None) -> dict:
     stage_dirs = stage_dirs or stage_dirs_for(config)
-    folder = Path(output_dir) if output_dir else stage_dirs[spec.name]
+    folder = RunPath.of(output_dir, direct=config.output_dir.direct) if output_dir else stage_dirs[spec.name]
     if spec.name == "phi":
         from pipeline.phi.identifiers import check_private_files
         check_private_files(config, [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
     ctx = _context(config, spec, folder, stage_dirs)
     stage = REGISTRY[spec.name](spec.config, ctx)
-    fingerprint = stage_fingerprint(spec, input_fp, config, stage.fingerprint_files())
+    files = stage.fingerprint_files()
+    fingerprint = stage_fingerprint(spec, input_fp, config, files)
     if not force and is_done(folder):
         stats = read_json(folder / STATS)
         if stats.get("fingerprint") == fingerprint:
@@ -282,13 +320,21 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
         if document:
-            extra = run_document_stage(stage, inputs, output, executor, spec.folder)
+            # A filter stage's scores live outside its folder (which a rerun replaces), under
+            # a fingerprint without its thresholds: retuning them, back and forth, finds them.
+            from pipeline.cache import cache_root
+            scores_key = (f"cache/scores/{spec.name}/"
+                          f"{score_fingerprint(spec, input_fp, config, files, stage.threshold_options)}"
+                          if stage.threshold_options else None)
+            extra = run_document_stage(stage, inputs, output, executor, spec.folder, scores_key=scores_key,
+                                       cache_root=cache_root(config), reuse_scores=not force)
         else:
             extra = stage.run(inputs, output)
     except BaseException:
         output.abort()
         raise
     finally:
+        executor.end_stage()
         if own_executor:
             executor.close()
     seconds = time.perf_counter() - t0
@@ -317,30 +363,34 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     return stats
 
 
-def _publish(stage, folder: Path, run_dir: Path) -> None:
-    """Hard-link a stage's artifacts (tokenizer.json, final/) to their place in the run folder."""
+def _publish(stage, folder: RunPath, run_dir: RunPath) -> None:
+    """Hard-link a stage's artifacts (tokenizer.json, final/) to their place in the run folder
+    (on an object store: a server-side copy)."""
     for src_rel, dst_rel in stage.artifacts.items():
         src, dst = folder / src_rel, run_dir / dst_rel
         if not src.exists():
             continue
-        tmp = dst.with_name(dst.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
-        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(dst.name + ".tmp") if dst.renames else dst
+        tmp.rmtree()
         if src.is_dir():
-            shutil.copytree(src, tmp, copy_function=_link_or_copy)
+            for f in src.rglob():
+                _link_or_copy(f, tmp / f.relative_to(src))
         else:
             _link_or_copy(src, tmp)
-        if dst.exists():
-            shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
-        os.replace(tmp, dst)
+        if tmp != dst:
+            dst.rmtree()
+            tmp.rename(dst)
 
 
-def _link_or_copy(src, dst):
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
+def _link_or_copy(src: RunPath, dst: RunPath) -> None:
+    if src.local is not None and dst.local is not None:
+        dst.parent.mkdir()
+        try:
+            os.link(src.local, dst.local)
+            return
+        except OSError:
+            pass
+    src.copy_to(dst)
 
 
 def expand_names(config: Config, names: list[str]) -> list[StageSpec]:
@@ -401,7 +451,7 @@ def keep_final_only(stage_dirs: dict[str, Path]) -> None:
         for entry in folder.iterdir():
             if entry.name in (STATS, "removed", PURGED):
                 continue
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            entry.rmtree()
         if not (folder / PURGED).exists():
             (folder / PURGED).write_text("documents removed after the run (keep: final); the next `pipeline run` "
                                          "reruns this stage\n", encoding="utf-8")
@@ -412,8 +462,12 @@ def run_folder_size(config: Config, all_stats: list[dict]) -> dict:
     figure, left out) against the input's text."""
     seen: set = set()
     total = 0
-    for path in config.output_dir.rglob("*"):
-        if path.is_file() and not path.is_symlink() and path != config.output_dir / "manifest.json":
+    run_dir = config.output_dir
+    manifest = run_dir / "manifest.json"
+    if run_dir.local is None:
+        total = sum(f.size() for f in run_dir.rglob() if f != manifest)
+    for path in run_dir.local.rglob("*") if run_dir.local is not None else ():
+        if path.is_file() and not path.is_symlink() and path != manifest.local:
             st = path.stat()
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))

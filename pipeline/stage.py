@@ -5,7 +5,6 @@ folder, or from any supported file given with --input."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pipeline.cli_common import user_errors
 from pipeline.config import CONFIG_HELP
@@ -28,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     with user_errors():
         from pipeline.config import load_config
         from pipeline.runner import expand_names, run_stage, stage_dirs_for
+        from pipeline.storage import RunPath
 
         config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
         specs = expand_names(config, [args.name])
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
             load_config(args.config, text_unit=args.text_unit, check_inputs=True)
         dirs = stage_dirs_for(config)
         if args.output:
-            out = Path(args.output)
+            out = RunPath.of(args.output, direct=config.output_dir.direct)
             for spec in specs:
                 dirs[spec.name] = out if len(specs) == 1 else out / spec.folder
         for i, spec in enumerate(specs):

@@ -10,21 +10,27 @@ then writes stats.json and _SUCCESS, then renames the folder into place. A stage
 midway leaves the .tmp folder: the next run with the same fingerprint keeps the shards that
 have a marker and does the rest; with another fingerprint it starts over.
 
+Shards are Arrow IPC streams (zstd-compressed buffers). A stage that does not change the
+text (rewrites_text False) and reads another stage's output writes, in the text column's
+place, where each text is (_text_file, _text_row): the run folder holds a text once per stage
+that changes it, not once per stage. Where the filesystem has no rename (an object store;
+storage.py), files are written at their final names and the marker and _SUCCESS order alone
+makes them safe: the stage folder is written in place, not in <folder>.tmp.
+
 This module is the one reader of the shard format (`read_shard`, `stage_shards`,
-`read_table`): runner, stages, report and tests go through it.
+`read_table`), joining texts back in: runner, stages, report and tests go through it.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-from collections import Counter
-from pathlib import Path
+import posixpath
+from collections import Counter, OrderedDict
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.documents import DUPLICATE_OF, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
+from pipeline.storage import RunPath, as_run_path, read_json, write_json  # noqa: F401  (re-exported)
 
 SUCCESS = "_SUCCESS"
 # Written instead of _SUCCESS when a stage before `phi` had its raw documents removed after
@@ -36,34 +42,85 @@ MARKERS = "shards"
 # Rows per Arrow record batch inside a shard. Fixed, so shard bytes do not depend on how
 # the input happened to be batched or how many workers ran.
 WRITE_CHUNK = 1000
+# Shards are Arrow IPC streams with zstd-compressed buffers (level 3: about 3x smaller on
+# abstracts, written at ~100 MB/s and read at ~500 MB/s per core; pyarrow and `datasets`
+# decompress on read). Deterministic for a given pyarrow, whose version is in every fingerprint.
+SHARD_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression=pa.Codec("zstd", compression_level=3))
 
 
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def is_done(folder) -> bool:
+    return (as_run_path(folder) / SUCCESS).exists()
 
 
-def read_json(path: Path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+def is_purged(folder) -> bool:
+    return (as_run_path(folder) / PURGED).exists()
 
 
-def is_done(folder: Path) -> bool:
-    return (folder / SUCCESS).exists()
+def shards(folder, sub: str = "data") -> list[RunPath]:
+    return (as_run_path(folder) / sub).glob("*.arrow")
 
 
-def is_purged(folder: Path) -> bool:
-    return (folder / PURGED).exists()
+# A stage that does not change the text does not copy it: its data/ shards hold, in the text
+# column's place, where each document's text is (_text_file: the shard that holds it, relative
+# to the stages folder; _text_row: its row there). Readers of this module put the text back.
+TEXT_FILE, TEXT_ROW = "_text_file", "_text_row"
+_OWNER_TEXT: "OrderedDict[tuple, pa.ChunkedArray]" = OrderedDict()
 
 
-def shards(folder: Path, sub: str = "data") -> list[Path]:
-    return sorted((Path(folder) / sub).glob("*.arrow"))
+def stages_base(shard: RunPath) -> RunPath:
+    """The folder refs are relative to: <base>/<stage folder>/data/NAME.arrow."""
+    return shard.parent.parent.parent
 
 
-def read_shard(path: Path, batch_size: int | None = None, columns: list[str] | None = None):
-    """Tables of one Arrow IPC stream shard, `batch_size` rows at most (None: as stored)."""
-    with pa.OSFile(str(path), "rb") as src:
+def _owner_text(path: RunPath) -> pa.ChunkedArray:
+    """The text column of a shard that holds texts (the last few kept: shards are mostly read in
+    name order, and shard NAME's texts are in shard NAME of the stage that wrote them)."""
+    # Keyed by the file's version too: a stage rerun in this process rewrites its shards.
+    info = path.fs.get_file_info(path.path)
+    key = (str(path), info.size, info.mtime_ns)
+    if key not in _OWNER_TEXT:
+        with path.open_stream() as src:
+            _OWNER_TEXT[key] = pa.ipc.open_stream(src).read_all()["text"]
+        while len(_OWNER_TEXT) > 4:
+            _OWNER_TEXT.popitem(last=False)
+    return _OWNER_TEXT[key]
+
+
+def join_text(table: pa.Table, base: RunPath) -> pa.Table:
+    """A referencing table with its text column back where the refs are."""
+    files, rows = table[TEXT_FILE], table[TEXT_ROW]
+    names = pc.unique(files).to_pylist()
+    if len(names) == 1:
+        text = _owner_text(base / names[0]).take(rows)
+    else:
+        pieces, order = [], []
+        for name in names:
+            sel = pc.equal(files, name)
+            pieces.append(_owner_text(base / name).take(rows.filter(sel)))
+            order.append(np.flatnonzero(sel.to_numpy(zero_copy_only=False)))
+        text = pa.chunked_array([c for p in pieces for c in p.chunks], pa.string())
+        text = text.take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+    at = table.schema.get_field_index(TEXT_FILE)
+    return table.drop_columns([TEXT_FILE, TEXT_ROW]).add_column(at, "text", text.combine_chunks())
+
+
+def with_refs(table: pa.Table, files: pa.Array, rows: pa.Array) -> pa.Table:
+    """A table's text column replaced by where the texts are."""
+    at = table.schema.get_field_index("text")
+    table = table.drop_columns(["text"])
+    return table.add_column(at, TEXT_FILE, files).add_column(at + 1, TEXT_ROW, rows)
+
+
+def ref_schema(schema: pa.Schema) -> pa.Schema:
+    at = schema.get_field_index("text")
+    return schema.remove(at).insert(at, pa.field(TEXT_FILE, pa.string())).insert(at + 1, pa.field(TEXT_ROW, pa.int64()))
+
+
+def _raw_tables(path: RunPath, batch_size: int | None, columns: list[str] | None):
+    with path.open_stream() as src:
         reader = pa.ipc.open_stream(src)
+        if columns is not None and TEXT_ROW in reader.schema.names and "text" in columns:
+            columns = [c for c in columns if c != "text"] + [TEXT_FILE, TEXT_ROW]
         pending, rows = [], 0
         for batch in reader:
             if columns is not None:
@@ -82,20 +139,58 @@ def read_shard(path: Path, batch_size: int | None = None, columns: list[str] | N
             yield pa.Table.from_batches(pending)
 
 
-def shard_schema(path: Path) -> pa.Schema:
-    with pa.OSFile(str(path), "rb") as src:
-        return pa.ipc.open_stream(src).schema
+def read_shard(path, batch_size: int | None = None, columns: list[str] | None = None):
+    """Tables of one Arrow IPC stream shard, `batch_size` rows at most (None: as stored), as
+    whole documents (texts joined back in where the shard refers to them)."""
+    path = as_run_path(path)
+    for table in _raw_tables(path, batch_size, columns):
+        yield join_text(table, stages_base(path)) if TEXT_ROW in table.column_names else table
 
 
-def read_table(folder: Path, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
+def read_shard_refs(path, batch_size: int | None, base: RunPath | None):
+    """(documents, text refs) of one shard: where each row's text is, relative to `base` (the
+    stages folder of the shard being written), for a stage that passes texts through."""
+    path = as_run_path(path)
+    in_base = stages_base(path)
+    row = 0
+    for table in _raw_tables(path, batch_size, None):
+        n = table.num_rows
+        if TEXT_ROW in table.column_names:
+            files, rows = table[TEXT_FILE].combine_chunks(), table[TEXT_ROW].combine_chunks()
+            table = join_text(table, in_base)
+        else:
+            files = pa.array([posixpath.relpath(path.path, in_base.path)] * n, pa.string()) if n else \
+                pa.array([], pa.string())
+            rows = pa.array(np.arange(row, row + n, dtype=np.int64))
+        if base is not None and base.path != in_base.path:
+            # Another stages folder (pipeline.stage --output elsewhere): the same files, seen from there.
+            names = pc.unique(files)
+            moved = pa.array([posixpath.relpath(posixpath.join(in_base.path, f), base.path)
+                              for f in names.to_pylist()], pa.string())
+            files = moved.take(pc.index_in(files, value_set=names))
+        row += n
+        yield table, files, rows
+
+
+def shard_schema(path) -> pa.Schema:
+    """The shard's columns as documents (text in place of its refs)."""
+    with as_run_path(path).open_stream() as src:
+        schema = pa.ipc.open_stream(src).schema
+    if TEXT_ROW in schema.names:
+        at = schema.get_field_index(TEXT_FILE)
+        schema = schema.remove(schema.get_field_index(TEXT_ROW)).remove(at).insert(at, pa.field("text", pa.string()))
+    return schema
+
+
+def read_table(folder, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
     """All shards of a stage folder's data/ (or removed/) as one table, in shard order."""
     tables = [t for f in shards(folder, sub) for t in read_shard(f, None, columns)]
     return pa.concat_tables(tables) if tables else None
 
 
-def stage_shards(folder: Path) -> list[tuple[str, Path, int | None]]:
+def stage_shards(folder) -> list[tuple[str, RunPath, int | None]]:
     """(name, data file, rows) of a finished stage's output shards, in name order."""
-    folder = Path(folder)
+    folder = as_run_path(folder)
     out = []
     for f in shards(folder):
         marker = folder / MARKERS / f"{f.stem}.json"
@@ -130,11 +225,12 @@ def conform(table: pa.Table, schema: pa.Schema, where) -> pa.Table:
 
 class ArrowFile:
     """One Arrow IPC stream file written in record batches of WRITE_CHUNK rows (bytes do not
-    depend on how rows arrived), under a temp name renamed into place by close()."""
+    depend on how rows arrived), under a temp name renamed into place by close() where the
+    filesystem renames, else at its final name (a marker written later vouches for it)."""
 
-    def __init__(self, path: Path, schema: pa.Schema | None):
-        self.path = Path(path)
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
+    def __init__(self, path, schema: pa.Schema | None):
+        self.path = as_run_path(path)
+        self.tmp = self.path.with_name(self.path.name + ".tmp") if self.path.renames else self.path
         self.schema = schema
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
@@ -154,9 +250,8 @@ class ArrowFile:
 
     def _open(self) -> None:
         if self.writer is None:
-            self.tmp.parent.mkdir(parents=True, exist_ok=True)
-            self.sink = pa.OSFile(str(self.tmp), "wb")
-            self.writer = pa.ipc.new_stream(self.sink, self.schema)
+            self.sink = self.tmp.open_output()
+            self.writer = pa.ipc.new_stream(self.sink, self.schema, options=SHARD_IPC_OPTIONS)
 
     def _emit(self, n: int) -> None:
         buf = pa.concat_tables(self.pending)
@@ -176,35 +271,50 @@ class ArrowFile:
         self._open()                     # an empty shard is still a file, with its schema
         self.writer.close()
         self.sink.close()
-        os.replace(self.tmp, self.path)
+        if self.tmp != self.path:
+            self.tmp.rename(self.path)
 
 
 class ShardFiles:
     """One shard's output: kept rows to data/NAME.arrow, removed rows (id, reason,
     duplicate_of) to removed/NAME.arrow, then its marker shards/NAME.json, last."""
 
-    def __init__(self, folder: Path, name: str, *, keep_removed_text: bool, schema: pa.Schema | None = None):
-        self.folder = Path(folder)
+    def __init__(self, folder, name: str, *, keep_removed_text: bool, schema: pa.Schema | None = None,
+                 text_refs: bool = False):
+        self.folder = as_run_path(folder)
         self.name = name
         self.keep_removed_text = keep_removed_text
+        # Kept rows hold where their text is instead of the text (a stage that passes texts through).
+        self.text_refs = text_refs
         self.data = ArrowFile(self.folder / "data" / f"{name}.arrow", schema)
         self.removed = ArrowFile(self.folder / "removed" / f"{name}.arrow",
                                  REMOVED_SCHEMA_WITH_TEXT if keep_removed_text else REMOVED_SCHEMA)
         self.docs_in = 0
         self.reasons: Counter = Counter()
 
-    def write(self, table: pa.Table) -> None:
-        """Route a processed batch: rows with a reason go to removed/, the rest to data/."""
+    def set_schema(self, schema: pa.Schema) -> None:
+        """The data file's columns, given as documents' columns."""
+        self.data.schema = ref_schema(schema) if self.text_refs else schema
+
+    def write(self, table: pa.Table, refs: tuple[pa.Array, pa.Array] | None = None) -> None:
+        """Route a processed batch: rows with a reason go to removed/, the rest to data/.
+        `refs`: where each row's text is (with text_refs)."""
         self.docs_in += table.num_rows
-        if REASON not in table.column_names:
-            self.data.write(table.drop_columns([c for c in table.column_names if c.startswith("_")]))
-            return
-        reason = table[REASON]
-        removed_mask = pc.is_valid(reason)
-        n_removed = pc.sum(removed_mask).as_py() or 0
+        n_removed = 0
+        if REASON in table.column_names:
+            removed_mask = pc.is_valid(table[REASON])
+            n_removed = pc.sum(removed_mask).as_py() or 0
         kept = table.filter(pc.invert(removed_mask)) if n_removed else table
         # Private columns (reason, duplicate_of, the phi stage's original id) never reach data/.
-        self.data.write(kept.drop_columns([c for c in kept.column_names if c.startswith("_")]))
+        kept = kept.drop_columns([c for c in kept.column_names if c.startswith("_")])
+        if self.text_refs:
+            files, rows = refs
+            if n_removed:
+                keep = pc.invert(removed_mask)
+                keep = keep.combine_chunks() if isinstance(keep, pa.ChunkedArray) else keep
+                files, rows = files.filter(keep), rows.filter(keep)
+            kept = with_refs(kept, files, rows)
+        self.data.write(kept)
         if n_removed:
             self._write_removed(table.filter(removed_mask))
 
@@ -231,7 +341,6 @@ class ShardFiles:
         self.removed.close()
         marker = {"docs_in": self.docs_in, "docs_out": self.data.rows,
                   "removed": dict(sorted(self.reasons.items())), "stats": stats or {}}
-        (self.folder / MARKERS).mkdir(exist_ok=True)
         write_json(self.folder / MARKERS / f"{self.name}.json", marker)
         return marker
 
@@ -249,9 +358,9 @@ class ShardWriter:
     """Writes tables into numbered Arrow IPC stream shards of at most `shard_size` rows
     (the source, cut into a first stage's input shards; pack's sequences)."""
 
-    def __init__(self, folder: Path, schema: pa.Schema | None, shard_size: int, prefix: str = ""):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+    def __init__(self, folder, schema: pa.Schema | None, shard_size: int, prefix: str = ""):
+        self.folder = as_run_path(folder)
+        self.folder.mkdir()
         self.schema = schema
         self.shard_size = shard_size
         self.prefix = prefix
@@ -290,17 +399,24 @@ class StageOutput:
     through `write`, into the shard `begin_shard` named (their StageInputs calls it as each
     input shard starts), so their output keeps the input's shard names as well."""
 
-    def __init__(self, folder: Path, *, shard_size: int, keep_removed_text: bool, fingerprint: str | None = None):
-        self.final = Path(folder)
-        self.tmp = self.final.with_name(self.final.name + ".tmp")
+    def __init__(self, folder, *, shard_size: int, keep_removed_text: bool, fingerprint: str | None = None):
+        self.final = as_run_path(folder)
+        # Where renames exist the stage is written in <folder>.tmp and renamed at commit; on
+        # an object store, in place: _SUCCESS, written last, is what makes it finished.
+        self.tmp = self.final.with_name(self.final.name + ".tmp") if self.final.renames else self.final
         self.shard_size = shard_size
         self.keep_removed_text = keep_removed_text
+        if self.tmp == self.final and is_done(self.final):
+            # A finished output being redone (another config, or --force): _SUCCESS goes first,
+            # so a cut-short cleanup never leaves a folder that looks finished.
+            (self.final / SUCCESS).unlink(missing_ok=True)
+            self.final.rmtree()
         if self.tmp.exists():
             resumable = fingerprint is not None and (self.tmp / FINGERPRINT).exists() and \
                 (self.tmp / FINGERPRINT).read_text() == fingerprint
             if not resumable:
-                shutil.rmtree(self.tmp)          # left by an interrupted run of another config
-        self.tmp.mkdir(parents=True, exist_ok=True)
+                self.tmp.rmtree()          # left by an interrupted run of another config
+        self.tmp.mkdir()
         (self.tmp / FINGERPRINT).write_text(fingerprint or "")
         self.schema: pa.Schema | None = None
         self.current: ShardFiles | None = None
@@ -309,7 +425,7 @@ class StageOutput:
         self.shard_stats: dict[str, dict] = {}
 
     @property
-    def folder(self) -> Path:
+    def folder(self) -> RunPath:
         """Where the stage may put extra files (inside the temp folder until commit)."""
         return self.tmp
 
@@ -378,16 +494,12 @@ class StageOutput:
             raise RuntimeError(f"{self.final.name}: accounting broken: in {stats['docs_in']} != "
                                f"out {stats['docs_out']} + removed {removed_total}")
         for leftover in ("input", FINGERPRINT):
-            path = self.tmp / leftover
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+            (self.tmp / leftover).rmtree()
         write_json(self.tmp / STATS, stats)
         (self.tmp / SUCCESS).write_text("")
-        if self.final.exists():
-            shutil.rmtree(self.final)
-        os.replace(self.tmp, self.final)
+        if self.tmp != self.final:
+            self.final.rmtree()
+            self.tmp.rename(self.final)
         return stats
 
     def abort(self) -> None:

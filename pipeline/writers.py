@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.storage import RunPath, save_npy
+
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 MEGATRON_VERSION = 1
 # Megatron's DType codes.
@@ -41,11 +43,13 @@ def flat_dtype(vocab_size: int, wanted: str = "auto"):
 
 
 class _TokenFile:
-    def __init__(self, path: Path, dtype):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    """Written straight at its name in the run folder (pyarrow.fs): pack writes these files
+    before the stage's _SUCCESS, which is what vouches for them."""
+
+    def __init__(self, path: RunPath, dtype):
+        self.path = path
         self.dtype = np.dtype(dtype)
-        self.fh = open(self.path, "wb")
+        self.fh = self.path.open_output()
         self.lengths: list[np.ndarray] = []
 
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> None:
@@ -58,16 +62,16 @@ class _TokenFile:
 
 
 class MegatronWriter(_TokenFile):
-    def __init__(self, prefix: Path, dtype):
-        super().__init__(Path(str(prefix) + ".bin"), dtype)
-        self.idx_path = Path(str(prefix) + ".idx")
+    def __init__(self, prefix: RunPath, dtype):
+        super().__init__(prefix.with_name(prefix.name + ".bin"), dtype)
+        self.idx_path = prefix.with_name(prefix.name + ".idx")
 
     def close(self) -> None:
         self.fh.close()
         lengths = self.all_lengths()
         pointers = np.zeros(len(lengths), np.int64)
         np.cumsum(lengths[:-1] * self.dtype.itemsize, out=pointers[1:])
-        with open(self.idx_path, "wb") as idx:
+        with self.idx_path.open_output() as idx:
             idx.write(MEGATRON_HEADER)
             idx.write(struct.pack("<Q", MEGATRON_VERSION))
             idx.write(struct.pack("<B", MEGATRON_DTYPES[self.dtype.type]))
@@ -79,24 +83,24 @@ class MegatronWriter(_TokenFile):
 
 
 class FlatWriter(_TokenFile):
-    def __init__(self, stem: Path, dtype):
-        super().__init__(Path(str(stem) + ".bin"), dtype)
-        self.offsets_path = Path(str(stem) + ".doc_offsets.npy")
+    def __init__(self, stem: RunPath, dtype):
+        super().__init__(stem.with_name(stem.name + ".bin"), dtype)
+        self.offsets_path = stem.with_name(stem.name + ".doc_offsets.npy")
 
     def close(self) -> None:
         self.fh.close()
         lengths = self.all_lengths()
         offsets = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        np.save(self.offsets_path, offsets)
+        save_npy(self.offsets_path, offsets)
 
     @staticmethod
-    def write_meta(folder: Path, writers: dict, **fields) -> None:
+    def write_meta(folder: RunPath, writers: dict, **fields) -> None:
         meta = {**fields, "dtype": next(iter(writers.values())).dtype.name if writers else None,
                 "splits": {s: {"file": w.path.name, "doc_offsets": w.offsets_path.name,
                                "documents": int(sum(len(x) for x in w.lengths)),
                                "tokens": int(sum(int(x.sum()) for x in w.lengths))} for s, w in writers.items()}}
-        (Path(folder) / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (folder / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
 def read_megatron(prefix: str | Path) -> dict:

@@ -228,9 +228,30 @@ def executor_scaling(src: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def retune(src: dict) -> str:
+    r = load("retune.json", src)
+    before, after = r["max_score"]["before"], r["max_score"]["after"]
+    lines = ["| run (first 1,500 abstracts, configs/pubmed.yaml) | wall | chain | toxicity | phi | phi cache hits / misses |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, label in (("first", f"first run, `max_score: {before}`"), ("retune", f"retune to `{after}`, same run folder"),
+                        ("fresh", f"fresh run with `{after}`, another folder")):
+        run = r[name]
+        tox, phi = run["stages"]["toxicity"], run["stages"]["phi"]
+        cache = phi.get("cache") or {}
+        how = " (stored scores, no model)" if tox.get("decided_from_stored_scores") else ""
+        lines.append(f"| {label} | {run['wall_s']:,.1f} s | {run['chain_seconds']:,.1f} s | {tox['seconds']:,.1f} s{how} | "
+                     f"{phi['seconds']:,.1f} s | {cache.get('hits', 0):,} / {cache.get('misses', 0):,} |")
+    lines.append("")
+    same = "byte-identical" if r["identical_final_and_tokenizer"] else "NOT identical"
+    lines.append(f"The retune takes {r['retune_vs_first_wall'] * 100:.0f} % of the first run's wall time "
+                 f"({r['retune_vs_first_chain'] * 100:.0f} % of its chain time); its final/ and tokenizer/ files "
+                 f"({r['files_compared']} files) are {same} to the fresh run's.")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling)}
+              executor_scaling, retune)}
 
 
 # --- check / write --------------------------------------------------------------------------

@@ -78,6 +78,65 @@ def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
     assert ray_info["address"] == "local" and ray_info["cluster_cpus"] == 2
 
 
+def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, tmp_path, monkeypatch):
+    """The run folder named by URI (file://, as s3:// or gs:// would be) with commit: direct,
+    as on an object store: no file or folder is renamed, and the bytes are the local run's."""
+    import pipeline.storage
+    from pipeline.config import load_config
+    from pipeline.runner import run_chain
+
+    out = tmp_path / "direct"
+    renamed = []
+    monkeypatch.setattr(pipeline.storage.RunPath, "rename", lambda self, target: renamed.append(str(self)))
+    real_replace = os.replace
+
+    def no_replace_in_run(src, dst, *args, **kwargs):
+        if str(out) in str(dst):
+            renamed.append(str(src))
+        return real_replace(src, dst, *args, **kwargs)
+    monkeypatch.setattr(os, "replace", no_replace_in_run)
+    monkeypatch.setattr(os, "rename", no_replace_in_run)
+    text = CHAIN.format(raw=RAW, out=f"file://{out}", num_proc=1, kind="local") + "commit: direct\n"
+    config = load_config(write_config(tmp_path / "direct.yaml", text))
+    assert str(config.output_dir) == str(out) and config.output_dir.fs.type_name == "local"
+    run_chain(config)
+    assert renamed == []
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    local = _files(local_and_ray["local"])
+    direct = _files(out)
+    assert sorted(direct) == sorted(local)
+    assert [name for name in local if local[name] != direct[name]] == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["run_folder"]["bytes"] > 0
+
+
+def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_ray):
+    """normalize and phi write texts; langid, heuristics, dedup, split, tokenizer and pack's
+    data/ hold where each text is, and every reader of store.py gets whole documents back."""
+    import pyarrow as pa
+
+    from pipeline.store import TEXT_FILE, TEXT_ROW, read_table, shard_schema
+    run = local_and_ray["local"]
+    stages = sorted(p.name for p in (run / "stages").iterdir())
+    writers = {"01_normalize", "04_phi"}
+    for name in stages:
+        raw = pa.ipc.open_stream(pa.OSFile(str(run / "stages" / name / "data/00000.arrow"))).schema
+        if name in writers:
+            assert "text" in raw.names and TEXT_ROW not in raw.names, name
+        else:
+            assert "text" not in raw.names and {TEXT_FILE, TEXT_ROW} <= set(raw.names), name
+            # As documents, the shard has its text column where the refs are.
+            assert shard_schema(run / "stages" / name / "data/00000.arrow").names.index("text") == \
+                raw.names.index(TEXT_FILE)
+    # Whole documents: langid's texts are normalize's, split's are phi's, row for row by id.
+    for reader, writer in (("02_langid", "01_normalize"), ("07_split", "04_phi")):
+        docs, source = read_table(run / "stages" / reader), read_table(run / "stages" / writer)
+        by_id = dict(zip(source["id"].to_pylist(), source["text"].to_pylist()))
+        assert docs.num_rows > 0 and docs["text"].to_pylist() == [by_id[i] for i in docs["id"].to_pylist()]
+    size = {name: sum(f.stat().st_size for f in (run / "stages" / name / "data").glob("*.arrow")) for name in stages}
+    assert all(size[name] < size["01_normalize"] / 3 for name in stages if name not in writers), size
+
+
 INTERRUPTER = '''
 import os
 import signal
@@ -115,6 +174,7 @@ def main(config_path, executor):
 
 RESUME = """input: {{paths: [{src}]}}
 output_dir: {out}
+commit: {commit}
 num_proc: 1
 batch_size: 10
 shard_size: 40
@@ -136,11 +196,11 @@ def _notes(n):
     return [{"id": f"d{i:03d}", "text": " ".join(random.Random(i).choices(WORDS, k=30)) + "."} for i in range(n)]
 
 
-def _interrupted_run(tmp_path, name, how, executor):
+def _interrupted_run(tmp_path, name, how, executor, commit="auto"):
     (tmp_path / "interrupter.py").write_text(INTERRUPTER)
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(d) + "\n" for d in _notes(200)))
-    cfg = write_config(tmp_path / f"{name}.yaml", RESUME.format(src=src, out=tmp_path / name))
+    cfg = write_config(tmp_path / f"{name}.yaml", RESUME.format(src=src, out=tmp_path / name, commit=commit))
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "STOP_AT": "d130",
            "STOP_FLAG": str(tmp_path / f"{name}.flag"), "STOP_HOW": how, "SEEN_LOG": str(tmp_path / f"{name}.seen")}
     def run():
@@ -149,12 +209,18 @@ def _interrupted_run(tmp_path, name, how, executor):
     return run, tmp_path / name, lambda: (tmp_path / f"{name}.seen").read_text().split()
 
 
-def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path):
-    start, run, seen = _interrupted_run(tmp_path, "killed", "kill", "local")
+@pytest.mark.parametrize("commit", ["auto", "direct"])
+def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path, commit):
+    """auto: the stage is written in <stage>.tmp and renamed at the end; direct (object
+    stores, no rename): in place, where the markers and a missing _SUCCESS say what is left."""
+    start, run, seen = _interrupted_run(tmp_path, "killed", "kill", "local", commit)
     first = start()
     assert first.returncode == -9                         # the whole run was killed in heuristics
     assert not (run / "stages/02_heuristics/_SUCCESS").exists()
-    assert len(list((run / "stages/02_heuristics.tmp/shards").glob("*.json"))) == 3
+    in_progress = run / ("stages/02_heuristics.tmp" if commit == "auto" else "stages/02_heuristics")
+    assert len(list((in_progress / "shards").glob("*.json"))) == 3
+    if commit == "direct":
+        assert not (run / "stages/02_heuristics.tmp").exists()
     second = start()
     assert second.returncode == 0, second.stderr[-2000:]
     assert "[02_heuristics] resuming: 3 of 5 shards finished before" in second.stderr
@@ -164,13 +230,13 @@ def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path):
     seen = seen()
     assert seen.count("d000") == 1 and seen.count("d080") == 1 and seen.count("d120") == 2
     reference = tmp_path / "reference"
-    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference))
+    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto"))
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     assert _files(run) == _files(reference)
 
 
 def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
-    start, run, seen = _interrupted_run(tmp_path, "failed", "raise", "ray")
+    start, run, seen = _interrupted_run(tmp_path, "failed", "raise", "ray", "direct")
     first = start()
     assert first.returncode != 0 and "stopped midway" in first.stderr
     assert not (run / "stages/02_heuristics/_SUCCESS").exists()
@@ -182,7 +248,7 @@ def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     assert markers == [f"{i:05d}.json" for i in range(5)]
     assert seen().count("d000") == 1                     # shard 0 finished in the first run
     reference = tmp_path / "reference"
-    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference))
+    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto"))
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     assert _files(run) == _files(reference)
 

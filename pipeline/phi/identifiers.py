@@ -14,7 +14,6 @@ import csv
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 from pipeline.documents import REMOVED_SCHEMA
 from pipeline.errors import ConfigError
 from pipeline.phi.secret import load_phi_key, phi_key_source
+from pipeline.storage import RunPath, as_run_path
 from pipeline.store import PURGED, STATS, SUCCESS, is_done, is_purged
 
 PREFIX = "doc-"
@@ -173,8 +173,10 @@ class Crosswalk:
         self.fh = None
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    path, folder = path.resolve(), folder.resolve()
+def _inside(path: Path, folder) -> bool:
+    if getattr(folder, "local", folder) is None:
+        return False                     # a run folder on an object store holds no local file
+    path, folder = path.resolve(), Path(folder).resolve()
     return path == folder or folder in path.parents
 
 
@@ -218,29 +220,25 @@ def private_removed(table: pa.Table, key: bytes | None) -> pa.Table:
     return pa.table({"id": ids, "reason": reasons, "duplicate_of": dup}, schema=REMOVED_SCHEMA)
 
 
-def purge_stage(folder: Path, key: bytes | None) -> None:
+def purge_stage(folder: RunPath, key: bytes | None) -> None:
     """Remove a finished stage's raw data: data/ goes, removed/ keeps reasons under pseudonyms,
     stats.json stays. _SUCCESS goes first (a purge cut short leaves a stage that reruns),
-    _PURGED comes last."""
+    _PURGED comes last. Each removed/ shard is rewritten in place (a whole-file write: a
+    rename where the filesystem has one, an atomic put on an object store)."""
+    folder = as_run_path(folder)
     (folder / SUCCESS).unlink(missing_ok=True)
-    removed = folder / "removed"
-    if removed.is_dir():
-        tmp = folder / "removed.purging"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        for shard in sorted(removed.glob("*.arrow")):
-            with pa.OSFile(str(shard), "rb") as src:
-                table = private_removed(pa.ipc.open_stream(src).read_all(), key)
-            with pa.OSFile(str(tmp / shard.name), "wb") as sink, pa.ipc.new_stream(sink, REMOVED_SCHEMA) as writer:
-                for batch in table.combine_chunks().to_batches(max_chunksize=1000):
-                    writer.write_batch(batch)
-        shutil.rmtree(removed)
-        os.replace(tmp, removed)
+    for shard in (folder / "removed").glob("*.arrow"):
+        with shard.open_stream() as src:
+            table = private_removed(pa.ipc.open_stream(src).read_all(), key)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, REMOVED_SCHEMA) as writer:
+            for batch in table.combine_chunks().to_batches(max_chunksize=1000):
+                writer.write_batch(batch)
+        shard.write_bytes(sink.getvalue().to_pybytes())
     for entry in folder.iterdir():
         if entry.name in (STATS, "removed"):
             continue
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        entry.rmtree()
     (folder / PURGED).write_text("raw documents removed after the run (they hold PHI); "
                                  "the next `pipeline run` reruns this stage\n", encoding="utf-8")
 
@@ -263,9 +261,7 @@ def purge_raw_phi(config, stage_dirs: dict[str, Path]) -> dict | None:
             if spec.position >= phi.position:
                 break
             folder = stage_dirs[spec.name]
-            leftover = folder.with_name(folder.name + ".tmp")
-            if leftover.exists():
-                shutil.rmtree(leftover)
+            folder.with_name(folder.name + ".tmp").rmtree()
             if is_done(folder):
                 purge_stage(folder, key)
             if is_purged(folder):

@@ -38,6 +38,9 @@ class RunContext:
     # and files other stages made (pack: "tokenizer.json").
     upstream: dict = field(default_factory=dict)
     artifacts: dict = field(default_factory=dict)
+    # The cache of per-document results (pipeline/cache.py): root, direct, max_mb, and the
+    # stage's namespace where it caches (phi). Empty: no cache.
+    cache: dict = field(default_factory=dict)
 
 
 class Stage:
@@ -49,6 +52,9 @@ class Stage:
     artifacts: ClassVar[dict[str, str]] = {}
     # Other stages whose options this one reads (ctx.upstream), when they are in the chain.
     needs: ClassVar[tuple[str, ...]] = ()
+    # Whether the stage changes documents' text (normalize, phi): such a stage writes the texts;
+    # any other refers to where they already are (store.py).
+    rewrites_text: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: RunContext):
         self.config = config
@@ -105,7 +111,7 @@ class Stage:
         wanted = np.asarray(task["rows"], np.int64)
         if not len(wanted):
             return {"ids": []}
-        ids = pa.chunked_array([t["id"] for t in read_shard(Path(task["path"]), None, ["id"])], pa.string())
+        ids = pa.chunked_array([t["id"] for t in read_shard(task["path"], None, ["id"])], pa.string())
         return {"ids": ids.take(pa.array(wanted)).to_pylist()}
 
     def apply_marks(self, task: dict) -> dict:
@@ -133,8 +139,81 @@ class Stage:
 
 class DocumentStage(Stage):
     """A per-document stage: `process(batch)` is a pure function of the batch, so each input
-    shard is a task for any worker (normalize, langid, perplexity, heuristics, toxicity, phi)."""
+    shard is a task for any worker (normalize, langid, perplexity, heuristics, toxicity, phi).
+
+    A filter stage splits `process` into `score` (the model: score columns) and `decide`
+    (thresholds: removal reasons). Its score columns are stored for every input row, so a
+    rerun that changes only `threshold_options` decides again from them without the model."""
     kind: ClassVar[str] = "document"
+    # Options that only decide which documents go; every other option changes the scores.
+    threshold_options: ClassVar[tuple[str, ...]] = ()
+    # The columns `score` adds (declared in output_fields): what is stored per input shard.
+    score_columns: ClassVar[tuple[str, ...]] = ()
+
+    def score(self, table: pa.Table) -> pa.Table:
+        """The batch with its score columns (needs setup())."""
+        raise NotImplementedError
+
+    def decide(self, table: pa.Table) -> pa.Table:
+        """The scored batch with REASON set on rows to remove (no model)."""
+        raise NotImplementedError
+
+    def process(self, table: pa.Table) -> pa.Table:
+        return self.decide(self.score(table))
+
+    # -- shard tasks of filter stages (run by the executor's workers) --
+    def score_shard(self, task: dict) -> dict:
+        """`process` on each batch of one shard, and the batches' score columns, in input row
+        order, to the shard's score file (task["scores"]) for later threshold-only reruns."""
+        from pipeline.executor import rewrite_shard
+        parts = []
+
+        def score_and_decide(table: pa.Table, row0: int) -> pa.Table:
+            table = self.score(table)
+            parts.append(table.select(list(self.score_columns)))
+            return self.decide(table)
+        marker = rewrite_shard(self, task, score_and_decide)
+        # After the shard's marker: a shard without its score file only means the next
+        # threshold-only rerun scores again.
+        schema = self.score_schema()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            for part in parts:
+                writer.write_table(part.cast(schema))
+        scores_file(task).write_bytes(sink.getvalue().to_pybytes())
+        return marker
+
+    def redecide_shard(self, task: dict) -> dict:
+        """`decide` on each batch of one shard with its stored score columns attached: the
+        shard's output as `process` gives it, without setup() (the executor skips it)."""
+        from pipeline.documents import set_column
+        from pipeline.executor import rewrite_shard
+        from pipeline.storage import ipc_stream_reader
+        path = scores_file(task)
+        stored = ipc_stream_reader(path).read_all()
+        if task.get("rows") is not None and task["rows"] != stored.num_rows:
+            raise RuntimeError(f"{path}: {stored.num_rows} rows of scores for {task['rows']} documents")
+        first = task.get("row0", 0)
+
+        def attach_and_decide(table: pa.Table, row0: int) -> pa.Table:
+            part = stored.slice(row0 - first, table.num_rows)
+            if part.num_rows != table.num_rows:
+                raise RuntimeError(f"{path}: fewer rows of scores than documents in the shard")
+            for name in self.score_columns:
+                table = set_column(table, name, part[name].combine_chunks())
+            return self.decide(table)
+        return rewrite_shard(self, task, attach_and_decide)
+
+    def score_schema(self) -> pa.Schema:
+        declared = {f.name: f for f in self.output_fields()}
+        return pa.schema([declared[name] for name in self.score_columns])
+
+
+def scores_file(task: dict):
+    """A shard's stored score columns: cache/scores/<stage>/<score fingerprint>/NAME.arrow in
+    the run folder (or the config's cache.folder)."""
+    from pipeline.storage import RunPath
+    return RunPath.of(task["scores"], direct=bool(task.get("direct"))) / f"{task['name']}.arrow"
 
 
 class GlobalStage(Stage):

@@ -7,13 +7,12 @@ Memory on the driver: 16 bytes of hash and 8 bytes of group index per document, 
 of documents that have duplicates."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import xxhash
 
+from pipeline.storage import load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
 from pipeline.stages.base import GlobalStage, StageConfig
 
@@ -39,23 +38,23 @@ class ExactDedup(GlobalStage):
     def hash_shard(self, task: dict) -> dict:
         from pipeline.store import read_shard
         parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase)
-                 for t in read_shard(Path(task["path"]), task["batch_size"], ["text"])]
+                 for t in read_shard(task["path"], task["batch_size"], ["text"])]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
-        np.save(Path(task["folder"]) / "work" / f"hash-{task['name']}.npy", hashes)
+        save_npy(task_folder(task) / "work" / f"hash-{task['name']}.npy", hashes)
         return {"rows": len(hashes)}
 
     def run(self, inputs, output) -> dict:
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
         inputs.map(self, "hash_shard")
-        parts = [np.load(work / f"hash-{name}.npy") for name in inputs.names()]
+        parts = [load_npy(work / f"hash-{name}.npy") for name in inputs.names()]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
         keyed = np.ascontiguousarray(hashes).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()
         _, first, inverse, counts = np.unique(keyed, return_index=True, return_inverse=True,
                                               return_counts=True)
         del keyed, hashes, parts
         mark_duplicates(self, inputs, first[inverse].astype(np.int64), "exact_duplicate")
-        shutil.rmtree(work)
+        work.rmtree()
         sizes = counts[counts > 1]
         return {"duplicate_groups": int(len(sizes)), "largest_group": int(sizes.max()) if len(sizes) else 1,
                 "hash": self.config.hash, "bytes_per_doc": 24}

@@ -16,14 +16,13 @@ the cluster labels (8 bytes per document) and the verified pairs; signatures (4 
 bytes per document) stay on disk and are mapped one verification chunk at a time."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from collections import Counter
 from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
+from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
 from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -75,10 +74,10 @@ class MinHashDedup(GlobalStage):
         cfg = self.config
         bands, rows = cfg.bands()
         hasher = cfg.hasher()
-        parts = [hasher.signatures(t["text"].to_pylist()) for t in read_shard(Path(task["path"]), task["batch_size"], ["text"])]
+        parts = [hasher.signatures(t["text"].to_pylist()) for t in read_shard(task["path"], task["batch_size"], ["text"])]
         sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
-        work = Path(task["folder"]) / "work"
-        np.save(work / f"sig-{task['name']}.npy", sigs)
+        work = task_folder(task) / "work"
+        save_npy(work / f"sig-{task['name']}.npy", sigs)
         write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
                               cfg.partitions)
         return {"rows": len(sigs)}
@@ -87,7 +86,7 @@ class MinHashDedup(GlobalStage):
         """Reduce, per bucket partition: candidate pairs (first member of a bucket, other
         member), verified by estimated Jaccard; written to work/pairs-P.npy."""
         cfg = self.config
-        work = Path(task["folder"]) / "work"
+        work = task_folder(task) / "work"
         pairs = read_partition(work, task["names"], task["partition"])
         u = v = np.zeros(0, np.int64)
         candidates = 0
@@ -104,7 +103,7 @@ class MinHashDedup(GlobalStage):
                 sigs = ShardSignatures(work, task["names"], task["offsets"], cfg.num_perm)
                 keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
                 u, v = u[keep], v[keep]
-        np.save(work / f"pairs-{task['partition']:04d}.npy", np.stack([u, v]))
+        save_npy(work / f"pairs-{task['partition']:04d}.npy", np.stack([u, v]))
         return {"candidates": int(candidates), "largest": int(len(pairs))}
 
     def run(self, inputs, output) -> dict:
@@ -120,7 +119,7 @@ class MinHashDedup(GlobalStage):
                                                              for p in range(cfg.partitions)])
         candidates = sum(r["candidates"] for r in results)
         largest = max((r["largest"] for r in results), default=0)
-        found = [np.load(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
+        found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
         u = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
         v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         del found
@@ -134,7 +133,7 @@ class MinHashDedup(GlobalStage):
         removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
         similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
         mark_duplicates(self, inputs, rep_of_row, "near_duplicate")
-        shutil.rmtree(work)
+        work.rmtree()
         sizes = np.bincount(rep_of_row, minlength=n) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         far = round(cfg.threshold - 0.2, 6)
@@ -148,7 +147,7 @@ class MinHashDedup(GlobalStage):
                 "largest_partition_pairs": int(largest)}
 
 
-def write_band_partitions(stem: Path, keys: np.ndarray, row0: int, partitions: int) -> None:
+def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> None:
     """A shard's (band key, global row) records, grouped by bucket partition (the key's top
     bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start."""
     n, bands = keys.shape if keys.ndim == 2 else (0, 0)
@@ -161,18 +160,20 @@ def write_band_partitions(stem: Path, keys: np.ndarray, row0: int, partitions: i
     else:
         part_of = np.zeros(len(pairs), np.int64)
     order = np.argsort(part_of, kind="stable")
-    pairs[order].tofile(str(stem) + ".bin")
-    np.save(str(stem) + ".idx.npy", np.searchsorted(part_of[order], np.arange(partitions + 1)))
+    stem.with_name(stem.name + ".bin").write_bytes(pairs[order].tobytes())
+    save_npy(stem.with_name(stem.name + ".idx.npy"), np.searchsorted(part_of[order], np.arange(partitions + 1)))
 
 
-def read_partition(work: Path, names: list[str], partition: int) -> np.ndarray:
-    """One partition's records from every shard, in shard (= row) order."""
+def read_partition(work: RunPath, names: list[str], partition: int) -> np.ndarray:
+    """One partition's records from every shard, in shard (= row) order (a range read of each)."""
     parts = []
     for name in names:
-        idx = np.load(work / f"bands-{name}.idx.npy")
+        idx = load_npy(work / f"bands-{name}.idx.npy")
         lo, hi = int(idx[partition]), int(idx[partition + 1])
         if hi > lo:
-            parts.append(np.fromfile(work / f"bands-{name}.bin", PAIR, count=hi - lo, offset=lo * PAIR.itemsize))
+            with (work / f"bands-{name}.bin").open_input() as f:
+                f.seek(lo * PAIR.itemsize)
+                parts.append(np.frombuffer(f.read((hi - lo) * PAIR.itemsize), PAIR))
     return np.concatenate(parts) if parts else np.zeros(0, PAIR)
 
 
@@ -180,8 +181,8 @@ class ShardSignatures:
     """Signatures by global row, from the shards' work/sig-NAME.npy files, memory-mapped on
     first use. `release()` unmaps them: pages a mapping touched count in RSS."""
 
-    def __init__(self, work: Path, names: list[str], offsets: list[int], num_perm: int):
-        self.work = Path(work)
+    def __init__(self, work, names: list[str], offsets: list[int], num_perm: int):
+        self.work = as_run_path(work)
         self.names = list(names)
         self.offsets = np.asarray(offsets, np.int64)
         self.num_perm = num_perm
@@ -194,7 +195,9 @@ class ShardSignatures:
         for s in np.unique(shard).tolist():
             sel = shard == s
             if s not in self._maps:
-                self._maps[s] = np.load(self.work / f"sig-{self.names[s]}.npy", mmap_mode="r")
+                if self.work.local is None and len(self._maps) >= 64:
+                    self._maps.pop(next(iter(self._maps)))    # read whole, not mapped: keep a few
+                self._maps[s] = load_npy(self.work / f"sig-{self.names[s]}.npy", mmap=True)
             out[sel] = self._maps[s][rows[sel] - self.offsets[s]]
         return out
 

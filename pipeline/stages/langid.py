@@ -29,6 +29,8 @@ class LanguageId(DocumentStage):
     name = "langid"
     summary = "fastText lid.176 language ID; keeps configured languages above min_score"
     Config = LangIdConfig
+    threshold_options = ("keep", "min_score")
+    score_columns = ("lang", "lang_score")
 
     def setup(self):
         import fasttext   # the fasttext-predict binding
@@ -46,13 +48,15 @@ class LanguageId(DocumentStage):
         scores = [float(p[0][0]) if p else 0.0 for p in preds]
         return langs, scores
 
-    def process(self, table: pa.Table) -> pa.Table:
+    def score(self, table: pa.Table) -> pa.Table:
         # fastText reads one line: newlines become spaces.
         flat = pc.replace_substring(table["text"], "\n", " ").to_pylist()
         langs, scores = self.predict(flat)
-        lang = pa.array(langs, pa.string())
-        score = pa.array(scores, pa.float32())
-        table = set_column(set_column(table, "lang", lang), "lang_score", score)
+        table = set_column(table, "lang", pa.array(langs, pa.string()))
+        return set_column(table, "lang_score", pa.array(scores, pa.float32()))
+
+    def decide(self, table: pa.Table) -> pa.Table:
+        lang, score = table["lang"], table["lang_score"]
         return first_reason(table, [
             ("lang_not_kept", pc.invert(pc.is_in(lang, pa.array(self.config.keep)))),
             ("lang_low_score", pc.less(score, self.config.min_score)),

@@ -34,6 +34,7 @@ class Normalize(DocumentStage):
     name = "normalize"
     summary = "Unicode NFC, HTML and control characters out, whitespace normalized"
     Config = NormalizeConfig
+    rewrites_text = True
 
     def process(self, table: pa.Table) -> pa.Table:
         text = table["text"]

@@ -1,14 +1,27 @@
 """pack: tokenize (encode_batch), shuffle documents (seeded, in bounded memory), EOS after every
-document, concatenate, cut into seq_len sequences of int32 input_ids, saved per split with
-`save_to_disk` as final/<split>; optionally also as Megatron-LM indexed datasets and flat
-nanoGPT-style token files (pipeline/writers.py). Tokens left over after the last full sequence
-are counted, not packed into final/<split> (the Megatron and flat files hold every token)."""
+document, concatenate, cut into seq_len sequences of int32 input_ids, saved per split in the
+`save_to_disk` layout as final/<split>; optionally also as Megatron-LM indexed datasets and
+flat nanoGPT-style token files (pipeline/writers.py). Tokens left over after the last full
+sequence are counted, not packed into final/<split> (the Megatron and flat files hold every
+token).
+
+Map, combine, map, map: the work runs on the executor, the driver only adds up counts.
+1. tokenize, per input shard: each document's shuffle key, global position, split and token
+   ids, in key-bin order (BINS bins by the key's top bits), with each bin's row and token
+   counts;
+2. the driver sums the counts and cuts the bins into buckets of consecutive key ranges that
+   fit half of `shuffle_memory_mb` each, and so knows where every bucket's tokens start in
+   each split's stream, and how many sequences each final shard holds;
+3. order, per bucket: its documents from every shard, sorted by (key, position), with EOS
+   after each, as one token stream per split (work/stream/);
+4. write, per final shard: its seq_len rows cut from the streams at their global offsets.
+The packing order, and so every byte, is that of one sequential sort of the whole corpus by
+(key, position); without shuffle, each input shard is one bucket, in corpus order."""
 from __future__ import annotations
 
+import json
 import math
-import shutil
-from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -20,13 +33,18 @@ from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
-from pipeline.store import ShardWriter, shards
+from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
+from pipeline.store import WRITE_CHUNK
 from pipeline.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
 
 FORMATS = ("datasets", "megatron", "flat")
-# Documents are spread over this many key ranges on disk; a range larger than the memory bound
-# is split again into as many sub-ranges, so any corpus sorts in bounded memory.
-SHUFFLE_FANOUT = 64
+# Key bins (the shuffle key's top 10 bits): buckets are runs of consecutive bins. A bin holds
+# 1/1024 of the corpus, so the memory bound holds while a bin fits in it (43 MB of tokens per
+# bin for all of PubMed).
+BIN_BITS = 10
+BINS = 1 << BIN_BITS
+# Per bin, per shard: rows, then documents and tokens (EOS included) of train and validation.
+COUNTS = ("rows", "docs_train", "docs_validation", "tokens_train", "tokens_validation")
 # Bytes a document takes in a bucket besides its 4-byte token ids (key, position, split, offsets).
 ROW_OVERHEAD = 32
 BUCKET_SCHEMA = pa.schema([("key", pa.uint64()), ("pos", pa.int64()), ("split", pa.int8()),
@@ -67,7 +85,7 @@ def with_eos(ids: pa.ListArray | pa.ChunkedArray, eos_id: int) -> tuple[np.ndarr
     """Documents' token lists as one int32 stream with EOS after each, and each one's length
     (EOS included)."""
     if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
+        ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.list_(pa.int32()))
     lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64) + 1
     flat = pc.list_flatten(ids).to_numpy(zero_copy_only=False)
     ends = np.cumsum(lengths)
@@ -79,97 +97,44 @@ def with_eos(ids: pa.ListArray | pa.ChunkedArray, eos_id: int) -> tuple[np.ndarr
     return out, lengths
 
 
-class SequencePacker:
-    """Concatenates token streams and emits full rows of seq_len; keeps the remainder."""
-
-    def __init__(self, seq_len: int):
-        self.seq_len = seq_len
-        self.buffer = np.zeros(0, np.int32)
-        self.tokens = 0
-        self.sequences = 0
-
-    def add(self, flat: np.ndarray) -> np.ndarray:
-        self.tokens += len(flat)
-        data = np.concatenate([self.buffer, flat])
-        n = len(data) // self.seq_len
-        self.buffer = data[n * self.seq_len:].copy()
-        self.sequences += n
-        return data[: n * self.seq_len].reshape(n, self.seq_len)
+def plan_buckets(bin_bytes: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """Consecutive bins grouped into buckets of at most `limit` bytes ([lo, hi) bin ranges);
+    a bin larger than the limit is a bucket alone. Empty bins join their neighbours."""
+    buckets, lo, size = [], 0, 0
+    for b, nbytes in enumerate(bin_bytes.tolist()):
+        if b > lo and size + nbytes > limit:
+            buckets.append((lo, b))
+            lo, size = b, 0
+        size += nbytes
+    buckets.append((lo, len(bin_bytes)))
+    return buckets
 
 
-class BucketShuffle:
-    """Documents in the order of their keys, in bounded memory: rows go to SHUFFLE_FANOUT files
-    by key range; each file is sorted in memory if it fits half of `memory_bytes` (the sort makes
-    a copy), else split again into sub-ranges on disk. Ties (equal keys) keep corpus order."""
+def contiguous_shards(rows: int, num_shards: int) -> list[tuple[int, int]]:
+    """[start, end) rows of each shard, as datasets' Dataset.shard(contiguous=True) cuts them."""
+    div, mod = divmod(rows, num_shards)
+    out = []
+    for i in range(num_shards):
+        start = div * i + min(i, mod)
+        out.append((start, start + div + (1 if i < mod else 0)))
+    return out
 
-    def __init__(self, folder: Path, memory_bytes: int):
-        self.folder = Path(folder)
-        self.memory_bytes = memory_bytes
-        self.counter = 0
-        self.max_bucket_bytes = 0
-        self.buckets_sorted = 0
-        self.resplits = 0
-        self.root = self._open_level(0, 1 << 64)
 
-    def _open_level(self, lo: int, hi: int) -> dict:
-        return {"lo": lo, "hi": hi, "width": -(-(hi - lo) // SHUFFLE_FANOUT), "files": {}, "bytes": {}, "rows": {}}
-
-    def _distribute(self, level: dict, table: pa.Table) -> None:
-        keys = table["key"].to_numpy()
-        lo, width = level["lo"], level["width"]
-        idx = ((keys - np.uint64(lo)) // np.uint64(width)).astype(np.int64)
-        order = np.argsort(idx, kind="stable")
-        idx_sorted = idx[order]
-        starts = np.flatnonzero(np.concatenate([[True], idx_sorted[1:] != idx_sorted[:-1]]))
-        ends = np.append(starts[1:], len(idx_sorted))
-        sizes = pc.list_value_length(table["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) * 4 + ROW_OVERHEAD
-        for s, e in zip(starts, ends):
-            b = int(idx_sorted[s])
-            rows = order[s:e]
-            part = table.take(pa.array(rows))
-            writer = level["files"].get(b)
-            if writer is None:
-                self.counter += 1
-                path = self.folder / f"b{self.counter:06d}.arrow"
-                sink = pa.OSFile(str(path), "wb")
-                writer = level["files"][b] = (path, sink, pa.ipc.new_stream(sink, BUCKET_SCHEMA))
-                level["bytes"][b] = level["rows"][b] = 0
-            writer[2].write_table(part)
-            level["bytes"][b] += int(sizes[rows].sum())
-            level["rows"][b] += len(rows)
-
-    def add(self, table: pa.Table) -> None:
-        self._distribute(self.root, table)
-
-    def drain(self) -> Iterator[pa.Table]:
-        yield from self._drain(self.root)
-
-    def _drain(self, level: dict) -> Iterator[pa.Table]:
-        for _, sink, writer in level["files"].values():
-            writer.close()
-            sink.close()
-        for b in sorted(level["files"]):
-            path = level["files"][b][0]
-            lo = level["lo"] + b * level["width"]
-            hi = min(level["hi"], lo + level["width"])
-            # Half the bound: sorting takes a second copy of the bucket. A single document is
-            # never split: the bound must hold twice the largest document.
-            if level["bytes"][b] > self.memory_bytes // 2 and level["rows"][b] > 1 and hi - lo > 1:
-                # Too large to sort at once: split the range again, reading the file batch by batch.
-                self.resplits += 1
-                sub = self._open_level(lo, hi)
-                with pa.OSFile(str(path), "rb") as src:
-                    for batch in pa.ipc.open_stream(src):
-                        self._distribute(sub, pa.Table.from_batches([batch]))
-                path.unlink()
-                yield from self._drain(sub)
-                continue
-            with pa.OSFile(str(path), "rb") as src:
-                table = pa.ipc.open_stream(src).read_all()
-            path.unlink()
-            self.max_bucket_bytes = max(self.max_bucket_bytes, table.nbytes)
-            self.buckets_sorted += 1
-            yield table.take(pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]))
+def read_tokens(streams: list[RunPath], offsets: np.ndarray, t0: int, t1: int) -> np.ndarray:
+    """Tokens [t0, t1) of a split's stream, stored as one file per bucket (bucket k holds
+    [offsets[k], offsets[k+1])): range reads of the files it spans."""
+    parts = []
+    k = int(np.searchsorted(offsets, t0, side="right")) - 1
+    while t0 < t1:
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        take = min(t1, hi) - t0
+        if take > 0:
+            with streams[k].open_input() as f:
+                f.seek((t0 - lo) * 4)
+                parts.append(np.frombuffer(f.read(take * 4), np.int32))
+            t0 += take
+        k += 1
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
 class Pack(GlobalStage):
@@ -183,23 +148,24 @@ class Pack(GlobalStage):
 
         # The runner resolves which tokenizer.json (see runner.stage_artifacts).
         path = self.ctx.artifacts.get(TOKENIZER_FILE)
-        if path is None or not Path(path).exists():
+        if path is None or not as_run_path(path).exists():
             where = path or self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE
             raise UserError(f"pack needs a tokenizer: {where} does not exist; run the tokenizer stage first")
-        return Tokenizer.from_file(str(path))
+        return Tokenizer.from_str(as_run_path(path).read_text())
 
+    # -- 1. map: tokenize one input shard ----------------------------------------------------
     def tokenize_shard(self, task: dict) -> dict:
-        """Map: one shard's documents tokenized (key, global position, split, ids) into
-        work/tok-NAME.arrow; the documents pass through unchanged as the output shard."""
+        """One shard's documents tokenized into work/tokens/NAME.arrow (an Arrow IPC file of
+        (key, global position, split, ids), in key-bin order, WRITE_CHUNK rows per batch) and
+        NAME.counts.npy (per bin: rows, documents and tokens by split); the documents pass
+        through unchanged as the output shard."""
         from pipeline.executor import rewrite_shard
         if getattr(self, "_encode", None) is None:
             tok = self._tokenizer()
             # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
             self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
-        path = Path(task["folder"]) / "work" / "tokens" / f"{task['name']}.arrow"
-        sink = pa.OSFile(str(path) + ".tmp", "wb")
-        writer = pa.ipc.new_stream(sink, BUCKET_SCHEMA)
         shuffle = task["shuffle"]
+        parts: list[pa.Table] = []
 
         def tokenize(table: pa.Table, row0: int) -> pa.Table:
             if "split" in table.column_names:
@@ -210,34 +176,87 @@ class Pack(GlobalStage):
                            pa.list_(pa.int32()))
             n = table.num_rows
             keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed) if shuffle else np.zeros(n, np.uint64)
-            writer.write_table(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
-                                         "split": split, "ids": ids}, schema=BUCKET_SCHEMA))
+            parts.append(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
+                                   "split": split, "ids": ids}, schema=BUCKET_SCHEMA))
             return table
-        try:
-            marker = rewrite_shard(self, task, tokenize)
-        finally:
-            writer.close()
-            sink.close()
-        Path(str(path) + ".tmp").replace(path)
+        marker = rewrite_shard(self, task, tokenize)
+        docs = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
+        n_bins = BINS if shuffle else 1
+        bins = (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64) if shuffle \
+            else np.zeros(docs.num_rows, np.int64)
+        order = np.argsort(bins, kind="stable")
+        docs, bins = docs.take(pa.array(order)), bins[order]
+        counts = np.zeros((n_bins, len(COUNTS)), np.int64)
+        counts[:, 0] = np.bincount(bins, minlength=n_bins)
+        lengths = pc.list_value_length(docs["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        split = docs["split"].to_numpy(zero_copy_only=False)
+        for code in range(len(SPLITS)):
+            sel = split == code
+            counts[:, 1 + code] = np.bincount(bins[sel], minlength=n_bins)
+            counts[:, 3 + code] = np.bincount(bins[sel], weights=lengths[sel], minlength=n_bins).astype(np.int64)
+        folder = task_folder(task) / "work" / "tokens"
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, BUCKET_SCHEMA) as writer:
+            for batch in docs.combine_chunks().to_batches(max_chunksize=WRITE_CHUNK):
+                writer.write_batch(batch)
+        (folder / f"{task['name']}.arrow").write_bytes(sink.getvalue().to_pybytes())
+        save_npy(folder / f"{task['name']}.counts.npy", counts)
         return marker
 
-    def _documents(self, inputs, output, shuffle: BucketShuffle | None) -> Iterator[pa.Table]:
-        """Tokenized documents (split code, ids) in packing order: corpus order, or key order.
-        Tokenizing is per shard, on the executor; the driver reads the results in shard order."""
-        from pipeline.store import read_shard
-        (output.folder / "work" / "tokens").mkdir(parents=True, exist_ok=True)
-        inputs.map(self, "tokenize_shard", shuffle=shuffle is not None)
-        for name in inputs.names():
-            path = output.folder / "work" / "tokens" / f"{name}.arrow"
-            for docs in read_shard(path):
-                if shuffle is None:
-                    yield docs
-                else:
-                    shuffle.add(docs)
-            path.unlink()
-        if shuffle is not None:
-            yield from shuffle.drain()
+    # -- 3. map: one bucket in packing order ---------------------------------------------------
+    def order_bucket(self, task: dict) -> dict:
+        """A bucket's documents from every shard (row ranges of their token files), sorted by
+        (key, position), EOS after each: work/stream/<split>/K.bin (int32) and K.len.npy
+        (document lengths, EOS included)."""
+        work = task_folder(task) / "work"
+        parts = []
+        for name, r0, r1 in task["shards"]:
+            if r1 <= r0:
+                continue
+            with (work / "tokens" / f"{name}.arrow").open_input() as f:
+                reader = pa.ipc.open_file(f)
+                for i in range(r0 // WRITE_CHUNK, (r1 - 1) // WRITE_CHUNK + 1):
+                    batch = reader.get_batch(i)
+                    lo, hi = max(r0 - i * WRITE_CHUNK, 0), min(r1 - i * WRITE_CHUNK, batch.num_rows)
+                    parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+        table = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
+        if task["shuffle"]:
+            table = table.take(pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]))
+        codes = table["split"].to_numpy(zero_copy_only=False)
+        for code, split in enumerate(SPLITS):
+            part = table.filter(pa.array(codes == code)) if (codes != code).any() else table
+            flat, lengths = with_eos(part["ids"], task["eos"])
+            stem = work / "stream" / split / f"{task['bucket']:05d}"
+            stem.with_name(stem.name + ".bin").write_bytes(flat.tobytes())
+            save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
+        return {"bytes": int(table.nbytes)}
 
+    # -- 4. map: one shard of final/<split> ----------------------------------------------------
+    def write_sequences(self, task: dict) -> dict:
+        """Rows [r0, r1) of final/<split>, cut from the split's token stream at their global
+        offsets, written as datasets' save_to_disk writes a shard (its ArrowWriter, the same
+        record batches), so the bytes are those of one sequential save_to_disk."""
+        from datasets.arrow_writer import ArrowWriter
+
+        seq_len, split = task["seq_len"], task["split"]
+        folder = task_folder(task)
+        streams = [folder / "work" / "stream" / split / f"{k:05d}.bin" for k in range(task["buckets"])]
+        offsets = np.asarray(task["offsets"], np.int64)
+        target = folder / "final" / split / f"data-{task['index']:05d}-of-{task['of']:05d}.arrow"
+        tmp = target.with_name(target.name + ".tmp") if target.renames else target
+        writer = ArrowWriter(features=sequence_features(seq_len), stream=tmp.open_output(), embed_local_files=True)
+        r0, r1 = task["rows"]
+        for c0 in range(r0, r1, task["writer_batch_size"]):
+            c1 = min(c0 + task["writer_batch_size"], r1)
+            values = pa.array(read_tokens(streams, offsets, c0 * seq_len, c1 * seq_len), pa.int32())
+            writer.write_table(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(values, seq_len)}))
+        writer.finalize()
+        writer.close()
+        if tmp != target:
+            tmp.rename(target)
+        return {"rows": r1 - r0}
+
+    # -- the driver: 2. combine counts, and the steps in order ----------------------------------
     def run(self, inputs, output) -> dict:
         cfg = self.config
         tok = self._tokenizer()
@@ -245,81 +264,126 @@ class Pack(GlobalStage):
         if eos is None:
             raise UserError(f"stages.pack.eos_token: {cfg.eos_token!r} is not in the tokenizer's vocabulary")
         vocab_size = tok.get_vocab_size()
-        seq_type = pa.list_(pa.int32(), cfg.seq_len)
-        schema = pa.schema([("input_ids", seq_type)])
-        work = output.folder / "work"
-        final = output.folder / "final"
-        packers = {s: SequencePacker(cfg.seq_len) for s in SPLITS}
-        writers = {s: ShardWriter(work / s, schema, shard_size=10**9) for s in SPLITS}
-        extra = {s: [] for s in SPLITS}
-        if "megatron" in cfg.formats:
-            dtype = megatron_dtype(vocab_size)
-            for s in SPLITS:
-                extra[s].append(MegatronWriter(final / "megatron" / f"{s}_text_document", dtype))
-        if "flat" in cfg.formats:
-            dtype = flat_dtype(vocab_size, cfg.flat_dtype)
-            for s in SPLITS:
-                extra[s].append(FlatWriter(final / "flat" / s, dtype))
-        docs = {s: 0 for s in SPLITS}
-        shuffle = BucketShuffle(work / "shuffle", int(cfg.shuffle_memory_mb * 2**20)) if cfg.shuffle else None
-        if shuffle is not None:
-            shuffle.folder.mkdir(parents=True, exist_ok=True)
-        for table in self._documents(inputs, output, shuffle):
-            codes = table["split"].to_numpy()
-            for code, split in enumerate(SPLITS):
-                part = table.filter(pa.array(codes == code)) if (codes != code).any() else table
-                if not part.num_rows:
-                    continue
-                flat, lengths = with_eos(part["ids"], eos)
-                docs[split] += part.num_rows
-                for w in extra[split]:
-                    w.add(flat, lengths)
-                rows = packers[split].add(flat)
-                if len(rows):
-                    values = pa.array(rows.ravel(), pa.int32())
-                    writers[split].write(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(values, cfg.seq_len)}))
-        for w in writers.values():
-            w.close()
-        for split in SPLITS:
-            for w in extra[split]:
-                w.close()
-        if "flat" in cfg.formats:
-            FlatWriter.write_meta(final / "flat", {s: w for s in SPLITS for w in extra[s] if isinstance(w, FlatWriter)},
-                                  vocab_size=vocab_size, eos_id=eos, seq_len=cfg.seq_len)
-        result = {s: self._save_split(s, work / s, final / s) for s in SPLITS} if "datasets" in cfg.formats else {}
-        shutil.rmtree(work)
-        tokens = sum(p.tokens for p in packers.values())
-        packed = {s: p.sequences * cfg.seq_len for s, p in packers.items()}
-        train_tokens = packed["train"]
+        work, final = output.folder / "work", output.folder / "final"
+        work.rmtree()
+        final.rmtree()
+        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle)
+        names = inputs.names()
+        tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos)
+        sizes = inputs.map_tasks(self, "order_bucket", tasks)
+        # Where each bucket's tokens start in its split's stream: the global offsets.
+        offsets = {s: np.concatenate([[0], np.cumsum(bucket_counts[:, 3 + i])]).astype(np.int64)
+                   for i, s in enumerate(SPLITS)}
+        tokens = {s: int(offsets[s][-1]) for s in SPLITS}
+        sequences = {s: tokens[s] // cfg.seq_len for s in SPLITS}
+        docs = {s: int(bucket_counts[:, 1 + i].sum()) for i, s in enumerate(SPLITS)}
+        shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
+            if "datasets" in cfg.formats else {}
+        self._write_token_files(work, final, len(tasks), vocab_size, eos)
+        work.rmtree()
+        packed = {s: sequences[s] * cfg.seq_len for s in SPLITS}
         stats = {
             "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "formats": list(cfg.formats),
-            "tokens": tokens, "packed_tokens": sum(packed.values()),
-            "leftover_tokens": sum(len(p.buffer) for p in packers.values()),
-            "sequences": sum(p.sequences for p in packers.values()),
-            "splits": {s: {"documents": docs[s], "tokens": packers[s].tokens, "sequences": packers[s].sequences,
-                           "leftover_tokens": int(len(packers[s].buffer)), "shards": result.get(s)} for s in SPLITS},
-            "steps_per_epoch": steps_per_epoch(train_tokens, cfg.batch_size, cfg.seq_len),
+            "tokens": sum(tokens.values()), "packed_tokens": sum(packed.values()),
+            "leftover_tokens": sum(tokens[s] - packed[s] for s in SPLITS),
+            "sequences": sum(sequences.values()),
+            "splits": {s: {"documents": docs[s], "tokens": tokens[s], "sequences": sequences[s],
+                           "leftover_tokens": tokens[s] - packed[s], "shards": shard_counts.get(s)} for s in SPLITS},
+            "steps_per_epoch": steps_per_epoch(packed["train"], cfg.batch_size, cfg.seq_len),
             "shuffle": {"enabled": cfg.shuffle},
         }
-        if shuffle is not None:
-            stats["shuffle"].update({"memory_bytes": shuffle.memory_bytes, "max_bucket_bytes": shuffle.max_bucket_bytes,
-                                     "buckets": shuffle.buckets_sorted, "resplits": shuffle.resplits})
+        if cfg.shuffle:
+            stats["shuffle"].update({**shuffle_stats, "max_bucket_bytes": max((r["bytes"] for r in sizes), default=0)})
         return stats
 
-    def _save_split(self, split: str, work: Path, target: Path) -> int:
-        from datasets import Dataset, Features, Sequence, Value, concatenate_datasets
+    def _plan(self, work: RunPath, names: list[str], eos: int) -> tuple[list[dict], np.ndarray, dict]:
+        """Bucket tasks from the shards' counts, and each bucket's counts (rows x COUNTS)."""
+        counts = [load_npy(work / "tokens" / f"{name}.counts.npy") for name in names]
+        common = {"shuffle": self.config.shuffle, "eos": eos}
+        if not self.config.shuffle:
+            # Corpus order: each shard is a bucket, read whole.
+            tasks = [{"bucket": k, "shards": [[name, 0, int(c[0, 0])]], **common} for k, (name, c) in
+                     enumerate(zip(names, counts))]
+            return tasks, np.stack([c[0] for c in counts]) if counts else np.zeros((0, len(COUNTS)), np.int64), {}
+        total = np.sum(counts, axis=0) if counts else np.zeros((BINS, len(COUNTS)), np.int64)
+        docs = total[:, 0]
+        id_bytes = (total[:, 3] + total[:, 4] - docs) * 4
+        memory = int(self.config.shuffle_memory_mb * 2**20)
+        # Half the bound: sorting a bucket takes a second copy of it.
+        buckets = plan_buckets(id_bytes + ROW_OVERHEAD * docs, memory // 2)
+        row_starts = [np.concatenate([[0], np.cumsum(c[:, 0])]) for c in counts]
+        tasks = [{"bucket": k, "shards": [[name, int(r[lo]), int(r[hi])] for name, r in zip(names, row_starts)
+                                          if r[hi] > r[lo]], **common} for k, (lo, hi) in enumerate(buckets)]
+        bucket_counts = np.stack([total[lo:hi].sum(axis=0) for lo, hi in buckets])
+        return tasks, bucket_counts, {"memory_bytes": memory, "buckets": len(buckets), "bins": BINS}
 
-        features = Features({"input_ids": Sequence(Value("int32"), length=self.config.seq_len)})
-        files = shards(work, ".")
-        if files:
-            ds = concatenate_datasets([Dataset.from_file(str(f)) for f in files]).cast(features) \
-                if len(files) > 1 else Dataset.from_file(str(files[0]))
-        else:
-            ds = Dataset.from_dict({"input_ids": []}, features=features)
-        num_shards = self.config.num_shards or max(1, math.ceil(ds.data.nbytes / 500e6))
-        num_shards = min(num_shards, max(1, len(ds)))
-        # The fingerprint only names the dataset in state.json: make it a pure function of the
-        # content so reruns are byte-identical (datasets would otherwise derive it from temp paths).
-        ds._fingerprint = f"medprep-{split}-{len(ds)}-{self.config.seq_len}"
-        ds.save_to_disk(str(target), num_shards=num_shards)
+    def _write_datasets(self, inputs, final: RunPath, offsets: dict, sequences: dict, n_buckets: int) -> dict:
+        """final/<split> in datasets' save_to_disk layout, its shards written in parallel; the
+        driver writes state.json and dataset_info.json last."""
+        from datasets import config as ds_config
+        from datasets.arrow_writer import get_writer_batch_size_from_data_size
+
+        seq_len = self.config.seq_len
+        tasks, num_shards = [], {}
+        for split in SPLITS:
+            n = sequences[split]
+            nbytes = n * seq_len * 4
+            # As save_to_disk cuts (about 500 MB per shard unless num_shards is set).
+            k = min(self.config.num_shards or max(1, math.ceil(nbytes / 500e6)), max(1, n))
+            num_shards[split] = k
+            batch = ds_config.DEFAULT_MAX_BATCH_SIZE
+            if nbytes > 0:
+                batch = min(batch, get_writer_batch_size_from_data_size(n, nbytes))
+            tasks += [{"split": split, "index": i, "of": k, "rows": [r0, r1], "seq_len": seq_len,
+                       "buckets": n_buckets, "offsets": offsets[split].tolist(), "writer_batch_size": batch}
+                      for i, (r0, r1) in enumerate(contiguous_shards(n, k))]
+        inputs.map_tasks(self, "write_sequences", tasks)
+        for split in SPLITS:
+            write_dataset_metadata(final / split, num_shards[split], sequences[split], seq_len, split)
         return num_shards
+
+    def _write_token_files(self, work: RunPath, final: RunPath, n_buckets: int, vocab_size: int, eos: int) -> None:
+        """Megatron and flat files: every token of each split in packing order, the buckets'
+        streams appended in order by the driver (sequential reads and writes)."""
+        cfg = self.config
+        writers = {s: [] for s in SPLITS}
+        if "megatron" in cfg.formats:
+            for s in SPLITS:
+                writers[s].append(MegatronWriter(final / "megatron" / f"{s}_text_document", megatron_dtype(vocab_size)))
+        if "flat" in cfg.formats:
+            for s in SPLITS:
+                writers[s].append(FlatWriter(final / "flat" / s, flat_dtype(vocab_size, cfg.flat_dtype)))
+        if not any(writers.values()):
+            return
+        for s in SPLITS:
+            for k in range(n_buckets):
+                stem = work / "stream" / s / f"{k:05d}"
+                flat = np.frombuffer(stem.with_name(stem.name + ".bin").read_bytes(), np.int32)
+                lengths = load_npy(stem.with_name(stem.name + ".len.npy"))
+                for w in writers[s]:
+                    w.add(flat, lengths)
+            for w in writers[s]:
+                w.close()
+        if "flat" in cfg.formats:
+            FlatWriter.write_meta(final / "flat", {s: w for s in SPLITS for w in writers[s] if isinstance(w, FlatWriter)},
+                                  vocab_size=vocab_size, eos_id=eos, seq_len=cfg.seq_len)
+
+
+def sequence_features(seq_len: int):
+    from datasets import Features, Sequence, Value
+    return Features({"input_ids": Sequence(Value("int32"), length=seq_len)})
+
+
+def write_dataset_metadata(folder: RunPath, num_shards: int, rows: int, seq_len: int, split: str) -> None:
+    """state.json and dataset_info.json as Dataset.save_to_disk writes them. The fingerprint
+    only names the dataset: a pure function of the content, so reruns are byte-identical."""
+    from datasets import DatasetInfo
+    from datasets import config as ds_config
+    from datasets.utils.py_utils import asdict
+
+    state = {"_fingerprint": f"medprep-{split}-{rows}-{seq_len}", "_format_columns": None, "_format_kwargs": {},
+             "_format_type": None, "_output_all_columns": False, "_split": None,
+             "_data_files": [{"filename": f"data-{i:05d}-of-{num_shards:05d}.arrow"} for i in range(num_shards)]}
+    (folder / ds_config.DATASET_STATE_JSON_FILENAME).write_text(json.dumps(state, indent=2, sort_keys=True))
+    info = asdict(DatasetInfo(features=sequence_features(seq_len)))
+    (folder / ds_config.DATASET_INFO_FILENAME).write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2))

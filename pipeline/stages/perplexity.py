@@ -4,6 +4,7 @@ keeps documents under `max_perplexity`, or keeps CCNet-style buckets (head/middl
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -47,14 +48,23 @@ class Perplexity(DocumentStage):
     name = "perplexity"
     summary = "KenLM perplexity (CCNet normalization); max threshold or head/middle/tail buckets"
     Config = PerplexityConfig
+    threshold_options = ("mode", "max_perplexity", "bucket_cutoffs", "keep_buckets")
+    score_columns = ("perplexity",)
 
     def setup(self):
         import kenlm
         self.model = kenlm.Model(self.config.model_path)
-        self.cutoffs = self.config.bucket_cutoffs
-        if self.config.mode == "buckets" and self.cutoffs is None:
-            meta = Path(self.config.model_path).with_suffix(".json")
-            self.cutoffs = tuple(json.loads(meta.read_text())["bucket_cutoffs"])
+        if self.config.mode == "buckets":
+            self.cutoffs            # a missing side file: a setup failure, before any batch
+
+    @cached_property
+    def cutoffs(self) -> tuple[float, float]:
+        """Bucket edges: the config's, else those written beside the model (a small JSON file,
+        read without loading the model)."""
+        if self.config.bucket_cutoffs is not None:
+            return self.config.bucket_cutoffs
+        meta = Path(self.config.model_path).with_suffix(".json")
+        return tuple(json.loads(meta.read_text())["bucket_cutoffs"])
 
     def output_fields(self):
         return [pa.field("perplexity", pa.float32()), pa.field("perplexity_bucket", pa.string())]
@@ -63,9 +73,11 @@ class Perplexity(DocumentStage):
         model = self.model
         return [document_perplexity(model, t) for t in normalize_lines(texts).to_pylist()]
 
-    def process(self, table: pa.Table) -> pa.Table:
-        ppl = pa.array(self.scores(table["text"]), pa.float32())
-        table = set_column(table, "perplexity", ppl)
+    def score(self, table: pa.Table) -> pa.Table:
+        return set_column(table, "perplexity", pa.array(self.scores(table["text"]), pa.float32()))
+
+    def decide(self, table: pa.Table) -> pa.Table:
+        ppl = table["perplexity"]
         if self.config.mode == "max":
             table = set_column(table, "perplexity_bucket", pa.nulls(len(ppl), pa.string()))
             return first_reason(table, [("perplexity_too_high", pc.greater(ppl, self.config.max_perplexity))])

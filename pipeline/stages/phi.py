@@ -17,6 +17,9 @@ from pipeline.documents import first_reason, set_column
 from pipeline.stages.base import DocumentStage, StageConfig
 
 ENTITY_COUNTS = pa.list_(pa.struct([("type", pa.string()), ("count", pa.int32())]))
+# A cache entry (pipeline/cache.py): what the engine made of one document. De-identified text
+# only, and none where the engine left the text unchanged (the input is that text).
+CACHED_FIELDS = [pa.field("text", pa.string()), pa.field("counts", ENTITY_COUNTS), pa.field("failed", pa.bool_())]
 
 
 class PhiConfig(StageConfig):
@@ -51,11 +54,21 @@ class PhiDeidentify(DocumentStage):
     name = "phi"
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig
+    rewrites_text = True
+
+    _engine_loaded = None
+
+    @property
+    def engine(self):
+        """Presidio and spaCy, loaded on first use: a rerun whose documents are all in the cache
+        never needs them."""
+        if self._engine_loaded is None:
+            from pipeline.phi.engine import PhiEngine
+            self._engine_loaded = PhiEngine(self.config.score_threshold, self.config.spacy_model,
+                                            self.config.nlp_batch_size, profile=self.config.profile).setup()
+        return self._engine_loaded
 
     def setup(self):
-        from pipeline.phi.engine import PhiEngine
-        self.engine = PhiEngine(self.config.score_threshold, self.config.spacy_model,
-                                self.config.nlp_batch_size, profile=self.config.profile).setup()
         if self.config.mode == "surrogate":
             from faker import Faker
 
@@ -63,32 +76,92 @@ class PhiDeidentify(DocumentStage):
             from pipeline.phi.secret import load_phi_key
             from pipeline.phi.surrogates import Surrogates
             self.surrogates = Surrogates(load_phi_key(self.config.key_file), Faker("en_US"), lexicon().given)
+        self.cache = self._open_cache()
+        self.cache_counts: Counter = Counter()
+        if self.cache is None or self.config.meta_fields == "redact":
+            self.engine                  # a model that cannot load fails here, at setup
         self.ids_and_meta = self._ids_and_meta()
+
+    def _open_cache(self):
+        """The results of earlier runs with this configuration (pipeline/cache.py): the
+        redacted text (null where the engine left it unchanged), entity counts, failed."""
+        ctx_cache = getattr(self.ctx, "cache", None) or {}
+        if not ctx_cache.get("namespace"):
+            return None
+        from pipeline.cache import DocumentCache
+        return DocumentCache(ctx_cache, "phi", ctx_cache["namespace"], CACHED_FIELDS)
 
     def _ids_and_meta(self):
         from pipeline.phi.identifiers import IdsAndMeta
-        return IdsAndMeta(self.config, self.engine, [f.name for f in self.output_fields()])
+        engine = self.engine if self.config.meta_fields == "redact" else None
+        return IdsAndMeta(self.config, engine, [f.name for f in self.output_fields()])
 
     def output_fields(self):
         return [pa.field("phi_entities", ENTITY_COUNTS), pa.field("phi_count", pa.int32())]
 
     def process(self, table: pa.Table) -> pa.Table:
         texts = table["text"].to_pylist()
-        surrogates = None
+        groups = None
         if self.config.mode == "surrogate":
             if self.config.group_field and self.config.group_field not in table.column_names:
                 from pipeline.errors import UserError
                 raise UserError(f"phi.group_field: the input has no column {self.config.group_field!r}")
             groups = (table[self.config.group_field].to_pylist() if self.config.group_field
                       else [None] * table.num_rows)
+        new_texts, entities, failed = self._redact(texts, groups)
+        table = set_column(table, "text", pa.array(new_texts, pa.string()))
+        table = set_column(table, "phi_entities", pa.array(entities, ENTITY_COUNTS))
+        table = set_column(table, "phi_count", pa.array([sum(e["count"] for e in row) for row in entities],
+                                                         pa.int32()))
+        table = first_reason(table, [("phi_error", pa.array(failed, pa.bool_()))])
+        return self.ids_and_meta.apply(table)
+
+    def _engine(self, texts: list[str], groups: list | None):
+        """The engine on texts: (redacted texts, entity counts as ENTITY_COUNTS rows, failed)."""
+        surrogates = None
+        if groups is not None:
             surrogates = [self.surrogates.for_document(None if g is None else str(g)) for g in groups]
         new_texts, counts, failed = self.engine.redact_batch(texts, surrogates)
         entities = [[{"type": t, "count": c} for t, c in sorted(cnt.items())] for cnt in counts]
-        table = set_column(table, "text", pa.array(new_texts, pa.string()))
-        table = set_column(table, "phi_entities", pa.array(entities, ENTITY_COUNTS))
-        table = set_column(table, "phi_count", pa.array([sum(c.values()) for c in counts], pa.int32()))
-        table = first_reason(table, [("phi_error", pa.array(failed, pa.bool_()))])
-        return self.ids_and_meta.apply(table)
+        return new_texts, entities, failed
+
+    def _redact(self, texts: list[str], groups: list | None):
+        """The engine's results for a batch: from the cache where this configuration saw the
+        text before (and, with surrogates by group, the group), from the engine otherwise; the
+        engine's new results go to the cache."""
+        if self.cache is None:
+            return self._engine(texts, groups)
+        from pipeline.cache import document_keys
+        keys = document_keys(texts, groups if self.config.group_field else None)
+        cached = self.cache.get(keys)
+        # Each text the cache lacks goes to the engine once, however often the batch holds it.
+        todo: dict[bytes, int] = {}
+        for i, (key, hit) in enumerate(zip(keys, cached)):
+            if hit is None and key not in todo:
+                todo[key] = i
+        first = list(todo.values())
+        fresh = {}
+        if first:
+            new_texts, entities, failed = self._engine([texts[i] for i in first],
+                                                       None if groups is None else [groups[i] for i in first])
+            stored = [None if t == texts[i] and not f else t for i, t, f in zip(first, new_texts, failed)]
+            written = self.cache.put(list(todo), {"text": pa.array(stored, pa.string()),
+                                                  "counts": pa.array(entities, ENTITY_COUNTS),
+                                                  "failed": pa.array(failed, pa.bool_())})
+            self.cache_counts["entries_written" if written else "entries_not_written"] += len(first)
+            fresh = {key: {"text": t, "counts": e, "failed": f}
+                     for key, t, e, f in zip(todo, new_texts, entities, failed)}
+        out_texts, out_entities, out_failed = [], [], []
+        for text, key, hit in zip(texts, keys, cached):
+            row = hit or fresh[key]
+            # A null text is one the engine left as it was: the input's.
+            out_texts.append(text if row["text"] is None and not row["failed"] else row["text"])
+            out_entities.append(row["counts"])
+            out_failed.append(row["failed"])
+        hits = sum(hit is not None for hit in cached)
+        self.cache_counts["hits"] += hits
+        self.cache_counts["misses"] += len(texts) - hits
+        return out_texts, out_entities, out_failed
 
     def batch_stats(self, table: pa.Table) -> dict:
         totals: Counter = Counter()
@@ -96,6 +169,10 @@ class PhiDeidentify(DocumentStage):
             for item in row:
                 totals[f"entities.{item['type']}"] += item["count"]
         totals["docs_with_phi"] = sum(1 for n in table["phi_count"].to_pylist() if n)
+        # The cache's counts of the batch just processed (by this worker).
+        counts = getattr(self, "cache_counts", None) or Counter()
+        totals.update({f"cache.{key}": n for key, n in counts.items()})
+        counts.clear()
         if self.config.crosswalk_file:
             from pipeline.phi.identifiers import SOURCE_ID
             self._crosswalk().add(table["id"].to_pylist(), table[SOURCE_ID].to_pylist())
@@ -112,5 +189,12 @@ class PhiDeidentify(DocumentStage):
         entities = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("entities.")}
         if self.config.crosswalk_file:
             self._crosswalk().close()
-        return {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
-                "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
+        out = {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
+               "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
+        namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
+        if namespace:
+            out["cache"] = {"namespace": namespace, **{k: totals.get(f"cache.{k}", 0) for k in
+                            ("hits", "misses", "entries_written", "entries_not_written")}}
+            # Relative to the cache root: `python -m pipeline cache --prune` keeps what stages list.
+            out["cache_keys"] = [f"cache/phi/{namespace}"]
+        return out

