@@ -223,7 +223,8 @@ def executor_scaling(src: dict) -> str:
     lines.append("")
     lines.append(f"Driver steps timed at {d['docs']:,} documents: exact dedup's first row per hash {d['exact_first_row_s']:.1f} s, "
                  f"MinHash star clustering over {d['verified_pairs']:,} verified pairs {d['minhash_star_clusters_s']:.1f} s "
-                 f"(connected components {d['minhash_components_s']:.1f} s), tokenizer training on a "
+                 f"(connected components {d['minhash_components_s']:.1f} s), pack's plan over {d['pack_plan_shards']:,} shards' "
+                 f"bin counts {d['pack_plan_s']:.2f} s, tokenizer training on a "
                  f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s.")
     return "\n".join(lines) + "\n"
 
