@@ -123,14 +123,28 @@ def clinical(tmp_path_factory):
             "console": proc.stdout + proc.stderr + rerun.stdout + rerun.stderr, "rerun": rerun.stderr}
 
 
+def _file_text(path: Path) -> str:
+    """A file as text: Arrow files (stage shards and the caches, zstd-compressed) as their rows,
+    decompressed; any other file as its bytes decoded."""
+    import pyarrow as pa
+    if path.suffix == ".arrow":
+        for opener in (pa.ipc.open_stream, pa.ipc.open_file):
+            try:
+                with pa.OSFile(str(path), "rb") as src:
+                    rows = opener(src).read_all().to_pylist()
+                return "\n".join(str(value) for row in rows for value in row.values())
+            except pa.ArrowInvalid:
+                continue
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
 def _all_text(run: Path) -> dict[str, str]:
-    """Every file of the run folder as text (Arrow shards and PNGs as their bytes decoded),
-    plus the packed sequences decoded back to text with the run's tokenizer."""
+    """Every file of the run folder as text (Arrow files as their rows, PNGs as their bytes
+    decoded), plus the packed sequences decoded back to text with the run's tokenizer."""
     from datasets import load_from_disk
     from tokenizers import Tokenizer
 
-    files = {str(p.relative_to(run)): p.read_bytes().decode("utf-8", errors="replace")
-             for p in sorted(run.rglob("*")) if p.is_file()}
+    files = {str(p.relative_to(run)): _file_text(p) for p in sorted(run.rglob("*")) if p.is_file()}
     # The report's plots are base64 PNGs of counts: random letters, left out of the search.
     files["report.html"] = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", files["report.html"])
     tok = Tokenizer.from_file(str(run / "tokenizer/tokenizer.json"))
@@ -148,6 +162,10 @@ def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     sources = {**files, "console": clinical["console"]}
     leaks = [(name, value) for name, text in sources.items() for value in PLANTED if value in text]
     assert leaks == []
+    # Compressed shards and cache files are searched as their rows: phi's output texts are there.
+    phi_text = read_arrow_dir(clinical["out"] / "stages/03_phi/data")["text"][0].as_py()
+    assert any(phi_text[:60] in text for name, text in files.items() if name.startswith("stages/03_phi/data/"))
+    assert any(name.startswith("cache/phi/") for name in files)
     # The input itself holds every value: the search would find them.
     raw = clinical["src"].read_text()
     assert all(v in raw for v in PLANTED)
