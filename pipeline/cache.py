@@ -22,9 +22,7 @@ lists, then the oldest entry files while the cache is still over max_mb.
 """
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import logging
 from collections import OrderedDict
 
@@ -39,13 +37,6 @@ CACHE_DIR = "cache"
 KEY = pa.field("key", pa.binary(16))
 # Decoded entry files a worker keeps (a batch's hits mostly come from a few files).
 OPEN_FILES = 8
-
-
-def _digest(*parts) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(json.dumps(p, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
 
 
 def cache_root(config) -> RunPath:
@@ -83,7 +74,7 @@ def phi_namespace(spec) -> str:
     if cfg.mode == "surrogate" or uses_key(cfg):
         from pipeline.phi.secret import key_id, load_phi_key
         key_ids = [key_id(load_phi_key(cfg.key_file))]
-    return _digest(pipeline.__version__, runner.code_digest(), "phi", options, runner.engine_versions("phi"),
+    return runner._digest(pipeline.__version__, runner.code_digest(), "phi", options, runner.engine_versions("phi"),
                    _distribution_version(cfg.spacy_model), runner.content_digest(DATA), key_ids)
 
 
