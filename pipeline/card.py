@@ -190,7 +190,7 @@ def _datasets_versions(run_dir: RunPath, versions: dict) -> str:
     if '"List"' in text:
         out.append(f"`_type: List` is the feature type datasets {LIST_FEATURE_SINCE} introduced: datasets "
                    f"{LIST_FEATURE_SINCE} and later read these folders with `load_from_disk`; datasets 3.x cannot "
-                   "(it knows `Sequence`, not `List`, and fails on the features). With 3.x, read the Arrow files "
+                   "(3.6.0: `ValueError: Feature type 'List' not found`). With 3.x, read the Arrow files "
                    "themselves, e.g. `pyarrow.ipc.open_stream(open(path, 'rb')).read_all()` (column `input_ids`, "
                    "fixed-size lists of int32).")
     else:

@@ -14,19 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
-
-def cli(*args) -> tuple[int, str, str]:
-    """`python -m pipeline ARGS` in this process (no interpreter start-up): exit code, stdout, stderr."""
-    from pipeline.__main__ import main
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main([str(a) for a in args])
-        except SystemExit as exc:
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
-
+from conftest import read_arrow_dir, run_cli, run_in_process as cli, write_config, write_jsonl
 
 JUNK = [{"id": f"junk-{i}", "text": text} for i, text in enumerate([
     "Too short to keep.", "Call back later.", "See the table below.", "No abstract available.",

@@ -47,7 +47,8 @@ class TokenizerConfig(StageConfig):
     unk_token: str | None = None
     # A padding token of its own, added after every existing id when the tokenizer lacks it (no
     # id changes; packed rows never hold it). Not eos: a collator that masks pad labels would
-    # then mask every EOS. null: no pad token.
+    # then mask every EOS. null: no pad token. Default: <|pad|>, except in mode load, which keeps
+    # the file as it is unless told.
     pad_token: str | None = "<|pad|>"
     # The tokenizer.json that `load` uses and `extend` starts from.
     tokenizer_path: str | None = None
@@ -67,6 +68,8 @@ class TokenizerConfig(StageConfig):
     def _default_mode(cls, data):
         if isinstance(data, dict) and "mode" not in data:
             data = {**data, "mode": "load" if data.get("tokenizer_path") else "train"}
+        if isinstance(data, dict) and data.get("mode") == "load" and "pad_token" not in data:
+            data = {**data, "pad_token": None}
         return data
 
     @model_validator(mode="after")
