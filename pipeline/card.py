@@ -262,7 +262,7 @@ def _phi(manifest: dict, stats: list[dict]) -> str:
         raw = ("; the raw data of the stages before it was deleted from the run folder after the run"
                if privacy.get("raw_purged") else "; the stages before it keep their raw data in the run folder")
     ents = phi.get("entities") or {}
-    out = [f"## Protected health information", "",
+    out = ["## Protected health information", "",
            f"Stage `{phi['stage']}` (profile `{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything "
            f"is hashed, counted into the vocabulary or packed: {how}; {ids}; {meta}{raw}. "
            f"{_n(phi.get('docs_with_phi', 0))} of {_n(phi['docs_in'])} documents had at least one identifier "

@@ -161,7 +161,6 @@ def _input_rows(run: Run, s: dict, shard: str, ids: list[str]) -> tuple[pa.Table
     if is_purged(run.folder(prev)) or not path.exists():
         return None, []
     table = pa.concat_tables(list(read_shard(path)))
-    rows = []
     index = {}
     for i, doc_id in enumerate(table["id"].to_pylist()):
         index.setdefault(doc_id, i)
@@ -204,11 +203,11 @@ def _attach_details(run: Run, s: dict, docs: list[dict]) -> str | None:
     for shard, group in by_shard.items():
         table, rows = _input_rows(run, s, shard, [d["id"] for d in group])
         located = [d for d, r in zip(group, rows) if r >= 0]
-        for d, i in zip(located, range(len(located))):
-            if d.get("text") is None and table is not None:
-                d["text"] = table["text"][i].as_py()
         if not located:
             continue
+        for i, d in enumerate(located):
+            if d.get("text") is None:
+                d["text"] = table["text"][i].as_py()
         if stored and cls is not None and cls.score_columns:
             path = cache_root / stored / f"{shard}.arrow"
             if path.exists():
