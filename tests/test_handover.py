@@ -7,6 +7,7 @@ import errno
 import io
 import json
 import math
+import os
 import re
 import shutil
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import read_arrow_dir, run_cli, run_in_process as cli, write_config, write_jsonl
+from conftest import ROOT, read_arrow_dir, run_cli, run_in_process as cli, write_config, write_jsonl
 
 JUNK = [{"id": f"junk-{i}", "text": text} for i, text in enumerate([
     "Too short to keep.", "Call back later.", "See the table below.", "No abstract available.",
@@ -115,24 +116,33 @@ def test_card_config_is_validated_up_front(tmp_path):
 # ---- what a trainer loads -----------------------------------------------------------------
 
 def test_transformers_loads_the_tokenizer_folder_with_eos_pad_and_placeholders(handover):
+    import subprocess
+    import sys
+
     from tokenizers import Tokenizer
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 
     folder = handover["out"] / "tokenizer"
     assert {p.name for p in folder.iterdir()} == {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
-    tok = AutoTokenizer.from_pretrained(str(folder))
+    # transformers lives apart from .venv (Makefile: .venv/trainer-lib): on PYTHONPATH for this check only.
+    lib = ROOT / ".venv" / "trainer-lib"
+    assert (lib / "transformers").is_dir(), f"{lib}: missing; `make setup` installs transformers there"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts/verify_trainer_versions.py"), str(handover["out"])],
+                          env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{ROOT}"}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
     raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == raw.token_to_id("<|endoftext|>")
-    assert tok.pad_token == "<|pad|>" and tok.pad_token_id == raw.token_to_id("<|pad|>") != tok.eos_token_id
-    assert tok.bos_token == "<|endoftext|>" and tok.model_max_length == 64
-    assert tok("<|NAME|>", add_special_tokens=False)["input_ids"] == [raw.token_to_id("<|NAME|>")]
-    text = "Seen on <|DATE|> by <|NAME|>."
-    assert tok(text, add_special_tokens=False)["input_ids"] == raw.encode(text, add_special_tokens=False).ids
-    # A packed row through the usual collator: no EOS label is masked (pad is not EOS).
-    from datasets import load_from_disk
-    row = next(r for r in load_from_disk(str(handover["out"] / "final/train"))["input_ids"] if tok.eos_token_id in r)
-    batch = DataCollatorForLanguageModeling(tok, mlm=False, return_tensors="np")([{"input_ids": row}])
-    assert (batch["labels"][0] == np.asarray(row)).all()
+    assert got["transformers"].startswith("5.")
+    assert got["tokenizer"]["eos"] == ["<|endoftext|>", raw.token_to_id("<|endoftext|>")]
+    assert got["tokenizer"]["pad"] == ["<|pad|>", raw.token_to_id("<|pad|>")] and raw.token_to_id("<|pad|>") != 0
+    assert got["tokenizer"]["model_max_length"] == 64
+    assert got["tokenizer"]["placeholder_ids"] == [raw.token_to_id("<|ACCOUNT|>")]     # one id
+    assert got["encoded"]["ids"] == raw.encode(got["encoded"]["text"], add_special_tokens=False).ids
+    assert raw.token_to_id("<|NAME|>") in got["encoded"]["ids"]
+    # A packed row through DataCollatorForLanguageModeling: no EOS label masked (pad is not EOS).
+    assert got["collator_masked_labels"] == 0
+    assert got["load_from_disk"] == {"rows": _stats(handover["out"], "pack")["splits"]["train"]["sequences"],
+                                     "row_len": 65}
 
 
 def test_rows_of_seq_len_plus_one_are_cut_from_the_token_stream(handover):
