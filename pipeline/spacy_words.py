@@ -289,7 +289,7 @@ class _Text:
         return np.where(members[i] == end - 1, end - run_start[i], 0)
 
 
-def _string_hash(s: str) -> int:
+def string_hash(s: str) -> int:
     """_Text.hash of a Python string."""
     h, p = 0, 1
     for ch in s:
@@ -332,7 +332,7 @@ class _Matcher:
                 singles.setdefault(around, {}).setdefault(alt.body[0].single, alt.order)
             elif alt.literal:
                 strings.setdefault(around + (len(alt.body),), {}).setdefault(
-                    _string_hash("".join(chr(c.single) for c in alt.body)), alt.order)
+                    string_hash("".join(chr(c.single) for c in alt.body)), alt.order)
             else:
                 self.tests.append(_Test(*around, alt=alt))
         for around, table in singles.items():
@@ -521,7 +521,7 @@ class EnglishWords:
         # Exceptions: hash and length of each key, and the lengths of its pieces.
         keys, lens, pieces, piece_off = [], [], [], [0]
         for key, subs in sorted(tok.rules.items()):
-            keys.append(_string_hash(key))
+            keys.append(string_hash(key))
             lens.append(len(key))
             pieces.extend(len(s[ORTH]) for s in subs)
             piece_off.append(len(pieces))
@@ -565,7 +565,7 @@ class EnglishWords:
             pieces = [len(s[ORTH]) for s in tok.rules[key]]
             self.span_piece_lens.append(lens)
             self.span_special_cuts.append(np.cumsum(pieces)[:-1].tolist())
-            h = _string_hash(key)
+            h = string_hash(key)
             by_k.setdefault(len(lens), []).append((h, len(key), idx))
         for k, rows in by_k.items():
             rows.sort()
