@@ -46,6 +46,7 @@ _NCP = 0x110000
 
 # Per-codepoint flags (one uint8 table for the whole Unicode range).
 SPACE, TRIGGER, TRIGGER_AFTER_DIGIT, DIGIT, DT_PUNCT, ALPHA, INFIX_START, DOT = 1, 2, 4, 8, 16, 32, 64, 128
+PUNCT_CATEGORY, SENT_END = 256, 512       # Unicode P*; one of spaCy's sentencizer characters
 
 # datatrove 0.10.1, src/datatrove/utils/text.py (Apache-2.0): PUNCTUATION and TERMINAL_PUNCTUATION.
 # A word is a "symbol" word for Gopher when every character is in PUNCTUATION_SET (their union);
@@ -472,6 +473,10 @@ class Words:
     end: np.ndarray
     doc: np.ndarray
     counts: np.ndarray
+    # Where spaCy makes a whitespace token (which datatrove then drops): its position in text
+    # (it comes before the token starting there) and its document.
+    gap: np.ndarray
+    gap_doc: np.ndarray
 
     @property
     def lengths(self) -> np.ndarray:
@@ -574,12 +579,17 @@ class EnglishWords:
 
     def _flags(self, infix_alts) -> np.ndarray:
         chars = "".join(map(chr, range(_NCP)))
-        flags = np.zeros(_NCP, np.uint8)
+        import unicodedata
+        from spacy.pipeline import Sentencizer
+
+        flags = np.zeros(_NCP, np.uint16)
         flags[[i for i, ch in enumerate(chars) if ch.isspace()]] |= SPACE
         flags[np.fromiter(map(str.isalpha, chars), bool, _NCP)] |= ALPHA
         flags[[ord(c) for c in set(DT_PUNCTUATION) | DT_TERMINAL_PUNCTUATION]] |= DT_PUNCT
         flags[ord("0"):ord("9") + 1] |= DIGIT
         flags[ord(".")] |= DOT
+        flags[[i for i, ch in enumerate(chars) if unicodedata.category(ch).startswith("P")]] |= PUNCT_CATEGORY
+        flags[[ord(c) for c in Sentencizer.default_punct_chars if len(c) == 1]] |= SENT_END
         digit = Charset.of([(ord("0"), ord("9"))])
         # A chunk can be changed by a rule only if it holds the rarest character of some
         # alternative's body; suffixes that need a digit before them (units, currency) count
@@ -643,7 +653,52 @@ class EnglishWords:
         end = np.append(bounds[1:], len(t.cps)).astype(np.int64)
         doc = np.searchsorted(compact_index[doc_offsets], bounds, side="right") - 1
         counts = np.bincount(doc, minlength=len(doc_offsets) - 1).astype(np.int64)
-        return Words(t, bounds, end, doc, counts)
+        # Whitespace runs: spaCy skips one space after a word; the rest of a run, and a run at a
+        # document's start (all of it), is a token.
+        space = ~nonspace
+        run = np.zeros(len(cps_all), bool)
+        if len(cps_all):
+            run[1:] = space[1:] & ~space[:-1]
+            run[0] = space[0]
+            doc_first = doc_offsets[:-1][doc_offsets[:-1] < len(cps_all)]
+            run[doc_first] = space[doc_first]
+        run_start = np.flatnonzero(run)
+        run_doc = np.searchsorted(doc_offsets, run_start, side="right") - 1
+        doc_start_mark = np.zeros(len(cps_all) + 1, bool)
+        doc_start_mark[doc_offsets] = True
+        run_last = space & (~np.append(space[1:], False) | doc_start_mark[1:])
+        run_len = np.flatnonzero(run_last) + 1 - run_start
+        leading = run_start == doc_offsets[run_doc]
+        is_token = leading | (run_len >= 2) | (cps_all[run_start] != 32)
+        gap, gap_doc = compact_index[run_start[is_token]], run_doc[is_token]
+        return Words(t, bounds, end, doc, counts, gap, gap_doc)
+
+    def sentences(self, text: pa.Array) -> np.ndarray:
+        """Sentences per string as spaCy's sentencizer finds them (what datatrove's
+        split_into_sentences counts): one where a string has a token, and one more at each
+        token that is neither punctuation nor a sentence-end character and comes after a
+        sentence-end character with no such token between (whitespace tokens included)."""
+        w = self.split(text)
+        n = len(w.counts)
+        # Tokens and whitespace tokens in order: by document, then position (a whitespace token
+        # goes before the token that starts where it is).
+        is_word = np.concatenate([np.ones(len(w.start), bool), np.zeros(len(w.gap), bool)])
+        doc = np.concatenate([w.doc, w.gap_doc])
+        order = np.lexsort((np.concatenate([2 * w.start + 1, 2 * w.gap]), doc))
+        doc, is_word = doc[order], is_word[order]
+        punct = np.zeros(len(order), bool)
+        end = np.zeros(len(order), bool)
+        punct[is_word] = w.all_flag(PUNCT_CATEGORY)[order[is_word]]
+        end[is_word] = (w.any_flag(SENT_END) & (w.lengths == 1))[order[is_word]]
+        wordy = ~punct & ~end
+        idx = np.arange(len(order))
+        last_end = np.maximum.accumulate(np.where(end, idx, -1))
+        last_wordy = np.maximum.accumulate(np.where(wordy, idx, -1))
+        first_of_doc = np.searchsorted(doc, doc)
+        prev_end = np.concatenate([[-1], last_end[:-1]])
+        prev_wordy = np.concatenate([[-1], last_wordy[:-1]])
+        starts = wordy & (prev_end > prev_wordy) & (prev_end >= first_of_doc)
+        return (np.bincount(doc, minlength=n) > 0) + np.bincount(doc, starts, n).astype(np.int64)
 
     def _cuts(self, t: _Text, chunk_start: np.ndarray, specials: bool):
         """Sorted token starts for chunks [chunk_start[i], chunk_start[i+1]) of t (the last one

@@ -149,7 +149,10 @@ class Heuristics(DocumentStage):
         elif cfg.c4_min_sentences:
             lines = pc.split_pattern(text, "\n")
             doc_of_line = np.repeat(np.arange(n), pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64))
-            sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
+            if cfg.compat == "datatrove":
+                sentences = np.bincount(doc_of_line, english_words().sentences(pc.utf8_trim_whitespace(pc.list_flatten(lines))), n)
+            else:
+                sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
         if cfg.c4_min_sentences:
             rules.append(("c4_too_few_sentences", sentences < cfg.c4_min_sentences))
         if cfg.c4_boilerplate_lines:
@@ -377,8 +380,9 @@ _CITATION = r"\[\d*\]|\[edit\]|\[citation needed\]"
 _POLICY = ["terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies"]
 # str.splitlines() boundaries.
 _LINE_BREAK = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
-# Sentences are counted as spaCy's sentencizer (what datatrove uses for English) finds them: a
-# token ".", "!" or "?" followed by a token that is not punctuation. Tokens here are
+# compat: medprep counts C4's sentences close to how spaCy's sentencizer (what datatrove uses for
+# English) finds them (compat: datatrove runs the sentencizer's rule on spaCy's tokens, from
+# pipeline/spacy_words.py): a token ".", "!" or "?" followed by a token that is not punctuation. Tokens here are
 # whitespace-separated chunks with opening/closing punctuation stripped; a chunk ending in a
 # period is not a sentence end when spaCy keeps the period inside an abbreviation token
 # (initials such as "e.g." or "U.S.", and spaCy's English abbreviation exceptions below).
@@ -460,8 +464,9 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
     return {"lorem": _per_item(lorem, doc_of_line, n) > 0, "curly": _per_item(curly, doc_of_line, n) > 0,
             "text": new_text, "kept_per_doc": kept_per_doc, "dropped_per_doc": line_counts - kept_per_doc,
-            "sentences": _sentence_counts(split_words(original_lines.filter(pa.array(kept))),
-                                          doc_of_line[kept], n)}
+            "sentences": (np.bincount(doc_of_line[kept], english_words().sentences(kept_lines), n)
+                          if cfg.compat == "datatrove" else
+                          _sentence_counts(split_words(original_lines.filter(pa.array(kept))), doc_of_line[kept], n))}
 
 
 def _duplicate_units(units: pa.Array, doc_of_unit: np.ndarray, n: int, skip_empty: bool = True):
