@@ -47,6 +47,7 @@ _NCP = 0x110000
 # Per-codepoint flags (one uint8 table for the whole Unicode range).
 SPACE, TRIGGER, TRIGGER_AFTER_DIGIT, DIGIT, DT_PUNCT, ALPHA, INFIX_START, DOT = 1, 2, 4, 8, 16, 32, 64, 128
 PUNCT_CATEGORY, SENT_END = 256, 512       # Unicode P*; one of spaCy's sentencizer characters
+PREFIX_FIRST, SUFFIX_LAST, RE2_SPACE = 1024, 2048, 4096   # can start a prefix; end a suffix; RE2's \s
 
 # datatrove 0.10.1, src/datatrove/utils/text.py (Apache-2.0): PUNCTUATION and TERMINAL_PUNCTUATION.
 # A word is a "symbol" word for Gopher when every character is in PUNCTUATION_SET (their union);
@@ -477,6 +478,25 @@ class Words:
     # (it comes before the token starting there) and its document.
     gap: np.ndarray
     gap_doc: np.ndarray
+    # The flags of the documents' characters, whitespace included, and where each document
+    # starts among them.
+    raw_flags: np.ndarray
+    doc_offsets: np.ndarray
+
+    def count_in_docs(self, flag: int) -> np.ndarray:
+        """Per document, how many of its characters have the flag."""
+        hit = np.concatenate([[0], np.cumsum((self.raw_flags & flag) != 0)])
+        return np.diff(hit[self.doc_offsets])
+
+    def _token_flags(self):
+        """OR and AND of each token's character flags (tokens tile the text: one pass each)."""
+        if not hasattr(self, "_or"):
+            if len(self.start):
+                self._or = np.bitwise_or.reduceat(self.text.flags, self.start)
+                self._and = np.bitwise_and.reduceat(self.text.flags, self.start)
+            else:
+                self._or = self._and = np.zeros(0, self.text.flags.dtype)
+        return self._or, self._and
 
     @property
     def lengths(self) -> np.ndarray:
@@ -484,12 +504,11 @@ class Words:
 
     def any_flag(self, flag: int) -> np.ndarray:
         """Per token: whether any of its characters has the flag."""
-        c = np.concatenate([[0], np.cumsum((self.text.flags & flag) != 0)])
-        return c[self.end] - c[self.start] > 0
+        return (self._token_flags()[0] & flag) != 0
 
     def all_flag(self, flag: int) -> np.ndarray:
-        c = np.concatenate([[0], np.cumsum((self.text.flags & flag) != 0)])
-        return c[self.end] - c[self.start] == self.end - self.start
+        """Per token: whether all of its characters have the flag."""
+        return (self._token_flags()[1] & flag) != 0
 
     def hashes(self) -> np.ndarray:
         return self.text.hash(self.start, self.end)
@@ -572,6 +591,8 @@ class EnglishWords:
             self.span_special_cuts.append(np.cumsum(pieces)[:-1].tolist())
             h = string_hash(key)
             by_k.setdefault(len(lens), []).append((h, len(key), idx))
+        self.span_first_keys = np.unique(np.array(
+            [string_hash(key[:lens[0]]) for key, lens in zip(keys, self.span_piece_lens)], np.uint64))
         for k, rows in by_k.items():
             rows.sort()
             self.span_patterns[k] = (np.array([r[0] for r in rows], np.uint64), np.array([r[1] for r in rows], np.int64),
@@ -603,6 +624,11 @@ class EnglishWords:
                     flags[edge] |= TRIGGER
         for alt in infix_alts:
             flags[_first_charset(alt).codepoints()] |= INFIX_START
+        for alt in self.prefix.alts:
+            flags[_first_charset(alt).codepoints()] |= PREFIX_FIRST
+        for alt in self.suffix.alts:
+            flags[(alt.body.chars if isinstance(alt.body, Run) else alt.body[-1]).codepoints()] |= SUFFIX_LAST
+        flags[[ord(c) for c in "\t\n\x0c\r "]] |= RE2_SPACE
         return flags
 
     def _text(self, cps: np.ndarray) -> _Text:
@@ -671,7 +697,7 @@ class EnglishWords:
         leading = run_start == doc_offsets[run_doc]
         is_token = leading | (run_len >= 2) | (cps_all[run_start] != 32)
         gap, gap_doc = compact_index[run_start[is_token]], run_doc[is_token]
-        return Words(t, bounds, end, doc, counts, gap, gap_doc)
+        return Words(t, bounds, end, doc, counts, gap, gap_doc, flags_all, doc_offsets)
 
     def sentences(self, text: pa.Array) -> np.ndarray:
         """Sentences per string as spaCy's sentencizer finds them (what datatrove's
@@ -726,9 +752,14 @@ class EnglishWords:
             if not len(a):
                 break
             last = b - a
-            _, pre = self.prefix.forward(t, a, a, b)
+            # Only where the first (last) character can start a prefix (end a suffix).
+            pre = np.zeros(len(a), np.int64)
+            i = np.flatnonzero(t.flags[a] & PREFIX_FIRST)
+            pre[i] = self.prefix.forward(t, a[i], a[i], b[i])[1]
             minus_pre = (pre > 0) & (a + pre < b) & special(a + pre, b)
-            suf = self.suffix.backward(t, b, a + pre)
+            suf = np.zeros(len(a), np.int64)
+            i = np.flatnonzero((b - 1 >= a + pre) & (t.flags[b - 1] & SUFFIX_LAST != 0))
+            suf[i] = self.suffix.backward(t, b[i], (a + pre)[i])
             minus_suf = ~minus_pre & (suf > 0) & (b - suf > a) & special(a, b - suf)
             cut_pre = (pre > 0) & ~minus_suf
             cut_suf = (suf > 0) & ~minus_pre
@@ -765,6 +796,11 @@ class EnglishWords:
         tok = np.repeat(first, n_tok) + np.arange(n_tok.sum()) - np.repeat(np.cumsum(n_tok) - n_tok, n_tok)
         tok_chunk_last = np.repeat(first + n_tok - 1, n_tok)
         ends = np.append(bounds[1:], total)
+        # A match starts with some pattern's first token.
+        h = t.hash(bounds[tok], ends[tok])
+        j = np.clip(np.searchsorted(self.span_first_keys, h), 0, len(self.span_first_keys) - 1)
+        starts = self.span_first_keys[j] == h
+        tok, tok_chunk_last = tok[starts], tok_chunk_last[starts]
         found = []                       # (start token, k, pattern index)
         for k, (keys, lens, index) in self.span_patterns.items():
             ok = tok + k - 1 <= tok_chunk_last

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.documents import first_reason, set_column, split_words
-from pipeline.spacy_words import ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, Words, english_words, string_hash
+from pipeline.spacy_words import (ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, RE2_SPACE, Words, english_words,
+                                  string_hash)
 from pipeline.stages.base import DocumentStage, StageConfig
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]   # Gopher's
@@ -126,13 +127,14 @@ class Heuristics(DocumentStage):
         n = len(text)
         chars = pc.utf8_length(text).to_numpy(zero_copy_only=False).astype(np.float64)
         punct = pc.count_substring_regex(text, _PUNCT_OR_SYMBOL).to_numpy(zero_copy_only=False)
-        nonspace = chars - pc.count_substring_regex(text, r"\s").to_numpy(zero_copy_only=False)
-        punct_frac = punct / np.maximum(nonspace, 1)
         if cfg.compat == "datatrove":
             words = english_words().split(text)
+            spaces = words.count_in_docs(RE2_SPACE)           # what RE2's \s matches, counted in numpy
             rules, signals, n_tokens = _datatrove_gopher(text, words, chars, cfg)
         else:
+            spaces = pc.count_substring_regex(text, r"\s").to_numpy(zero_copy_only=False)
             rules, signals, n_tokens = _medprep_gopher(text, chars, cfg)
+        punct_frac = punct / np.maximum(chars - spaces, 1)
         rules.insert(1, ("too_much_punctuation", punct_frac > cfg.max_punctuation_fraction))
         lowered_text = pc.utf8_lower(text)
         c4 = _c4_lines(text, n, cfg) if cfg.c4_lines else None
@@ -314,7 +316,7 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
     ellipsis_ratio = np.bincount(doc_of_line, ellipsis, n) / np.maximum(n_lines, 1)
     # Repetition: paragraphs of the stripped text split on 2+ newlines, lines split on 1+, kept
     # as they are (empty ones too); the character fractions are of the whole text.
-    stripped = pc.replace_substring_regex(text, "^" + _PY_SPACE + "+|" + _PY_SPACE + "+$", "")
+    stripped = pc.utf8_trim_whitespace(text)             # Arrow's whitespace is str.isspace
     paras_list = pc.split_pattern_regex(stripped, r"\n{2,}")
     para_counts = pc.list_value_length(paras_list).to_numpy(zero_copy_only=False).astype(np.int64)
     dup_para_frac, dup_para_chars = _duplicate_units(pc.list_flatten(paras_list), np.repeat(np.arange(n), para_counts),
@@ -324,16 +326,26 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
     dup_line_frac, dup_line_chars = _duplicate_units(pc.list_flatten(rep_lines), np.repeat(np.arange(n), rep_counts),
                                                      n, skip_empty=False)
     ngram_rules = []
+    # Only the decisions are kept, so a document is measured only where a bound says the rule
+    # could fire: a k-gram occurs at most as often as its first k-1 words do, and is at most
+    # the document's longest k-gram long; a k-gram repeat lies within the words repeated
+    # 5-grams (the smallest k) cover.
     tuple_ids = _NgramHashes(_mix64(token_hash), doc, _doc_bits(n))
+    count_bound = None
     for k, limit in sorted(cfg.top_ngram_max_fraction.items()):
-        ngram_rules.append((f"gopher_top_{k}gram", _top_ngram_chars_dt(tuple_ids, lengths, k, n) / safe_chars > limit))
-    candidates = None
+        need = None if count_bound is None else count_bound * _longest_ngram(lengths, doc, k, n) / safe_chars > limit
+        top, most = _top_ngram_chars_dt(tuple_ids, lengths, k, n, need)
+        ngram_rules.append((f"gopher_top_{k}gram", top / safe_chars > limit))
+        count_bound = most if count_bound is None else np.where(need, most, count_bound)
+    candidates, covered = None, None
     for k, limit in sorted(cfg.dup_ngram_max_fraction.items()):
-        dup = _duplicate_ngram_chars_dt(words, k, n, candidates)
+        docs = None if candidates is None else candidates & (covered / safe_chars > limit)
+        dup, cover = _duplicate_ngram_chars_dt(words, k, n, docs)
         ngram_rules.append((f"gopher_dup_{k}gram", dup / safe_chars > limit))
-        # A repeated k-gram starts with a repeated shorter one (as word sequences; a repeat
-        # only as joined text, with other word boundaries, is not looked for).
-        candidates = dup > 0 if candidates is None else candidates & (dup > 0)
+        if candidates is None:
+            # Repeats of longer k-grams start with repeated shortest ones (as word sequences:
+            # a repeat only as joined text, with other word boundaries, is not looked for).
+            candidates, covered = dup > 0, cover
     rules = [("empty", chars == 0)] + _gopher_rules(
         cfg, n_words, avg_len, symbol_fails, bullet_ratio, ellipsis_ratio, alpha_ratio, stop_count,
         dup_line_frac, dup_para_frac, dup_line_chars / safe_chars, dup_para_chars / safe_chars, ngram_rules)
@@ -352,7 +364,7 @@ def _fineweb_rules(text: pa.Array, chars: np.ndarray, n_words: np.ndarray, cfg: 
     counts = pc.list_value_length(lines_list).to_numpy(zero_copy_only=False).astype(np.int64)
     lines = pc.list_flatten(lines_list)
     owner = np.repeat(np.arange(n), counts)
-    keep = pc.match_substring_regex(lines, "[^" + _PY_SPACE[1:-1] + "]").to_numpy(zero_copy_only=False)
+    keep = pc.utf8_length(pc.utf8_trim_whitespace(lines)).to_numpy(zero_copy_only=False) > 0
     lines, owner = lines.filter(pa.array(keep)), owner[keep]
     n_lines = np.bincount(owner, minlength=n)
     safe = np.maximum(n_lines, 1)
@@ -588,14 +600,15 @@ def _duplicate_ngram_chars(ngrams: _NgramHashes, word_len, k, n, docs=None):
     return np.bincount(doc_of_word, covered * word_len, n)
 
 
-def _top_ngram_chars_dt(ngrams: _NgramHashes, word_len, k, n):
+def _top_ngram_chars_dt(ngrams: _NgramHashes, word_len, k, n, docs=None):
     """Per document, as Gopher (datatrove's find_top_duplicate): the most frequent k-gram (the
     first to occur, among equally frequent ones), its count times its length (words joined by
-    spaces). 0 where the document has fewer than k words."""
-    pos, key = ngrams.keys(k)
-    out = np.zeros(n)
+    spaces), 0 where the document has fewer than k words; and that count. Only for `docs`
+    (a mask) if given; 0 elsewhere."""
+    pos, key = ngrams.keys(k, docs)
+    out, most = np.zeros(n), np.zeros(n, np.int64)
     if not len(pos):
-        return out
+        return out, most
     order = np.argsort(key, kind="stable")          # stable: a group's first entry occurs first
     run_start, run_len = _runs(key[order])
     first_pos = pos[order[run_start]]
@@ -609,6 +622,23 @@ def _top_ngram_chars_dt(ngrams: _NgramHashes, word_len, k, n):
     first = count * span - best
     cum = np.concatenate([[0], np.cumsum(word_len)])
     out[doc[doc_start]] = count * (cum[first + k] - cum[first] + (k - 1))
+    most[doc[doc_start]] = count
+    return out, most
+
+
+def _longest_ngram(word_len, doc, k, n):
+    """Per document, the length of its longest k-gram (words joined by spaces)."""
+    out = np.zeros(n)
+    total = len(doc)
+    if total < k:
+        return out
+    cum = np.concatenate([[0], np.cumsum(word_len)])
+    p = np.arange(total - k + 1)
+    width = np.where(doc[p] == doc[p + k - 1], cum[p + k] - cum[p] + (k - 1), 0)
+    counts = np.bincount(doc, minlength=n)
+    first = np.cumsum(counts) - counts
+    has = counts >= k                    # then the document's k-grams start at first, first + 1, ...
+    out[has] = np.maximum.reduceat(width, np.minimum(first, len(width) - 1))[has]
     return out
 
 
@@ -622,26 +652,29 @@ def _duplicate_ngram_chars_dt(words: Words, k, n, docs=None):
     and the walk's repeats are the greedy chain of those at least k apart; which occurrences
     are visited follows from the repeats. Starting from "all visited", the two are iterated to
     their fixed point, which is the walk's (each round settles at least up to the first
-    occurrence that was wrong; one or two rounds in practice)."""
+    occurrence that was wrong; one or two rounds in practice).
+
+    Also returns, per document, the characters of the words that repeats of a k-gram cover
+    (a bound on any longer k-gram's repeated characters)."""
     doc = words.doc
-    out = np.zeros(n)
+    out, cover = np.zeros(n), np.zeros(n)
     total = len(doc)
     if total < k:
-        return out
+        return out, cover
     p = np.arange(total - k + 1)
     fits = doc[p] == doc[p + k - 1]
     if docs is not None:
         fits &= docs[doc[p]]
     pos = p[fits]
     if not len(pos):
-        return out
+        return out, cover
     a, b = words.start[pos], words.end[pos + k - 1]
     key = _doc_major(doc[pos], _mix64(words.text.hash(a, b)), _doc_bits(n))
     order = np.argsort(key, kind="stable")
     run_start, run_len = _runs(key[order])
     multi = run_len >= 2
     if not multi.any():
-        return out
+        return out, cover
     g_start, g_len = run_start[multi], run_len[multi]
     g_first = np.cumsum(g_len) - g_len                          # each group's first, in occ order
     occ = order[np.repeat(g_start, g_len) + np.arange(g_len.sum()) - np.repeat(g_first, g_len)]
@@ -660,7 +693,10 @@ def _duplicate_ngram_chars_dt(words: Words, k, n, docs=None):
             break
         visited = now
     pick_len = occ_len[by_pos][np.searchsorted(occ_pos[by_pos], picks)]
-    return np.bincount(doc[picks], pick_len, n)
+    repeats = occ_pos[np.arange(len(occ_pos)) != np.repeat(g_first, g_len)]
+    reach = np.cumsum(np.bincount(repeats, minlength=total + 1) - np.bincount(repeats + k, minlength=total + 1))[:-1]
+    words_covered = reach > 0
+    return np.bincount(doc[picks], pick_len, n), np.bincount(doc[words_covered], words.lengths[words_covered], n)
 
 
 def _greedy_chain(cand: np.ndarray, doc: np.ndarray, k: int) -> np.ndarray:
