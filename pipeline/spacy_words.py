@@ -522,32 +522,64 @@ class Words:
         return out
 
 
+@dataclass
+class SpacyRules:
+    """What spaCy's English tokenizer is built from (spacy/language.py create_tokenizer, from
+    English.Defaults): what `spacy.blank("en")` tokenizes with, without building a pipeline."""
+    prefix_pattern: str
+    suffix_pattern: str
+    infix_pattern: str
+    rules: dict
+    url_match: object
+    token_match: object
+    ORTH: int
+
+    def find_prefix(self, s: str) -> int:
+        m = re.search(self.prefix_pattern, s)
+        return m.end() - m.start() if m else 0
+
+    def find_suffix(self, s: str) -> int:
+        m = re.search(self.suffix_pattern, s)
+        return m.end() - m.start() if m else 0
+
+    def find_infix(self, s: str) -> int:
+        return len(list(re.finditer(self.infix_pattern, s)))
+
+
+def spacy_english_rules() -> SpacyRules:
+    from spacy.lang.en import English
+    from spacy.symbols import ORTH
+    from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex
+
+    d = English.Defaults
+    return SpacyRules(compile_prefix_regex(d.prefixes).pattern, compile_suffix_regex(d.suffixes).pattern,
+                      compile_infix_regex(d.infixes).pattern, dict(d.tokenizer_exceptions), d.url_match,
+                      d.token_match, ORTH)
+
+
 class EnglishWords:
     """spaCy's English tokenizer rules, compiled once (spaCy is imported here, not per batch)."""
 
     def __init__(self):
-        from spacy.lang.en import English
-        from spacy.lang.tokenizer_exceptions import URL_MATCH
-        from spacy.symbols import ORTH
         import spacy
 
         self.spacy_version = spacy.__version__
-        tok = English().tokenizer
+        tok = spacy_english_rules()
         if tok.token_match is not None:
             raise ValueError("spaCy's English tokenizer has a token_match: not reproduced")
         classes = _ClassTable()
-        self.prefix = _Matcher(compile_alternatives(tok.prefix_search.__self__.pattern, "^"), classes)
-        self.suffix = _Matcher(compile_alternatives(tok.suffix_search.__self__.pattern, "$"), classes)
-        infix_alts = compile_alternatives(tok.infix_finditer.__self__.pattern, "")
+        self.prefix = _Matcher(compile_alternatives(tok.prefix_pattern, "^"), classes)
+        self.suffix = _Matcher(compile_alternatives(tok.suffix_pattern, "$"), classes)
+        infix_alts = compile_alternatives(tok.infix_pattern, "")
         self.infix = _Matcher(infix_alts, classes)
         self.class_table = classes.build()
-        self.url_match = tok.url_match or URL_MATCH
+        self.url_match = tok.url_match
         # Exceptions: hash and length of each key, and the lengths of its pieces.
         keys, lens, pieces, piece_off = [], [], [], [0]
         for key, subs in sorted(tok.rules.items()):
             keys.append(string_hash(key))
             lens.append(len(key))
-            pieces.extend(len(s[ORTH]) for s in subs)
+            pieces.extend(len(s[tok.ORTH]) for s in subs)
             piece_off.append(len(pieces))
         order = np.argsort(np.array(keys, np.uint64), kind="stable")
         self.special_keys = np.array(keys, np.uint64)[order]
@@ -570,7 +602,6 @@ class EnglishWords:
     def _span_patterns(self, tok) -> None:
         """The second pass's patterns: exceptions that hold a prefix, suffix or infix (what
         spaCy's tokenizer puts in its special-case matcher), each as the rules alone split it."""
-        from spacy.symbols import ORTH
         keys = [k for k in sorted(tok.rules) if not any(ch.isspace() for ch in k)
                 and (tok.find_prefix(k) or tok.find_suffix(k) or tok.find_infix(k))]
         self.span_patterns: dict[int, tuple] = {}
@@ -586,7 +617,7 @@ class EnglishWords:
         by_k: dict[int, list] = {}
         for idx, key in enumerate(keys):
             lens = (ends[owner == idx] - bounds[owner == idx]).tolist()
-            pieces = [len(s[ORTH]) for s in tok.rules[key]]
+            pieces = [len(s[tok.ORTH]) for s in tok.rules[key]]
             self.span_piece_lens.append(lens)
             self.span_special_cuts.append(np.cumsum(pieces)[:-1].tolist())
             h = string_hash(key)
@@ -604,12 +635,12 @@ class EnglishWords:
         from spacy.pipeline import Sentencizer
 
         flags = np.zeros(_NCP, np.uint16)
-        flags[[i for i, ch in enumerate(chars) if ch.isspace()]] |= SPACE
+        flags[np.fromiter(map(str.isspace, chars), bool, _NCP)] |= SPACE
         flags[np.fromiter(map(str.isalpha, chars), bool, _NCP)] |= ALPHA
         flags[[ord(c) for c in set(DT_PUNCTUATION) | DT_TERMINAL_PUNCTUATION]] |= DT_PUNCT
         flags[ord("0"):ord("9") + 1] |= DIGIT
         flags[ord(".")] |= DOT
-        flags[[i for i, ch in enumerate(chars) if unicodedata.category(ch).startswith("P")]] |= PUNCT_CATEGORY
+        flags[np.fromiter((c[0] == "P" for c in map(unicodedata.category, chars)), bool, _NCP)] |= PUNCT_CATEGORY
         flags[[ord(c) for c in Sentencizer.default_punct_chars if len(c) == 1]] |= SENT_END
         digit = Charset.of([(ord("0"), ord("9"))])
         # A chunk can be changed by a rule only if it holds the rarest character of some
