@@ -235,13 +235,14 @@ def compare(ids: list[str], sources: list[str], dt: dict, masks: dict, kept: lis
         only_dt = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a and not b]
         only_us = [i for i, (a, b) in enumerate(zip(theirs, ours)) if b and not a]
         n = len(theirs)
-        by_source = {}
+        by_source, removes_by_source = {}, {}
         for s in sorted(set(sources)):
             idx = [i for i in range(n) if sources[i] == s]
             by_source[s] = round(100 * sum(theirs[i] == ours[i] for i in idx) / len(idx), 2)
+            removes_by_source[s] = {"datatrove": sum(theirs[i] for i in idx), "ours": sum(ours[i] for i in idx)}
         return {"documents": n, "agree": n - len(only_dt) - len(only_us),
                 "agree_percent": round(100 * (n - len(only_dt) - len(only_us)) / n, 2),
-                "agree_percent_by_source": by_source,
+                "agree_percent_by_source": by_source, "removes_by_source": removes_by_source,
                 "datatrove_removes": sum(theirs), "we_remove": sum(ours),
                 "datatrove_removes_we_keep": len(only_dt), "we_remove_datatrove_keeps": len(only_us),
                 "ids_datatrove_removes_we_keep": [ids[i] for i in only_dt],

@@ -1,11 +1,36 @@
-"""heuristics: the seeds' rules, Gopher quality, Gopher repetition and C4 rules, each its own
-removal reason. Defaults are datatrove's (and the seeds' 200-word minimum); configs/pubmed.yaml
+"""heuristics: the seeds' rules, Gopher quality, Gopher repetition, C4 and FineWeb rules, each its
+own removal reason. Defaults are datatrove's (and the seeds' 200-word minimum); configs/pubmed.yaml
 loosens the ones biomedical text trips (see docs/filters.md: "heuristics: rules for biomedical text").
 
-Vectorized over the batch: words come from Arrow's list kernels, word n-grams are hashed in
-numpy over the flattened batch (rolling hashes, one pass per n), and repeats are found by one
-sort per n. C4's line and sentence rules (`c4_lines`, `c4_min_sentences`) work on the batch's
-flattened lines the same way, and rewrite the text of the documents they keep."""
+What the rules measure (`compat`):
+
+- `compat: datatrove` measures as datatrove 0.10's GopherQualityFilter, GopherRepetitionFilter,
+  C4QualityFilter and FineWebQualityFilter do, so a recipe moved from datatrove decides the same
+  at the same thresholds. Words are spaCy's English tokens (pipeline/spacy_words.py reproduces
+  spaCy's tokenizer over the batch: "cross - sectional", "study 's", "( n=12 )"); a word counts for
+  the word limits and mean length unless all its characters are datatrove punctuation; the
+  alphabetic ratio is over all tokens; stop words count as distinct, case-sensitive words; '#'
+  and '...' per word are tested apart; lines are str.splitlines() for bullets and ellipses, and
+  for repetition the text split on newlines as it is (empty lines count) and the stripped text
+  split on blank lines; the top n-gram is the most frequent n-gram's count x length (the first
+  among equally frequent ones); duplicate n-grams are what datatrove's walk finds (words joined
+  without spaces; after a repeat the walk moves n words on); C4's sentences are spaCy's
+  sentencizer's. scripts/bench_heuristics_compat.py measures the agreement on real text.
+- `compat: medprep` (the default, and what configs/pubmed.yaml's thresholds were set on) keeps
+  the stage's own measures: words are split on whitespace with punctuation split off but kept
+  inside decimals (0.05), hyphenated terms (cross-sectional, one word rather than three of which
+  one has no letter) and before apostrophes, and lower-cased for stop words and n-grams; '#'
+  and '...' are counted together; lines are stripped and blank ones are not duplicates; the top
+  n-gram is the largest count x length of any n-gram and duplicate n-grams count every word a
+  repeat covers (both at least as strict as Gopher's: datatrove's walk counts only the repeats
+  it lands on, n words apart); C4's sentences are counted from whitespace chunks. These
+  measures need no tokenizer tables, and keep hyphenated biomedical terms whole.
+
+Vectorized over the batch: words come from Arrow's list kernels (medprep) or from numpy over the
+batch's codepoints (datatrove), word n-grams are hashed in numpy over the flattened batch
+(rolling hashes, one pass per n), and repeats are found by one sort per n. C4's line and
+sentence rules (`c4_lines`, `c4_min_sentences`) work on the batch's flattened lines the same way,
+and rewrite the text of the documents they keep."""
 from __future__ import annotations
 
 from typing import Literal
