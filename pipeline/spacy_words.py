@@ -23,11 +23,16 @@ some rule could act on take part in the affix loop. Tokens are the pieces betwee
 points that the steps add. The URL test (spaCy's regex, Python `re`) runs only on the rare
 remainders that have an infix match and a dot.
 
-Not reproduced: spaCy's second pass over special cases that contain affixes (it re-merges, for
-instance, "e.g" "." left by an infix split inside "word/e.g." into "e.g."); tests measure how
-often tokens differ from spaCy's on real text (tests/test_spacy_words.py)."""
+4. spaCy's second pass: where a chunk's tokens spell, token by token, how the rules alone split
+   an exception that holds affixes ("e.g" "." left by the infix split of "word/e.g."), they
+   become the exception's tokens. (spaCy also matches such spans across a single space, which
+   then change nothing but can block an overlapping match: not reproduced.)
+
+tests/test_heuristics_compat.py compares the tokens, and the sentences (`sentences`, spaCy's
+sentencizer), with spaCy's on real abstracts and documentation."""
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from dataclasses import dataclass
@@ -44,7 +49,7 @@ _BASE_INV = pow(_BASE, -1, 2**64)
 _MASK64 = 2**64 - 1
 _NCP = 0x110000
 
-# Per-codepoint flags (one uint8 table for the whole Unicode range).
+# Per-codepoint flags (one uint16 table for the whole Unicode range).
 SPACE, TRIGGER, TRIGGER_AFTER_DIGIT, DIGIT, DT_PUNCT, ALPHA, INFIX_START, DOT = 1, 2, 4, 8, 16, 32, 64, 128
 PUNCT_CATEGORY, SENT_END = 256, 512       # Unicode P*; one of spaCy's sentencizer characters
 PREFIX_FIRST, SUFFIX_LAST, RE2_SPACE = 1024, 2048, 4096   # can start a prefix; end a suffix; RE2's \s
@@ -86,13 +91,6 @@ class Charset:
     def codepoints(self) -> np.ndarray:
         return np.concatenate([np.arange(a, b + 1) for a, b in zip(self.lo, self.hi)])
 
-    def contains(self, cps: np.ndarray) -> np.ndarray:
-        if self.single is not None:
-            return cps == self.single
-        lo = np.asarray(self.lo)
-        i = np.searchsorted(lo, cps, side="right") - 1
-        return (i >= 0) & (cps <= np.asarray(self.hi)[np.maximum(i, 0)])
-
 
 @dataclass(frozen=True)
 class Run:
@@ -128,10 +126,15 @@ def _charset_of_in(items) -> Charset:
         else:
             raise ValueError(f"spaCy pattern uses {op} in a character class: not supported")
     cs = Charset.of(ranges)
-    if negate:
-        edges = [-1, *[x for a, b in zip(cs.lo, cs.hi) for x in (a - 1, b + 1)], _NCP]
-        cs = Charset.of([(edges[i] + 1, edges[i + 1] - 1) for i in range(0, len(edges), 2)
-                         if edges[i] + 1 <= edges[i + 1] - 1])
+    if negate:                                   # the gaps between the ranges
+        gaps, prev = [], 0
+        for a, b in zip(cs.lo, cs.hi):
+            if a > prev:
+                gaps.append((prev, a - 1))
+            prev = b + 1
+        if prev < _NCP:
+            gaps.append((prev, _NCP - 1))
+        cs = Charset.of(gaps)
     return cs
 
 
@@ -156,8 +159,8 @@ def _expand(nodes) -> list[list]:
                     raise ValueError("spaCy pattern repeats more than one character: not supported")
                 alts = [[Run(inner[0][0], lo)]]
             else:                                     # greedy: the most repetitions first
-                alts = [[x for _ in range(k) for x in rep] for k in range(hi, lo - 1, -1)
-                        for rep in (inner if k else [[]])]
+                alts = [[x for rep in combo for x in rep] for k in range(hi, lo - 1, -1)
+                        for combo in itertools.product(inner, repeat=k)]
         elif op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
             direction, sub = av
             inner = _expand(sub)
@@ -381,38 +384,52 @@ class _Matcher:
             ok = ok & ~there if test.negated else there
         return ok
 
+    def _matches(self, t: _Text, test: _Test, at, lo, hi, forward: bool):
+        """Where the test matches inside [lo, hi) with its body starting at `at` (forward) or
+        ending there (backward): (mask, length, alternative's order)."""
+        never = np.iinfo(np.int64).max
+        if test.alt is not None and isinstance(test.alt.body, Run):
+            body = test.alt.body
+            bit = self.classes.bit(body.chars)
+            if forward:
+                n = np.minimum(t.run_length_forward(body.chars, bit, at), hi - at)
+            else:
+                n = np.minimum(t.run_length_backward(body.chars, bit, at), at - lo)
+            start = at if forward else at - n
+            ok = n >= body.min
+            order = np.full(len(at), test.alt.order)
+        else:
+            n = np.full(len(at), len(test.alt.body) if test.alt is not None else test.length, np.int64)
+            start = at if forward else at - n
+            ok = (start >= lo) & (start + n <= hi)
+            if test.alt is not None:
+                ok = self._seq(t, test.alt.body, start, ok)
+                order = np.full(len(at), test.alt.order)
+            elif test.chars is not None:
+                ok = self._seq(t, (test.chars,), start, ok)
+                order = np.full(len(at), never)
+                idx = np.flatnonzero(ok)
+                order[idx] = test.orders[np.searchsorted(test.cps, t.cps[start[idx]])]
+            else:                    # literal strings: their edge character, then their hash
+                ok = self._seq(t, (test.edge_first,), start, ok) if forward else \
+                    self._seq(t, (test.edge_last,), start + n - 1, ok)
+                order = np.full(len(at), never)
+                idx = np.flatnonzero(ok)
+                h = t.hash(start[idx], start[idx] + test.length)
+                j = np.clip(np.searchsorted(test.keys, h), 0, len(test.keys) - 1)
+                found = test.keys[j] == h
+                ok[idx] = found
+                order[idx[found]] = test.key_orders[j[found]]
+        return self._around(t, test, start, start + n, lo, hi, ok), n, order
+
     def forward(self, t: _Text, pos, lo, hi):
         """The first alternative (in spaCy's order) that matches at pos within [lo, hi):
         (its order, its length); length 0 where none does."""
         best = np.full(len(pos), np.iinfo(np.int64).max, np.int64)
         length = np.zeros(len(pos), np.int64)
         for test in self.tests:
-            if test.alt is not None and isinstance(test.alt.body, Run):
-                body = test.alt.body
-                n = np.minimum(t.run_length_forward(body.chars, self.classes.bit(body.chars), pos), hi - pos)
-                ok = n >= body.min
-                order = np.full(len(pos), test.alt.order)
-            elif test.alt is not None:
-                n = np.full(len(pos), len(test.alt.body), np.int64)
-                ok = self._seq(t, test.alt.body, pos, pos + n <= hi)
-                order = np.full(len(pos), test.alt.order)
-            elif test.chars is not None:
-                n = np.ones(len(pos), np.int64)
-                ok = self._seq(t, (test.chars,), pos, pos < hi)
-                order = np.full(len(pos), np.iinfo(np.int64).max)
-                idx = np.flatnonzero(ok)
-                order[idx] = test.orders[np.searchsorted(test.cps, t.cps[pos[idx]])]
-            else:
-                n = np.full(len(pos), test.length, np.int64)
-                ok = self._seq(t, (test.edge_first,), pos, pos + n <= hi)
-                order = np.full(len(pos), np.iinfo(np.int64).max)
-                idx = np.flatnonzero(ok)
-                h = t.hash(pos[idx], pos[idx] + test.length)
-                j = np.clip(np.searchsorted(test.keys, h), 0, len(test.keys) - 1)
-                found = test.keys[j] == h
-                ok[idx] = found
-                order[idx[found]] = test.key_orders[j[found]]
-            ok = self._around(t, test, pos, pos + n, lo, hi, ok) & (order < best)
+            ok, n, order = self._matches(t, test, pos, lo, hi, forward=True)
+            ok &= order < best
             best[ok], length[ok] = order[ok], n[ok]
         return best, length
 
@@ -421,24 +438,8 @@ class _Matcher:
         suffix search takes the leftmost match of patterns anchored at the end)."""
         length = np.zeros(len(end), np.int64)
         for test in self.tests:
-            if test.alt is not None and isinstance(test.alt.body, Run):
-                body = test.alt.body
-                n = np.minimum(t.run_length_backward(body.chars, self.classes.bit(body.chars), end), end - lo)
-                ok = n >= body.min
-            elif test.alt is not None:
-                n = np.full(len(end), len(test.alt.body), np.int64)
-                ok = self._seq(t, test.alt.body, end - n, end - n >= lo)
-            elif test.chars is not None:
-                n = np.ones(len(end), np.int64)
-                ok = self._seq(t, (test.chars,), end - 1, end - 1 >= lo)
-            else:
-                n = np.full(len(end), test.length, np.int64)
-                ok = self._seq(t, (test.edge_last,), end - 1, end - n >= lo)
-                idx = np.flatnonzero(ok)
-                h = t.hash(end[idx] - test.length, end[idx])
-                j = np.clip(np.searchsorted(test.keys, h), 0, len(test.keys) - 1)
-                ok[idx] = test.keys[j] == h
-            ok = self._around(t, test, end - n, end, lo, end, ok & (n > length))
+            ok, n, _ = self._matches(t, test, end, lo, end, forward=False)
+            ok &= n > length
             length[ok] = n[ok]
         return length
 
@@ -696,15 +697,8 @@ class EnglishWords:
         flags_all = self.flags[cps_all]
         nonspace = (flags_all & SPACE) == 0
         compact_index = np.concatenate([[0], np.cumsum(nonspace)])
-        # Chunk starts: a non-space character after a space or at a document's start.
-        starts_orig = np.zeros(len(cps_all), bool)
-        if len(cps_all):
-            starts_orig[1:] = nonspace[1:] & ~nonspace[:-1]
-            starts_orig[0] = nonspace[0]
-            doc_first = doc_offsets[:-1][doc_offsets[:-1] < len(cps_all)]
-            starts_orig[doc_first] = nonspace[doc_first]
         t = self._text(cps_all[nonspace])
-        chunk_start = compact_index[np.flatnonzero(starts_orig)]
+        chunk_start = compact_index[_run_starts(nonspace, doc_offsets)]
         bounds, changed = self._cuts(t, chunk_start, specials=True)
         bounds = self._merge_special_spans(t, bounds, chunk_start, changed)
         end = np.append(bounds[1:], len(t.cps)).astype(np.int64)
@@ -713,13 +707,7 @@ class EnglishWords:
         # Whitespace runs: spaCy skips one space after a word; the rest of a run, and a run at a
         # document's start (all of it), is a token.
         space = ~nonspace
-        run = np.zeros(len(cps_all), bool)
-        if len(cps_all):
-            run[1:] = space[1:] & ~space[:-1]
-            run[0] = space[0]
-            doc_first = doc_offsets[:-1][doc_offsets[:-1] < len(cps_all)]
-            run[doc_first] = space[doc_first]
-        run_start = np.flatnonzero(run)
+        run_start = _run_starts(space, doc_offsets)
         run_doc = np.searchsorted(doc_offsets, run_start, side="right") - 1
         doc_start_mark = np.zeros(len(cps_all) + 1, bool)
         doc_start_mark[doc_offsets] = True
@@ -925,6 +913,17 @@ class EnglishWords:
         out.append(ends)
         return out
 
+
+
+def _run_starts(member: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
+    """Where runs of members start: a member after a non-member or at a document's start."""
+    start = np.zeros(len(member), bool)
+    if len(member):
+        start[1:] = member[1:] & ~member[:-1]
+        first = doc_offsets[:-1][doc_offsets[:-1] < len(member)]
+        start[0] = member[0]
+        start[first] = member[first]
+    return np.flatnonzero(start)
 
 
 def _flags_within(flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

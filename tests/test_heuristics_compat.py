@@ -15,13 +15,8 @@ from pipeline.spacy_words import english_words
 from pipeline.stages.heuristics import (Heuristics, HeuristicsConfig, _NgramHashes, _doc_bits,
                                         _duplicate_ngram_chars_dt, _mix64, _top_ngram_chars_dt)
 
-# Every rule off; a case turns on the filter it tests.
-OFF = dict(min_words=0, max_punctuation_fraction=1.0, max_words=10**12, min_avg_word_length=-1e9,
-           max_avg_word_length=1e9, max_symbol_word_ratio=1e9, max_bullet_lines_ratio=1e9,
-           max_ellipsis_lines_ratio=1e9, min_alpha_words_ratio=-1e9, min_stop_words=0, max_dup_line_fraction=1e9,
-           max_dup_para_fraction=1e9, max_dup_line_char_fraction=1e9, max_dup_para_char_fraction=1e9,
-           top_ngram_max_fraction={}, dup_ngram_max_fraction={}, c4_lorem_ipsum=False, c4_curly_braces=False,
-           c4_boilerplate_lines=False)
+# Every rule off (as the benchmark sets it); a case turns on the filter it tests.
+from bench_heuristics_compat import RULES_OFF as OFF  # noqa: E402  (scripts/ is on sys.path: conftest)
 GOPHER_REPETITION = dict(max_dup_line_fraction=0.3, max_dup_para_fraction=0.3, max_dup_line_char_fraction=0.2,
                          max_dup_para_char_fraction=0.2, top_ngram_max_fraction={2: 0.2, 3: 0.18, 4: 0.16},
                          dup_ngram_max_fraction={5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12, 9: 0.11, 10: 0.10})

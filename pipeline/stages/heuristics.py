@@ -117,7 +117,7 @@ class HeuristicsConfig(StageConfig):
 
 class Heuristics(DocumentStage):
     name = "heuristics"
-    summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 rules"
+    summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 and FineWeb rules (compat: medprep | datatrove)"
     Config = HeuristicsConfig
 
     def output_fields(self):
@@ -394,7 +394,8 @@ def _fineweb_rules(text: pa.Array, chars: np.ndarray, n_words: np.ndarray, cfg: 
     n_lines = np.bincount(owner, minlength=n)
     safe = np.maximum(n_lines, 1)
     stop = cfg.fineweb_stop_chars if cfg.fineweb_stop_chars is not None else sorted(DT_TERMINAL_PUNCTUATION)
-    ends = pc.match_substring_regex(lines, "[" + "".join(f"\\x{{{ord(c):x}}}" for c in stop) + "]$").to_numpy(zero_copy_only=False)
+    ends = (pc.match_substring_regex(lines, "[" + "".join(f"\\x{{{ord(c):x}}}" for c in stop) + "]$")
+            .to_numpy(zero_copy_only=False) if stop else np.zeros(len(lines), bool))
     punct_ratio = np.bincount(owner, ends, n) / safe
     low_punct = punct_ratio < cfg.fineweb_line_punct_thr
     if cfg.fineweb_line_punct_exclude_zero:
