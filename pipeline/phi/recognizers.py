@@ -13,6 +13,12 @@ from pipeline.phi.eponyms import NAME_STOP_WORDS, TITLES
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
 _DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
+# Any case. Abbreviations that are also words or acronyms ("may", "MAR" the medication record,
+# "DEC" decreased) are dates only with a year after them ("28 may 1948", "14MAR2019").
+_YEAR_AFTER = r"(?=[\s,.-]*(?:\d{1,2}(?:st|nd|rd|th)?[\s,.-]+)?(?:(?:19|20)\d\d|['’]\d\d))"
+_MONTH_ANY = (r"(?:(?i:january|february|march|april|june|july|august|september|october|november|december)|"
+              r"[Jj]an|[Ff]eb|[Mm]ar|[Aa]pr|[Jj]un|[Jj]ul|[Aa]ug|[Ss]ept?|[Oo]ct|[Nn]ov|[Dd]ec|May|"
+              rf"(?:may|MAY|JAN|FEB|MAR|APR|JUN|JUL|AUG|SEPT?|OCT|NOV|DEC){_YEAR_AFTER})(?![a-z])\.?")
 _YEAR = r"(?:19|20)\d\d"
 # USPS codes: states, DC, territories, freely associated states and military "states".
 _STATES = ("AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|NJ|NM|"
@@ -34,6 +40,77 @@ _LABEL = r"(?:(?:id|#|no\.?|num(?:ber)?\.?)\s*(?:is|was)?\s*[:#=]?|(?:is|was)?\s
 # Study registrations are public, not PHI.
 REGISTRY_ID = re.compile(r"(?i)^(?:NCT\d{8}|ISRCTN\d+|ChiCTR|ACTRN\d+|DRKS\d+|CRD\d+|EudraCT|UMIN\d+|JPRN|"
                          r"CTRI|IRCT\d+|KCT\d+|TCTR\d+|PACTR\d+|NTR\d+|NL\d{4,})")
+
+
+# --- identifiers after a cue: one grammar (cue, label, value) for every kind of record number.
+# A number after an identifier cue is PHI whether or not it passes a checksum.
+# Strong cues name an identifier by themselves ("MRN 4041", "HICN 123456789A", "Az. 1 K 366/00");
+# weak cues are also ordinary words and need a label after them ("case no.", "plan ID:", "file #").
+# Gates of rules built here (pattern -> RE2 gate), consulted before GATES.
+RULE_GATES: dict[str, str] = {}
+ID_CUES = {
+    "MEDICAL_RECORD": (
+        r"mrn|m\.r\.n\.?|mr\s?#|med(?:ical)?\.?\s*rec(?:ord)?s?\.?(?:\s+(?:number|no\.?|num\.?|#))?|unit\s+(?:number|no\.?)",
+        r"record|rec\.|chart|patient|pt\.?|hospital|encounter|accession|specimen"),
+    "ACCOUNT_NUMBER": (
+        r"acc(?:oun)?t|a/c|subscriber|policy|policyholder|hicn?|mbi|medicare|medicaid|beneficiary|iban",
+        r"billing|member(?:ship)?|plan|health\s*plan|insurance|insurer|insured|group|claim|routing|invoice|"
+        r"card|receipt|sort\s+code"),
+    "LICENSE_NUMBER": (
+        r"driver'?s?\s*licen[cs]e|licen[cs]e|DEA|NPI",
+        r"DL|lic\.?|certificate|cert\.?|permit|badge"),
+    "ID": (
+        r"docket|az\.|aktenzeichen|passport|dossier",
+        r"id|identifier|identification|case|index|applications?|appl\.|file|reference|ref\.?|registration|reg\.|"
+        r"register|matter|petition|complaint|judgm?ent|decision|order|ticket|claimant|customer|client|employee|"
+        r"staff|student|voter|tax|social|personal|national|identity|booking|confirmation|tracking|serial|"
+        r"inmate|prisoner|offender|court|appeal|proceedings?"),
+}
+# The label between cue and value: "no.", "nos.", "number", "#", "ID", "n°", "nr.", a colon, "is".
+ID_LABEL = (r"(?:\s*(?:numbers?|nos?\.|nos?\b|nr\.?|n[°º]\.?|num\.?|#|id\b|code\b|ref\.?)){1,2}"
+            r"(?:\s*(?:is|was|:|=))?|\s*(?:is|was)?\s*[:=]")
+# The value: groups of letters and digits joined by - / . : (and by single spaces where the next
+# group starts with a digit, or is a short capital group before one: "II ZR 780/14", "XDH 413 847"),
+# with at least one digit; a list of them ("nos. 1234/05 and 5678/06"). Checked by `_id_value`.
+_ID_GROUP = r"[A-Za-z0-9]+(?:[-/.:][A-Za-z0-9]+)*"
+_ID_MORE = r"(?:[ ](?:\d[A-Za-z0-9]*(?:[-/.:][A-Za-z0-9]+)*|(?-i:[A-Z]{1,3})(?=[ ]\d)))"
+ID_VALUE = (rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{_ID_MORE}{{0,3}}"
+            rf"(?:\s*(?:,|and|&|or|/)\s*#?(?=[A-Za-z0-9-]*\d){_ID_GROUP}){{0,6}}")
+# Not an identifier: a number followed by a unit or a count noun ("plan: 1000 mL", "group 2 patients").
+_ID_NOT_AFTER = (r"(?!\s*(?:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
+                 r"months?|years?|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
+
+
+def identifier_rules() -> list[tuple[str, str, tuple]]:
+    """One rule per type and cue strength: cue, label, value. Case-insensitive cue."""
+    out = []
+    for entity, (strong, weak) in ID_CUES.items():
+        for cues, label in ((strong, rf"(?:{ID_LABEL})?\s*"), (weak, rf"(?:{ID_LABEL})\s*")):
+            pattern = rf"(?i)\b(?:{cues})(?![A-Za-z])\.?{label}(?P<v>{ID_VALUE})\b{_ID_NOT_AFTER}"
+            RULE_GATES[pattern] = rf"(?i)\b(?:{cues})[^\n]{{0,24}}\d"
+            out.append((entity, pattern, ("id_value", 0.85)))
+    # "(no. 36244/06)", "nos. 1234/05 and 5678/06": a number after "no." alone, in the shapes of
+    # case and file numbers (a slash, or five digits and more).
+    RULE_GATES[_NO_VALUE] = r"(?i)(?:nos?\.|nr\.|n[°º])\s*[A-Z]{0,4}[- ]?\d"
+    out.append(("ID", _NO_VALUE, ("id_value", 0.8)))
+    return out
+
+
+_NO_VALUE = (r"(?i)(?<![\w.])(?:nos?\.|nr\.|n[°º]\.?)\s*(?P<v>(?:[A-Z]{1,4}[- ]?)?\d{1,7}(?:/\d{2,4}|\d{4,})"
+                      r"(?:[-/.][A-Za-z0-9]+)*(?:\s*(?:,|and|&)\s*(?:[A-Z]{1,4}[- ]?)?\d{1,7}/\d{2,4})*)\b")
+
+
+def _id_value(value: str) -> bool:
+    """An identifier has three digits or more (two, with letters and five characters), is not a
+    year alone, a public registration (NCT...), or a decimal number."""
+    digits = sum(c.isdigit() for c in value)
+    alnum = sum(c.isalnum() for c in value)
+    if digits < 3 and not (digits == 2 and alnum >= 5 and alnum > digits):
+        return False
+    core = value.lstrip("# ")
+    if re.fullmatch(r"(?:19|20)\d\d|\d+\.\d+", core) or REGISTRY_ID.match(core):
+        return False
+    return True
 
 
 def _street_suffixes() -> str:
@@ -66,23 +143,14 @@ def rules() -> list[tuple[str, str, float]]:
         ("PHONE_NUMBER", r"(?i:phone|tel|telephone|call|contact|reach|reached|fax|cell|mobile|pager)[^\n\d]{0,80}?"
                          r"(?<!\d)(?P<v>[2-9]\d{2}[2-9]\d{6})(?!\d)", 0.8),
         # --- government and record numbers ------------------------------------------------
+        *identifier_rules(),
         ("US_SSN", r"(?<![\w-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\w-])", 0.85),
         ("US_SSN", r"(?i)\b(?:SSN|social security(?: number| no\.?| #)?|SS#)\s*[:#]?\s*(?P<v>\d{3}[\s.-]?\d{2}[\s.-]?\d{4})\b", 0.95),
-        ("MEDICAL_RECORD", r"(?i)\b(?:MRN|MR#|med(?:ical)?\.?\s*rec(?:ord)?s?\.?(?:\s*(?:#|no\.?|number|num\.?))?|"
-                           r"medical record number|chart\s*(?:#|no\.?|number)|patient\s*(?:id|#|no\.?|number)|"
-                           r"hospital\s*(?:id|number|no\.?)|encounter\s*(?:id|#|no\.?|number)|accession\s*(?:#|no\.?|number))"
-                           r"\s*(?:is|was)?\s*[:#=]?\s*(?P<v>[A-Z]{0,4}[-]?\d[\d-]{3,14}[A-Z0-9]*)\b", 0.95),
-        ("ACCOUNT_NUMBER", r"(?i)\b(?:account|acct|a/c|billing|member|subscriber|policy|plan|insurance|"
-                           r"health\s*plan|beneficiary|medicare|medicaid|group|claim|routing|iban|card)\b\.?\s*"
-                           rf"{_LABEL}\s*(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{{5,33}})\b", 0.9),
         ("ACCOUNT_NUMBER", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", ("luhn", 0.85)),
         ("ACCOUNT_NUMBER", r"(?i:card|visa|mastercard|amex|maestro|discover)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
                            r"(?P<v>\d(?:[ -]?\d){11,18})(?![\d-])", 0.85),
         ("ACCOUNT_NUMBER", r"\b(?:\d{4}[\s-]){3}\d{4}\b|\b\d{4}[\s-]\d{6}[\s-]\d{5}\b|\b(?:\d{4}[\s-]){3}\d{1,4}\b", 0.7),
         ("ACCOUNT_NUMBER", r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4}){2,7}(?:\s?[A-Z0-9]{1,4})?\b", 0.75),
-        ("LICENSE_NUMBER", r"(?i)\b(?:driver'?s?\s*licen[cs]e|DL|licen[cs]e|lic\.?|certificate|cert\.?|DEA|NPI|"
-                           rf"passport|registration|badge)\s*{_LABEL}\s*"
-                           r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,19})\b", 0.9),
         ("DEVICE_OR_VEHICLE_ID", r"(?i)\b(?:VIN|serial|S/N|SN|device|pacemaker|implant|IMEI|UDI|plate|"
                                  rf"licen[cs]e\s*plate|tag)\s*{_LABEL}\s*"
                                  r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{3,24})\b", 0.9),
@@ -98,17 +166,17 @@ def rules() -> list[tuple[str, str, float]]:
                r"passport(?:\s+(?:number|no\.?))?)\s*(?:number|no\.?|#)?\s*(?:is\s+)?[:#=]?\s*"
                r"(?P<v>(?-i:(?=(?:[A-Z .\-/]*\d){3})[A-Z0-9](?:[A-Z0-9.\-/]|[ ](?=[A-Z0-9]{1,8}\b)){4,24}[A-Z0-9]))",
          0.85),
-        ("MEDICAL_RECORD", r"(?i)\b(?:record|rec\.|chart|file|case)\s*(?:no\.?|number|num\.?|#)\s*[:#]?\s*"
-                           r"(?P<v>(?=[A-Z0-9-]*\d{3})[A-Z]{0,4}-?[A-Z0-9][A-Z0-9-]{3,18})\b", 0.85),
-        ("ID", r"(?i)\b(?:ID|identifier|case\s*(?:#|no\.?|number)|ref(?:erence)?\s*(?:#|no\.?|number))\s*[:#]?\s*"
-               r"(?P<v>(?=[A-Z0-9-]*\d)[A-Z0-9][A-Z0-9-]{4,24})\b", 0.8),
         # --- dates (any element but the year) and ages over 89 ------------------------------
-        # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50").
-        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.8),
-        ("DATE_TIME", rf"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.6),
-        ("DATE_TIME", rf"\b{_YEAR}(?P<s>[-/.])(?:0[1-9]|1[0-2])(?P=s)(?:0[1-9]|[12]\d|3[01])\b", 0.85),
-        ("DATE_TIME", rf"\b{_DAY}[\s-]{_MONTH}(?:[\s,-]+{_YEAR}|[\s-]\d\d\b)?\b", 0.8),
-        ("DATE_TIME", rf"\b{_MONTH}\s+{_DAY}\b(?:,?\s+{_YEAR})?(?!\s*(?:%|mg|patients|cases))", 0.8),
+        # Numeric dates: one separator used twice, no decimal number around (not "1.18-2.50"); glued to
+        # a word by a full stop is still a date ("home.7/14/19").
+        ("DATE_TIME", rf"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|1[0-2])(?P<s>[/.-])(?:0?[1-9]|[12]\d|3[01])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.8),
+        ("DATE_TIME", rf"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|[12]\d|3[01])(?P<s>[/.-])(?:0?[1-9]|1[0-2])(?P=s)(?:{_YEAR}|\d\d)(?!\d|[.,/-]\d|\s*%)", 0.6),
+        ("DATE_TIME", rf"\b{_YEAR}(?P<s>[-/.])(?:0?[1-9]|1[0-2])(?P=s)(?:0?[1-9]|[12]\d|3[01])\b(?![.,/-]\d)", 0.85),
+        # Month names in any case ("14-Mar-2019", "3rd of june '98", "14MAR2019", "feb 10 1983").
+        ("DATE_TIME", rf"\b{_DAY}(?:\s+of)?[\s./-]*{_MONTH_ANY}(?:[\s,./-]*(?:{_YEAR}|['’]\d\d)\b|[\s./-]\d\d\b)?", 0.8),
+        ("DATE_TIME", rf"\b{_MONTH_ANY}[\s.-]*{_DAY}\b(?:,?[\s./-]*(?:{_YEAR}|['’]\d\d)\b)?"
+                      r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|days|"
+                      r"weeks|months|hours))", 0.8),
         ("DATE_TIME", rf"(?i)\b(?:on|since|from|until|till|by|dated?|admitted|discharged|seen|DOB|born|visit|"
                       rf"surgery|procedure)\b\s*:?\s*(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01]))\b(?!/)", 0.7),
         ("DATE_TIME", rf"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
@@ -177,9 +245,9 @@ class RegexRecognizer(EntityRecognizer):
             if isinstance(score, tuple):
                 check, score = _VALIDATORS[score[0]], score[1]
             for m in regex.finditer(text):
-                if check is not None and not check(m.group()):
-                    continue
                 group = next((g for g in ("v", "v2") if g in regex.groupindex and m.group(g)), None)
+                if check is not None and not check(m.group(group) if group else m.group()):
+                    continue
                 start, end = m.span(group) if group else m.span()
                 if entity == "PERSON":
                     start, end = _trim_name(text, start, end)
@@ -194,7 +262,7 @@ def _luhn(value: str) -> bool:
     return total % 10 == 0
 
 
-_VALIDATORS = {"luhn": _luhn}
+_VALIDATORS = {"luhn": _luhn, "id_value": _id_value}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
@@ -209,7 +277,7 @@ def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
 # (the gate is a necessary part of every match). PhiEngine evaluates all gates over a whole
 # batch with pyarrow (C++ RE2, one pass per gate), so Python's `re` runs a rule only on the
 # documents that can match it. Keyed by the rule pattern's first characters.
-_MONTH_RE2 = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_MONTH_RE2 = "(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
 GATES = {
     r"\b[A-Za-z0-9._%+-]+@": "@",
     r"(?i)\b(?:https?://|www\.)": r"(?i)https?://|www\.",
@@ -222,11 +290,11 @@ GATES = {
     r"\b(?:\d{4}[\s-]){3}\d{4}\b": r"\d{4}[\s-]\d{4}|\d{4}[\s-]\d{6}",
     r"\b[A-Z]{2}\d{2}(?:\s?[A-Z0-9]{4})": r"[A-Z]{2}\d{2}\s?[A-Z0-9]{4}",
     r"\b(?=[A-HJ-NPR-Z0-9]*\d)(?=[A-HJ-NPR-Z0-9]*[A-HJ-NPR-Z])": r"[A-HJ-NPR-Z0-9]{17}",
-    r"(?<![\d.,/-])(?:0?[1-9]|1[0-2])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
-    r"(?<![\d.,/-])(?:0?[1-9]|[12]\d|3[01])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
-    r"\b(?:19|20)\d\d(?P<s>[-/.])": r"\d{4}[-/.]\d{2}[-/.]\d{2}",
-    r"\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?[\s-]": r"\d(?:st|nd|rd|th)?[\s-]" + _MONTH_RE2,
-    r"\b(?:Jan(?:uary)?|Feb": _MONTH_RE2 + r"[a-z]*\.?\s+\d",
+    r"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|1[0-2])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
+    r"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|[12]\d|3[01])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
+    r"\b(?:19|20)\d\d(?P<s>[-/.])": r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}",
+    r"\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?(?:\s+of)?": r"(?i)\d(?:st|nd|rd|th)?(?:\s+of)?[\s./-]*" + _MONTH_RE2,
+    r"\b(?:(?:(?i:january": r"(?i)" + _MONTH_RE2 + r"[a-z]*\.?[\s.-]*\d",
     r"(?i)\b(?:on|since|from|until": r"\d/\d",
     r"(?i)\b(?:DOB|D\.O\.B\.": r"(?i)dob|d\.o\.b|birth",
     r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*": r"(?i)(?:9\d|1[01]\d)[\s-]*y",
@@ -245,6 +313,8 @@ GATES = {
 
 
 def gate_for(pattern: str) -> str | None:
+    if pattern in RULE_GATES:
+        return RULE_GATES[pattern]
     return next((g for prefix, g in GATES.items() if pattern.startswith(prefix)), None)
 
 
@@ -269,7 +339,7 @@ PREFILTERS: dict[str, tuple[str, ...]] = {}
 def _register_prefilters() -> None:
     for entity, pattern, _ in rules():
         # Only rules that start with a keyword group can be skipped on its absence.
-        if entity in _KEYWORDS and pattern.startswith(("(?i)\\b(?:", "(?i:", "(?i)\\b(?P")):
+        if entity in _KEYWORDS and pattern not in RULE_GATES and pattern.startswith(("(?i)\\b(?:", "(?i:", "(?i)\\b(?P")):
             PREFILTERS[pattern] = _KEYWORDS[entity]
 
 
