@@ -161,13 +161,14 @@ class PhiEngine:
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
+        from pipeline.phi.international import international_recognizers
+        # Closed formats (phones, addresses, postal codes, ids) are found in every profile.
         recognizers = [ner_person_recognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
-                       IbanRecognizer()]
+                       IbanRecognizer(), *international_recognizers(self.profile)]
         if self.profile == "clinical":
-            from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
-            # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [ner_place_recognizer(), *clinical_recognizers(), *international_recognizers()]
+            # Notes name people and towns; abstracts keep study places.
+            recognizers += [ner_place_recognizer(), *clinical_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])

@@ -8,7 +8,7 @@ import re
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-from pipeline.phi.eponyms import NAME_STOP_WORDS, TITLES
+from pipeline.phi.eponyms import EPONYM_HEADS, EPONYMS, NAME_STOP_WORDS, NON_NAME_WORDS, TITLES
 
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
@@ -25,7 +25,7 @@ _STATES = ("AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN
            "NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR|GU|VI|AS|MP|FM|MH|PW|AA|AE|AP")
 _UP, _LOW = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
 _NAME_WORD = rf"(?:O['’])?[{_UP}][{_LOW}]+(?:[{_UP}][{_LOW}]+)?(?:['’][{_UP}][{_LOW}]+|-[{_UP}{_LOW}][{_LOW}]+)?"  # McCrudden   # O'Brien, Smith-Jones; not "Smith's"
-_PARTICLE = r"(?:(?:de|van|von|der|den|di|da|del|della|le|la|du|dos|das|ten|ter|bin|al|mac|ó)[ \t]+)"
+_PARTICLE = r"(?:(?:de|van|von|der|den|di|da|del|della|le|la|du|dos|das|te|ten|ter|bin|al|mac|ó)[ \t]+)"
 _NAME = rf"{_NAME_WORD}(?:[ \t]+(?:[A-Z]\.[ \t]*)?{_PARTICLE}*{_NAME_WORD}){{0,2}}"
 _NAME_OR_INITIALS = rf"(?:[A-Z]\.[ \t]*)?{_NAME}"
 # Nouns that label a person; capitalized, they also open titles ("Patient Satisfaction ...").
@@ -48,6 +48,11 @@ REGISTRY_ID = re.compile(r"(?i)^(?:NCT\d{8}|ISRCTN\d+|ChiCTR|ACTRN\d+|DRKS\d+|CR
 # weak cues are also ordinary words and need a label after them ("case no.", "plan ID:", "file #").
 # Gates of rules built here (pattern -> RE2 gate), consulted before GATES.
 RULE_GATES: dict[str, str] = {}
+
+
+def _gated(pattern: str, gate: str) -> str:
+    RULE_GATES[pattern] = gate
+    return pattern
 ID_CUES = {
     "MEDICAL_RECORD": (
         r"mrn|m\.r\.n\.?|mr\s?#|med(?:ical)?\.?\s*rec(?:ord)?s?\.?(?:\s+(?:number|no\.?|num\.?|#))?|unit\s+(?:number|no\.?)",
@@ -79,6 +84,30 @@ ID_VALUE = (rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{
 # Not an identifier: a number followed by a unit or a count noun ("plan: 1000 mL", "group 2 patients").
 _ID_NOT_AFTER = (r"(?!\s*(?:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
                  r"months?|years?|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
+
+
+# --- the person a case report or letter is about ---------------------------------------------
+_FULL_NAME = rf"{_NAME_WORD}(?:[ \t]+{_PARTICLE}*{_NAME_WORD}){{1,3}}"
+_REPORT_CUES = (r"case\s+report|correspondence(?:\s+to)?|we\s+(?:describe|report|present)|treatment\s+of|"
+                r"index\s+case|the\s+(?:patient|proband|subject|index\s+case)|named|called|contact")
+_PERSON_NOUNS = (r"woman|man|boy|girl|infant|child|patient|proband|mother|father|son|daughter|husband|wife|brother|"
+                 r"sister|parent|neighbou?r|friend|partner|case|spouse|grandmother|grandfather|uncle|aunt")
+_ABOUT_AFTER = (r",?\s*(?:,\s*(?:an?\s+)?\d{1,3}[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?\b|b\.)|"
+                r"\(\d{1,3}\s*(?:years?|y)\b|,\s+born\b|\s+\(born|,?\s+(?:was|is)\s+(?:referred|admitted|found|"
+                r"seen|treated|hospitali[sz]ed|transferred|brought|diagnosed|examined|discharged)\b|\s+presented\s+with)")
+_ABOUT_GATE = (r"(?i)\d[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?|b\.)|\(\d{1,3}\s*(?:years?|y)\b|, born\b|"
+               r"\(born|(?:was|is)\s+(?:referred|admitted|found|seen|treated|hospitali[sz]ed|transferred|brought|"
+               r"diagnosed|examined|discharged)|presented\s+with")
+_EPONYM_HEADS = "|".join(sorted(EPONYM_HEADS, key=len, reverse=True))
+
+
+def _person_name(value: str) -> bool:
+    """A full name: no word of it is a section word, eponym head or title word ("Kaplan Meier"
+    and "Hodgkin Lymphoma" are not people)."""
+    words = re.findall(r"[^\W\d_]+", value)
+    if any(w.lower() in NON_NAME_WORDS for w in words):
+        return False
+    return not (len(words) >= 2 and all(w in EPONYMS for w in words[:2]))
 
 
 def identifier_rules() -> list[tuple[str, str, tuple]]:
@@ -177,6 +206,10 @@ def rules() -> list[tuple[str, str, float]]:
         ("DATE_TIME", rf"\b{_MONTH_ANY}[\s.-]*{_DAY}\b(?:,?[\s./-]*(?:{_YEAR}|['’]\d\d)\b)?"
                       r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|days|"
                       r"weeks|months|hours))", 0.8),
+        # A month and year of an event in a person's life ("admitted on May 1975", "born December
+        # 1964"); study periods say "in", "from", "between" and stay.
+        ("DATE_TIME", _gated(rf"(?i:\bon|\bborn(?:\s+in)?|\bdied(?:\s+in)?|\bdob:?)\s+(?P<v>{_MONTH_ANY},?\s+{_YEAR})\b",
+                             r"(?i)(?:on|born|died|dob:?)\s+" + _MONTH_RE2), 0.8),
         ("DATE_TIME", rf"(?i)\b(?:on|since|from|until|till|by|dated?|admitted|discharged|seen|DOB|born|visit|"
                       rf"surgery|procedure)\b\s*:?\s*(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01]))\b(?!/)", 0.7),
         ("DATE_TIME", rf"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
@@ -198,10 +231,17 @@ def rules() -> list[tuple[str, str, float]]:
         # A cue and a name. A capitalized noun cue needs a colon or comma ("Patient: X"), so that
         # title-case titles ("Patient Satisfaction Following ...") and compounds
         # ("Nurse-Delivered") are not read as names; lowercase nouns and verb cues may run on.
-        ("PERSON", rf"(?:\b(?i:{_NOUN_CUES}|{_VERB_CUES})[ \t]*[:,][ \t]*|\b(?:{_NOUN_CUES})[ \t]+|"
+        ("PERSON", rf"(?:\b(?i:{_NOUN_CUES}|{_VERB_CUES})[ \t]*[:,(][ \t]*|\b(?:{_NOUN_CUES})[ \t]+|"
                    rf"\b(?i:{_VERB_CUES})[ \t]+)(?P<v>{_NAME_OR_INITIALS})", 0.85),
         # A name opening a clinical sentence: "Jane Doe is a 93-year-old ...", "... was born on".
         ("PERSON", rf"(?m)(?:^|(?<=[.;]\s))(?P<v>{_NAME})(?=,?\s+(?:is|was)\s+(?:an?\s+(?:\d+|[a-z-]+)[- ](?:year|yr|month|week|day)|born|admitted|seen|referred|transferred)\b)", 0.8),
+        # The person a sentence is about, in case reports and letters (every profile): a full name
+        # after a reporting cue ("We describe X Y", "Correspondence to X Y", "woman (X Y)") or
+        # before an age, a record number or a clinical verb ("X Y, a 45-year-old man", "X Y (MRN").
+        ("PERSON", _gated(rf"(?:\b(?i:{_REPORT_CUES})[ \t]*[:,(]?[ \t]*|\b(?i:{_PERSON_NOUNS})[ \t]*(?:\(|,[ \t]))"
+                          rf"(?P<v>{_FULL_NAME})(?!\s+(?i:{_EPONYM_HEADS})\b)",
+                          rf"(?i)\b(?:{_REPORT_CUES})|\b(?:{_PERSON_NOUNS})\s*(?:\(|, )"), ("person_name", 0.85)),
+        ("PERSON", _gated(rf"(?<![\w-])(?P<v>{_FULL_NAME})(?={_ABOUT_AFTER})", _ABOUT_GATE), ("person_name", 0.8)),
         ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
     ]
 
@@ -262,7 +302,7 @@ def _luhn(value: str) -> bool:
     return total % 10 == 0
 
 
-_VALIDATORS = {"luhn": _luhn, "id_value": _id_value}
+_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
