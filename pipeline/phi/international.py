@@ -167,7 +167,6 @@ STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
 POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
 UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
-UK_POSTCODE_GLUED = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?\d[ABD-HJLNP-UW-Z]{2}\b")     # "SW1A1AA"; "C57BL" in abstracts
 CA_POSTCODE = re.compile(r"\b[A-Z]\d[A-Z][ ]?\d[A-Z]\d\b")
 AU_STATE_POSTCODE = re.compile(r"\b(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)[ \t]+(?P<v>\d{4})\b")
 POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
@@ -239,7 +238,8 @@ class AddressRecognizer(RuleRecognizer):
                                                          and not self.lex.is_common(first.group().lower())):
                 continue
             out.append(RecognizerResult("LOCATION", m.end(), m.end() + len(value), 0.75))
-        for regex in (UK_POSTCODE, CA_POSTCODE) + ((UK_POSTCODE_GLUED,) if self.profile == "clinical" else ()):
+        # UK postcodes with their space ("SW1A 1AA"; glued, "C57BL" would be one).
+        for regex in (UK_POSTCODE, CA_POSTCODE):
             out += [RecognizerResult("LOCATION", *m.span(), 0.7) for m in regex.finditer(text)]
         for regex in (AU_STATE_POSTCODE, POSTAL_CUE):
             out += [RecognizerResult("LOCATION", *m.span("v"), 0.75) for m in regex.finditer(text)]

@@ -88,7 +88,7 @@ _ID_NOT_AFTER = (r"(?!\s*(?:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kc
 
 # --- the person a case report or letter is about ---------------------------------------------
 _FULL_NAME = rf"{_NAME_WORD}(?:[ \t]+{_PARTICLE}*{_NAME_WORD}){{1,3}}"
-_REPORT_CUES = (r"case\s+report|correspondence(?:\s+to)?|we\s+(?:describe|report|present)|treatment\s+of|"
+_REPORT_CUES = (r"case\s+report|correspondence(?:\s+to)?|we\s+(?:describe|report|present)|"
                 r"index\s+case|the\s+(?:patient|proband|subject|index\s+case)|named|called|contact")
 _PERSON_NOUNS = (r"woman|man|boy|girl|infant|child|patient|proband|mother|father|son|daughter|husband|wife|brother|"
                  r"sister|parent|neighbou?r|friend|partner|case|spouse|grandmother|grandfather|uncle|aunt")
