@@ -9,6 +9,7 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
+from pipeline.phi.recognizers import _street_suffixes
 from pipeline.phi.notes import RuleRecognizer, case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
@@ -22,7 +23,7 @@ PHONE_CUE = re.compile(r"(?i)(?:phone|tel|telephone|call|ring|contact|mobile|cel
                        r"telefone|celular|móvil|cellulare|office|work|home|direct|switchboard|daytime|evenings?|"
                        r"tlf|tfn|puh|gsm|mob|ph|sms|text)\w{0,4}(?:\W+\w{1,7}){0,3}\W*$|(?:^|[\s(])[TFMOHWP][.:]\s*$")
 PHONE_CUE_AFTER = re.compile(r"(?i)^\s*(?:\(?(?:mobile|cell|home|work|office|fax|tel|phone|landline|daytime|"
-                             r"evenings?|direct|mob|m|h|w|o)\b|(?:is|as)\s+(?:\w+\s+){0,3}(?:number|phone|mobile|"
+                             r"evenings?|direct|mob)\b|\([mhwoc]\)|(?:is|as)\s+(?:\w+\s+){0,3}(?:number|phone|mobile|"
                              r"cell|fax|contact|landline))")
 # Shapes a number has without a phone word: a country code, a bracketed area code, 3-3-4 (any
 # separators, "410- 555- 0199", "410/555/0199"), a trunk 0 and eight digits or more, 4-4 ("2345 6789",
@@ -72,7 +73,7 @@ class PhoneNumberRecognizer(RuleRecognizer):
             if REGISTRY_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
                 continue
             cued = self._cued(text, m)
-            if "/" in norm and not (cued or re.fullmatch(r"\(?\d{3}\)?/\d{3}/\d{4}", norm)):   # ratios, doses
+            if "/" in norm and not re.fullmatch(r"\(?\d{3}\)?/\d{3}/\d{4}", norm):   # blood gases, ratios, doses
                 continue
             start = m.start() + (len(m.group()) - len(raw))
             if cued:
@@ -106,7 +107,7 @@ class PhoneNumberRecognizer(RuleRecognizer):
 
 ADDRESS_CUE = re.compile(
     r"(?i)\b(?:(?:postal|home|mailing|street|permanent|current|billing|delivery)\s+address|"
-    r"address(?:\s+on\s+file)?(?=\s*(?:is\b|[:\-–]))|addr\.|(?:liv|resid|stay)(?:e|es|ed|ing)\s+at|"
+    r"address(?:\s+on\s+file)?(?=\s*(?:is\b|[:\-–]))|addr\.|(?:liv|resid)(?:e|es|ed|ing)\s+at|"
     r"send\s+(?:it|this|them|the\s+\w+)\s+to|mail(?:ed)?\s+(?:it\s+)?to|ship(?:ped)?\s+(?:it\s+)?to|"
     r"deliver(?:ed)?\s+to|my\s+address\s+is|domicile|domicilio|adresse|anschrift|indirizzo)"
     r"\s*(?:is\s*)?[:\-–]?\s*")
@@ -118,11 +119,16 @@ ADDRESS_END = re.compile(r"\n|;|\s+(?:on|during|between|from|since)\s+|\.\s+(?=[
 # A street is a name with a street word before it ("Via Roma 12", "ul. Jagiełły 4", "488 Cours Du
 # Tennis"), after it ("488 Wall Crossing", "Rímska ulica 488", "Damla Caddesi 488") or glued to it
 # ("Salzachstraße 276", "Birkenweg 12", "488 Østervej"), and a house number before or after it.
-_CAP = r"[^\W\d_a-zß-ÿ][\w'’.-]*"               # a capitalized word, any script with case
+# A capitalized word, any script with case; not a function word of an all-caps note ("FOLEY IN PLACE").
+_CAP = (r"(?!(?:IN|ON|AT|TO|OF|AND|OR|THE|WITH|FOR|IS|WAS|ARE|BY|FROM|AS|PER|VIA|X|NO|NOT|CONT|CONTS|ON)\b)"
+        r"[^\W\d_a-zß-ÿ][^\W\d_][\w'’.-]*")
+# A word in proper case ("Roma", not "FOLEY").
+_PROPER = r"[^\W\d_a-zß-ÿ][a-zß-ÿ\u0100-\u017f'’][\w'’.-]*"
 _PARTICLE = (r"(?:de|la|le|les|du|des|del|della|dei|di|da|do|dos|das|van|von|der|den|het|am|an|im|zum|zur|y|e|i|"
              r"sur|sous|en|al|el|lo|ter|ten|sankt|st\.|degli|dello|della|delle|dalla|dos|d['’]|l['’])")
 _NAME = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,4}}"
 _ORDINAL = r"\d{1,3}(?:st|nd|rd|th)"
+_PROPER_NAME = rf"{_PROPER}(?:[ -](?:{_PARTICLE}[ -])*{_PROPER}){{0,4}}"
 _HOUSE = r"\d{1,5}(?:[ ]?[A-Za-z](?![\w]))?(?:[-/]\d{1,5}[A-Za-z]?)?"
 STREET_BEFORE = (r"rue|avenue|av\.|avda\.?|boulevard|bd\.?|blvd\.?|chemin|ch\.|place|allée|impasse|route|rte\.?|quai|"
                  r"cours|via|viale|v\.le|piazza|p\.zza|piazzale|corso|largo|vicolo|strada|contrada|calle|c/|avenida|"
@@ -130,12 +136,23 @@ STREET_BEFORE = (r"rue|avenue|av\.|avda\.?|boulevard|bd\.?|blvd\.?|chemin|ch\.|p
                  r"alameda|estrada|ulica|ul\.|aleja|al\.|os\.|osiedle|plac|pl\.|ulice|náměstí|nám\.|třída|avenija|"
                  r"bulevar|bulevardul|calea|str\.|šetalište|trg|ulitsa|prospekt|cesta|sokak|caddesi|venelle|ruelle|"
                  r"sentier|passage|clos|villa|hameau|lieu-dit|résidence|cité|montée|rampe|chaussée")
-_AFTER_LOCAL = (r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağı|sok\.|sk\.|bulvarı|ulica|ulice|gatan|gata|"
-                r"vägen|väg|vej|gade|veien|vei|veg|vegen|straat|laan|weg|plein|katu|kuja|polku|tänav|põik|maantee|"
-                r"puiestee|allee|straße|strasse|gasse|platz|damm|cesta|trg|park|close|crescent|terrace|mews|walk|"
-                r"row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|"
-                r"sq\.?|way|drive|court|place|square|avenue|parade|circle|highway|parkway|trail|alley|alle|allé|bend|"
-                r"rise|chase|heights|view|steenweg|baan|dreef|sección|colonia|col\.")
+# Street words after the name: other countries' (also before a house number: "Rímska ulica 488") and
+# English ones (only after a house number: "488 Wall Crossing", "12 MAIN ST").
+_AFTER_FOREIGN = (r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağı|sok\.|sk\.|bulvarı|ulica|ulice|gatan|"
+                  r"gata|vägen|väg|vej|gade|veien|vei|veg|vegen|straat|laan|weg|plein|katu|kuja|polku|tänav|põik|"
+                  r"maantee|puiestee|allee|alle|allé|straße|strasse|gasse|platz|damm|cesta|trg|steenweg|baan|dreef|"
+                  r"sección|colonia")
+_AFTER_EN_WORDS = (r"park|close|crescent|terrace|mews|walk|row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|"
+                   r"dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|sq\.?|way|drive|court|place|square|avenue|parade|"
+                   r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|"
+                   + _street_suffixes().lower())
+# In their written case: capitalized ("Walk", "St."), or in capitals only the unmistakable ones (an
+# all-caps note's "TOLERATED WELL", "SINUS ST", "4 MG SQ" are no streets).
+_AFTER_EN = "|".join(f"{w[0].upper()}{w[1:]}" for w in dict.fromkeys(_AFTER_EN_WORDS.split("|"))) + (
+    "|STREET|ROAD|RD\\.?|AVENUE|AVE\\.?|LANE|DRIVE|COURT|BOULEVARD|BLVD\\.?|HIGHWAY|HWY|TERRACE|PARKWAY|CIRCLE")
+_AFTER_LOCAL = rf"(?i:{_AFTER_FOREIGN})|{_AFTER_EN}"
+# Street words before the name in their written case ("Via Roma 12", "via Roma 12", not "VIA FOLEY 50").
+_BEFORE_CASED = "|".join(f"{w}|{w[0].upper()}{w[1:]}" for w in STREET_BEFORE.split("|"))
 _GLUED = (r"(?:straße|strasse|str\.|gasse|weg|allee|platz|damm|ufer|chaussee|steig|pfad|gatan|vägen|väg|gränd|torget|"
           r"vej|gade|stræde|veien|vegen|gata|gaten|straat|laan|plein|gracht|kade|singel|dreef|katu|kuja|polku|tie|"
           r"tänav|utca|ulica|lei|baan|steenweg)")
@@ -151,13 +168,13 @@ _TOWN = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,3}}"
 _TAIL_SEGMENT = (rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},?[ \t]+{POSTAL_ANY}|{POSTAL_ANY}"
                  rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))")
 _TAIL = rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{0,3}}{_UNIT}?"
-_NOT_A_QUANTITY = r"(?!\s*(?:%|mg|mcg|ml|mL|cc|kg|g\b|mm|cm|units?|patients|cases|years?|months?|days?|h\b|hours?))"
+_NOT_A_QUANTITY = r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|kg|g\b|mm|cm|units?|patients|cases|years?|months?|days?|h\b|hours?))"
 STREET = re.compile(
-    rf"(?:\b{_HOUSE},?[ \t]+(?:(?i:{STREET_BEFORE})[ \t]+(?:{_PARTICLE}[ \t]+)*{_NAME}"
-    rf"|(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?i:{_AFTER_LOCAL})(?![\w])|{_ORDINAL}[ \t]+(?i:{_AFTER_LOCAL})(?![\w])"
+    rf"(?:\b{_HOUSE},?[ \t]+(?!via\b)(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME}"
+    rf"|\b{_HOUSE}[ \t]+(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
     rf"|{_NAME_GLUED})"
-    rf"|(?<![\w.])(?i:{STREET_BEFORE})[ \t]+(?:{_PARTICLE}[ \t]+)*{_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
-    rf"|\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_LOCAL}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"|(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"|\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
     rf"|\b(?:{_NAME}[ \t]+)?{_GLUED_WORD},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY})"
     rf"{_TAIL}", re.M)
 # A street line with no street word, known by the postal line after it: "Sint-Maarten 488\n1536 QB
@@ -173,7 +190,7 @@ POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|pos
                         r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode)|PLZ|CEP|NPA|PSČ|C\.P\.)"
                         r"(?:\s*[:#]\s*|\s+)(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
 # A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").
-UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|SUITE|FLAT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b")
+UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)")
 PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
 PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|"
                     r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"

@@ -58,7 +58,7 @@ ID_CUES = {
         r"mrn|m\.r\.n\.?|mr\s?#|med(?:ical)?\.?\s*rec(?:ord)?s?\.?(?:\s+(?:number|no\.?|num\.?|#))?|unit\s+(?:number|no\.?)",
         r"record|rec\.|chart|patient|pt\.?|hospital|encounter|accession|specimen"),
     "ACCOUNT_NUMBER": (
-        r"acc(?:oun)?t|a/c|subscriber|policy|policyholder|hicn?|mbi|medicare|medicaid|beneficiary|iban",
+        r"acc(?:oun)?t|subscriber|policy|policyholder|hicn?|mbi|medicare|medicaid|beneficiary|iban",
         r"billing|member(?:ship)?|plan|health\s*plan|insurance|insurer|insured|group|claim|routing|invoice|"
         r"card|receipt|sort\s+code"),
     "LICENSE_NUMBER": (
@@ -72,17 +72,21 @@ ID_CUES = {
         r"inmate|prisoner|offender|court|appeal|proceedings?"),
 }
 # The label between cue and value: "no.", "nos.", "number", "#", "ID", "n°", "nr.", a colon, "is".
-ID_LABEL = (r"(?:\s*(?:numbers?|nos?\.|nos?\b|nr\.?|n[°º]\.?|num\.?|#|id\b|code\b|ref\.?)){1,2}"
-            r"(?:\s*(?:is|was|:|=))?|\s*(?:is|was)?\s*[:=]")
+ID_LABEL_WORD = (r"(?:\s*(?:numbers?|nos?\.|nos?\b|nr\.?|n[°º]\.?|num\.?|#|id\b|code\b|ref\.?)){1,2}"
+                 r"(?:\s*(?:is|was|:|=))?")
+ID_LABEL_COLON = r"\s*(?:is|was)?\s*[:=]"
 # The value: groups of letters and digits joined by - / . : (and by single spaces where the next
 # group starts with a digit, or is a short capital group before one: "II ZR 780/14", "XDH 413 847"),
 # with at least one digit; a list of them ("nos. 1234/05 and 5678/06"). Checked by `_id_value`.
 _ID_GROUP = r"[A-Za-z0-9]+(?:[-/.:][A-Za-z0-9]+)*"
 _ID_MORE = r"(?:[ ](?:\d[A-Za-z0-9]*(?:[-/.:][A-Za-z0-9]+)*|(?-i:[A-Z]{1,3})(?=[ ]\d)))"
-ID_VALUE = (rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{_ID_MORE}{{0,3}}"
-            rf"(?:\s*(?:,|and|&|or|/)\s*#?(?=[A-Za-z0-9-]*\d){_ID_GROUP}){{0,6}}")
+_ID_LIST = rf"(?:\s*(?:,|and|&|or|/)\s*#?(?=[A-Za-z0-9-]*\d){_ID_GROUP}){{0,6}}"
+ID_VALUE = rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}"
+# After a weak cue the value's first group holds a digit ("ID: 0099-1234", not the "ID: TM 100.2" of an
+# infectious-disease line).
+ID_VALUE_DIGIT_FIRST = rf"#?\s?(?=[A-Za-z0-9-]*\d){_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}"
 # Not an identifier: a number followed by a unit or a count noun ("plan: 1000 mL", "group 2 patients").
-_ID_NOT_AFTER = (r"(?!\s*(?:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
+_ID_NOT_AFTER = (r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
                  r"months?|years?|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
 
 
@@ -114,10 +118,12 @@ def identifier_rules() -> list[tuple[str, str, tuple]]:
     """One rule per type and cue strength: cue, label, value. Case-insensitive cue."""
     out = []
     for entity, (strong, weak) in ID_CUES.items():
-        for cues, label in ((strong, rf"(?:{ID_LABEL})?\s*"), (weak, rf"(?:{ID_LABEL})\s*")):
-            pattern = rf"(?i)\b(?:{cues})(?![A-Za-z])\.?{label}(?P<v>{ID_VALUE})\b{_ID_NOT_AFTER}"
-            RULE_GATES[pattern] = rf"(?i)\b(?:{cues})[^\n]{{0,24}}\d"
-            out.append((entity, pattern, ("id_value", 0.85)))
+        for cues, label, value in ((strong, rf"(?:{ID_LABEL_WORD}|{ID_LABEL_COLON})?\s*", ID_VALUE),
+                                   (weak, rf"{ID_LABEL_WORD}\s*", ID_VALUE), (weak, rf"{ID_LABEL_COLON}\s*", ID_VALUE_DIGIT_FIRST)):
+            pattern = rf"(?i)\b(?:{cues})(?![A-Za-z])\.?{label}(?P<v>{value})\b{_ID_NOT_AFTER}"
+            if all(pattern != p for _, p, _ in out):       # a type's strong and weak label may coincide
+                RULE_GATES[pattern] = rf"(?i)\b(?:{cues})[^\n]{{0,24}}\d"
+                out.append((entity, pattern, ("id_value", 0.85)))
     # "(no. 36244/06)", "nos. 1234/05 and 5678/06": a number after "no." alone, in the shapes of
     # case and file numbers (a slash, or five digits and more).
     RULE_GATES[_NO_VALUE] = r"(?i)(?:nos?\.|nr\.|n[°º])\s*[A-Z]{0,4}[- ]?\d"
@@ -131,13 +137,13 @@ _NO_VALUE = (r"(?i)(?<![\w.])(?:nos?\.|nr\.|n[°º]\.?)\s*(?P<v>(?:[A-Z]{1,4}[- 
 
 def _id_value(value: str) -> bool:
     """An identifier has three digits or more (two, with letters and five characters), is not a
-    year alone, a public registration (NCT...), or a decimal number."""
+    year alone, a public registration (NCT...), or a decimal number ("ID=95.8-97.2" is a temperature)."""
     digits = sum(c.isdigit() for c in value)
     alnum = sum(c.isalnum() for c in value)
     if digits < 3 and not (digits == 2 and alnum >= 5 and alnum > digits):
         return False
     core = value.lstrip("# ")
-    if re.fullmatch(r"(?:19|20)\d\d|\d+\.\d+", core) or REGISTRY_ID.match(core):
+    if re.fullmatch(r"(?:19|20)\d\d|\d+\.\d+", core) or re.match(r"\d{1,3}\.\d", core) or REGISTRY_ID.match(core):
         return False
     return True
 
