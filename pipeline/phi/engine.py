@@ -67,11 +67,13 @@ def ner_person_recognizer(profile: str = "literature"):
     raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
     intact. In the clinical profile a name-shaped PERSON is kept when a word of it is on a name
     list and is not a common word ("Carevue" and "Sx" are not), or a title precedes it."""
+    from pipeline.phi.lexicon import lexicon
     given = first_names()
-    lex = None
-    if profile == "clinical":
-        from pipeline.phi.lexicon import lexicon
-        lex = lexicon()
+    lex = lexicon() if profile == "clinical" else None
+    # Literature: a given name of any locale's list that is not also a common or medical word
+    # ("Liz Bertone", "Benedikt Fiedler"; not "Gene", "Will").
+    world = lexicon()
+    given_anywhere = lambda w: w in given or w in world.given and not world.is_common(w)  # noqa: E731
 
     def keep(ent, text):
         span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
@@ -90,7 +92,8 @@ def ner_person_recognizer(profile: str = "literature"):
             named = any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words)
             return (ent.start_char, ent.start_char + len(span)) if titled or named else None
         # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
-        if not titled and words[0].lower() not in given:
+        # A name of one word needs a title ("Zea mays", "Ulva", "Hela" are a genus and a cell line).
+        if not titled and (len(words) < 2 or not given_anywhere(words[0].lower())):
             return None
         return ent.start_char, ent.start_char + len(span)
 

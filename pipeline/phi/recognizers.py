@@ -102,6 +102,8 @@ _ABOUT_AFTER = (r",?\s*(?:,\s*(?:an?\s+)?\d{1,3}[- ](?:years?|yrs?|months?)[- ]o
 _ABOUT_GATE = (r"(?i)\d[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?|b\.)|\(\d{1,3}\s*(?:years?|y)\b|, born\b|"
                r"\(born|(?:was|is)\s+(?:referred|admitted|found|seen|treated|hospitali[sz]ed|transferred|brought|"
                r"diagnosed|examined|discharged)|presented\s+with")
+_OF_PERSON = (r"treatment|care|case|death|history|family|records?|consent|examination|surgery|transfer|admission|"
+              r"discharge|parents|wife|husband|mother|father|son|daughter")
 _EPONYM_HEADS = "|".join(sorted(EPONYM_HEADS, key=len, reverse=True))
 
 
@@ -248,6 +250,9 @@ def rules() -> list[tuple[str, str, float]]:
                           rf"(?P<v>{_FULL_NAME})(?!\s+(?i:{_EPONYM_HEADS})\b)",
                           rf"(?i)\b(?:{_REPORT_CUES})|\b(?:{_PERSON_NOUNS})\s*(?:\(|, )"), ("person_name", 0.85)),
         ("PERSON", _gated(rf"(?<![\w-])(?P<v>{_FULL_NAME})(?={_ABOUT_AFTER})", _ABOUT_GATE), ("person_name", 0.8)),
+        # "the treatment of Liz Bertone", "the death of X Y": a full name that starts with a given name.
+        ("PERSON", _gated(rf"\b(?i:{_OF_PERSON})\s+of\s+(?P<v>{_FULL_NAME})", rf"(?i)\b(?:{_OF_PERSON})\s+of\s+[A-Z]"),
+         ("given_full_name", 0.75)),
         ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
     ]
 
@@ -308,7 +313,16 @@ def _luhn(value: str) -> bool:
     return total % 10 == 0
 
 
-_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name}
+def _given_full_name(value: str) -> bool:
+    """A full name whose first word is a given name of some locale's list and not a common word."""
+    from pipeline.phi.lexicon import lexicon
+    lex = lexicon()
+    first = re.match(r"[^\W\d_]+", value)
+    return _person_name(value) and first is not None and first.group().lower() in lex.given \
+        and not lex.is_common(first.group().lower())
+
+
+_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": _given_full_name}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
