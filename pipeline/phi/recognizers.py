@@ -69,10 +69,10 @@ ID_CUES = {
         r"id|identifier|identification|case|index|applications?|appl\.|file|reference|ref\.?|registration|reg\.|"
         r"register|matter|petition|complaint|judgm?ent|decision|order|ticket|claimant|customer|client|employee|"
         r"staff|student|voter|tax|social|personal|national|identity|booking|confirmation|tracking|serial|"
-        r"inmate|prisoner|offender|court|appeal|proceedings?"),
+        r"inmate|prisoner|offender|court|appeal|proceedings?|(?:registered|filed|lodged|recorded|listed)(?:\s+under)?"),
 }
 # The label between cue and value: "no.", "nos.", "number", "#", "ID", "n°", "nr.", a colon, "is".
-ID_LABEL_WORD = (r"(?:\s*(?:numbers?|nos?\.|nos?\b|nr\.?|n[°º]\.?|num\.?|#|id\b|code\b|ref\.?)){1,2}"
+ID_LABEL_WORD = (r"\s*\(?(?:\s*(?:numbers?|nos?\.|nos?\b|nr\.?|n[°º]\.?|num\.?|#|id\b|code\b|ref\.?)){1,2}"
                  r"(?:\s*(?:is|was|:|=))?")
 ID_LABEL_COLON = r"\s*(?:is|was)?\s*[:=]"
 # The value: groups of letters and digits joined by - / . : (and by single spaces where the next
@@ -80,11 +80,13 @@ ID_LABEL_COLON = r"\s*(?:is|was)?\s*[:=]"
 # with at least one digit; a list of them ("nos. 1234/05 and 5678/06"). Checked by `_id_value`.
 _ID_GROUP = r"[A-Za-z0-9]+(?:[-/.:][A-Za-z0-9]+)*"
 _ID_MORE = r"(?:[ ](?:\d[A-Za-z0-9]*(?:[-/.:][A-Za-z0-9]+)*|(?-i:[A-Z]{1,3})(?=[ ]\d)))"
-_ID_LIST = rf"(?:\s*(?:,|and|&|or|/)\s*#?(?=[A-Za-z0-9-]*\d){_ID_GROUP}){{0,6}}"
+_ID_LIST = (rf"(?:\s*(?:,|and|&|or|/)\s*#?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d+/\d)"
+            rf"{_ID_GROUP}{_ID_MORE}{{0,3}}){{0,6}}")
 ID_VALUE = rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}"
-# After a weak cue the value's first group holds a digit ("ID: 0099-1234", not the "ID: TM 100.2" of an
-# infectious-disease line).
-ID_VALUE_DIGIT_FIRST = rf"#?\s?(?=[A-Za-z0-9-]*\d){_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}"
+# After a weak cue and a colon the value's first group holds a digit ("ID: 0099-1234", not the
+# "ID: TM 100.2" of an infectious-disease line), or it is a court file number ("Reference: II ZR 396/20").
+ID_VALUE_DIGIT_FIRST = (rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d+/\d)"
+                        rf"{_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}")
 # Not an identifier: a number followed by a unit or a count noun ("plan: 1000 mL", "group 2 patients").
 _ID_NOT_AFTER = (r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
                  r"months?|years?|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
