@@ -1,8 +1,8 @@
 """Sets for the structured-format and literature-profile parts of the PHI evaluation, each scored
 on text the rules were not fitted on (scripts/eval_phi.py runs them; flags and result keys there):
 
-- `synthetic_mimesis` (--synthetic-mimesis N): multi-locale structured PHI from mimesis, the test
-  generator (scripts/phi_synth_mimesis.py); the development generator is Faker
+- `synthetic_mimesis_formats` (--mimesis-formats N): multi-locale structured PHI from mimesis, the
+  test generator (scripts/phi_synth_mimesis_formats.py); the development generator is Faker
   (scripts/phi_synth_locales.py, --synthetic-locales). Clinical config, same scorer as the notes.
 - `planted_abstracts` (--planted-abstracts N): real MEDLINE abstracts (pubmed21n1298, taken after
   the first 2,000 so that they are not the --abstracts precision set) with one to three PHI
@@ -116,7 +116,7 @@ def _providers(seed: int):
     from mimesis import Address, Datetime, Person
     from mimesis.locales import Locale
 
-    from phi_synth_mimesis import LOCALES
+    from phi_synth_mimesis_formats import LOCALES
     return {loc: (Person(Locale(loc), seed=seed * 7919 + i), Address(Locale(loc), seed=seed * 7919 + i + 300),
                   Datetime(seed=seed * 7919 + i + 600)) for i, loc in enumerate(LOCALES)}
 
@@ -142,7 +142,7 @@ def _values(rng: random.Random, person, address, dt, date_layouts):
         if kind == "email":
             return person.email()
         if kind == "id":
-            from phi_synth_mimesis import ID_MASKS, _ident
+            from phi_synth_mimesis_formats import ID_MASKS, _ident
             return _ident(rng, rng.choice(ID_MASKS))
         if kind == "date":
             text = dt.date(start=1930, end=2026).strftime(rng.choice(date_layouts))
@@ -155,7 +155,7 @@ def _values(rng: random.Random, person, address, dt, date_layouts):
 
 def make_planted_abstracts(abstracts: list[str], seed: int = 0) -> list[dict]:
     """Each abstract with one to three PHI sentences inserted at sentence boundaries."""
-    from phi_synth_mimesis import DATE_LAYOUTS, LOCALES
+    from phi_synth_mimesis_formats import DATE_LAYOUTS, LOCALES
     rng = random.Random(seed)
     providers = _providers(seed)
     docs = []
@@ -181,7 +181,7 @@ def make_planted_abstracts(abstracts: list[str], seed: int = 0) -> list[dict]:
 
 def make_legal_documents(n: int, seed: int = 0) -> list[dict]:
     """n documents of two to four legal/administrative sentences."""
-    from phi_synth_mimesis import LOCALES
+    from phi_synth_mimesis_formats import LOCALES
     rng = random.Random(seed)
     providers = _providers(seed + 17)
     docs = []

@@ -7,7 +7,7 @@ Gold is in the format of data/deid-dev/gold.json (type, value, start, end, safe_
 plus the locale, so scripts/eval_phi.py scores it with the same scorer. Seeded and deterministic:
 the same (n, seed) gives the same documents.
 
-    python scripts/phi_synth_mimesis.py         # print a few documents"""
+    python scripts/phi_synth_mimesis_formats.py         # print a few documents"""
 from __future__ import annotations
 
 import random
@@ -80,7 +80,7 @@ def _date(rng: random.Random, dt) -> str:
     return text.lower() if rng.random() < 0.2 else text
 
 
-def make_mimesis_documents(n: int, seed: int = 0) -> list[dict]:
+def make_format_documents(n: int, seed: int = 0) -> list[dict]:
     """n documents: {"id", "text", "locale", "gold": [{"type", "value", "start", "end",
     "safe_harbor_allowed", "locale"}, ...]} with character offsets into text."""
     from mimesis import Address, Datetime, Payment, Person
@@ -153,5 +153,5 @@ def make_mimesis_documents(n: int, seed: int = 0) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for doc in make_mimesis_documents(6, 1):
+    for doc in make_format_documents(6, 1):
         print(doc["locale"], "|", doc["text"].replace("\n", " / "))
