@@ -9,7 +9,7 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
-from pipeline.phi.recognizers import _street_suffixes
+from pipeline.phi.recognizers import NOT_A_QUANTITY, _street_suffixes
 from pipeline.phi.notes import RuleRecognizer, case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
@@ -168,10 +168,10 @@ _TOWN = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,3}}"
 _TAIL_SEGMENT = (rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},?[ \t]+{POSTAL_ANY}|{POSTAL_ANY}"
                  rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))")
 _TAIL = rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{0,3}}{_UNIT}?"
-_NOT_A_QUANTITY = r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|kg|g\b|mm|cm|units?|patients|cases|years?|months?|days?|h\b|hours?))"
+_NOT_A_QUANTITY = NOT_A_QUANTITY
 STREET = re.compile(
     rf"(?:\b{_HOUSE},?[ \t]+(?!via\b)(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME}"
-    rf"|\b{_HOUSE}[ \t]+(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
+    rf"|\b{_HOUSE}[ \t]+(?:[NSEW]\.?[ \t]+)?(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
     rf"|{_NAME_GLUED})"
     rf"|(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
     rf"|\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
@@ -192,9 +192,9 @@ POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|pos
 # A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").
 UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)")
 PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
-PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|"
+PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|psc|usns|usnv|uss|"
                     r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"
-                    r"postboks|box)\s*#?\s*\d{1,6}\b")
+                    r"postboks|box)\s*#?\s*\d{1,6}(?:,?\s*box\s+\d+)?\b")
 # ", 05142 North Henry", ", Suryapet 788191", "ValetteBourg 67402": a number beside a town name.
 POSTAL = r"(?:\d{2}-\d{3}|\d{4}-\d{3}|\d{5}-\d{3}|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4,6})"
 CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}})\b"

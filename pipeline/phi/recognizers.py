@@ -88,8 +88,8 @@ ID_VALUE = rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d){_ID_GROUP}{_
 ID_VALUE_DIGIT_FIRST = (rf"#?\s?(?=[A-Za-z0-9-]*\d|(?-i:[A-Z]{{1,4}} ){{1,2}}\d+/\d)"
                         rf"{_ID_GROUP}{_ID_MORE}{{0,3}}{_ID_LIST}")
 # Not an identifier: a number followed by a unit or a count noun ("plan: 1000 mL", "group 2 patients").
-_ID_NOT_AFTER = (r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
-                 r"months?|years?|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
+NOT_A_QUANTITY = (r"(?!\s*(?i:%|mg|mcg|ml|mL|cc|units?|tabs?|g\b|kg|lbs?\b|oz\b|kcal|mm|cm|L\b|hrs?|hours?|min|days?|weeks?|"
+                  r"months?|years?|h\b|x\b|patients|subjects|participants|times|doses?|cases|mmHg|bpm))")
 
 
 # --- the person a case report or letter is about ---------------------------------------------
@@ -124,7 +124,7 @@ def identifier_rules() -> list[tuple[str, str, tuple]]:
     for entity, (strong, weak) in ID_CUES.items():
         for cues, label, value in ((strong, rf"(?:{ID_LABEL_WORD}|{ID_LABEL_COLON})?\s*", ID_VALUE),
                                    (weak, rf"{ID_LABEL_WORD}\s*", ID_VALUE), (weak, rf"{ID_LABEL_COLON}\s*", ID_VALUE_DIGIT_FIRST)):
-            pattern = rf"(?i)\b(?:{cues})(?![A-Za-z])\.?{label}(?P<v>{value})\b{_ID_NOT_AFTER}"
+            pattern = rf"(?i)\b(?:{cues})(?![A-Za-z])\.?{label}(?P<v>{value})\b{NOT_A_QUANTITY}"
             if all(pattern != p for _, p, _ in out):       # a type's strong and weak label may coincide
                 RULE_GATES[pattern] = rf"(?i)\b(?:{cues})[^\n]{{0,24}}\d"
                 out.append((entity, pattern, ("id_value", 0.85)))
@@ -162,9 +162,6 @@ def _street_suffixes() -> str:
 
 def rules() -> list[tuple[str, str, float]]:
     """(entity, regex, score). Case-sensitive unless the regex says (?i)."""
-    suffix = _street_suffixes()
-    unit = r"(?:,?\s+(?:Apt\.?|Apartment|Suite|Ste\.?|Unit|Room|Rm\.?|#)\s*[A-Za-z0-9-]+)?"
-    street = rf"\b\d{{1,6}}\s+(?:[NSEW]\.?\s+)?(?:[A-Z][A-Za-z]+\.?\s+){{1,4}}(?:{suffix})\b\.?{unit}"
     city_state_zip = rf"(?:[A-Z][a-z]+(?:\s+[A-Z][a-z]+){{0,2}}),?\s+(?:{_STATES})\s+\d{{5}}(?:-\d{{4}})?\b"
     return [
         # --- contact -------------------------------------------------------------------
@@ -228,10 +225,7 @@ def rules() -> list[tuple[str, str, float]]:
         ("AGE", r"(?i)\b(?:aged?|age:)\s*(?P<v>(?:9\d|1[01]\d))\b(?!\s*(?:%|-\d|–\d|to\s+\d))", 0.85),
         ("AGE", r"(?i)\b(?P<v>(?:ninety|one hundred)(?:[\s-](?:one|two|three|four|five|six|seven|eight|nine))?)[\s-]years?[\s-]old\b", 0.85),
         # --- places smaller than a state ---------------------------------------------------
-        ("LOCATION", rf"{street}(?:,?\s+{city_state_zip})?", 0.85),
         ("LOCATION", rf"(?<=,\s)(?P<v>{city_state_zip})", 0.8),
-        ("LOCATION", r"(?i)\b(?:P\.?\s?O\.?\s*Box|PSC|USNS|USNV|USS|Unit)\s+\d+(?:,?\s*Box\s+\d+)?\b", 0.8),
-        ("LOCATION", rf"(?i)\b(?:zip|zip code|postal code|zipcode)\s*[:#]?\s*(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.9),
         ("LOCATION", rf"\b(?:{_STATES})\s+(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.75),
         ("LOCATION", r"\b(?:lives|living|resides|residing|resident|moved|relocated|home|hometown|born)"
                      r"(?:\s+(?:alone|independently|together|with\s+(?:her|his|their)\s+\w+))?\s+(?:in|of|to|at)\s+"
@@ -362,10 +356,7 @@ GATES = {
     r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*": r"(?i)(?:9\d|1[01]\d)[\s-]*y",
     r"(?i)\b(?:aged?|age:)": r"(?i)age",
     r"(?i)\b(?P<v>(?:ninety|one hundred)": r"(?i)ninety|hundred",
-    r"\b\d{1,6}\s+(?:[NSEW]": r"\d\s+[A-Z]",
     r"(?<=,\s)(?P<v>": r"[A-Z]{2}\s+\d{5}",
-    r"(?i)\b(?:P\.?\s?O\.?\s*Box": r"(?i)box|psc|usns|usnv|uss|unit",
-    r"(?i)\b(?:zip|zip code": r"(?i)zip|postal",
     r"\b(?:AL|AK|AZ|AR": r"[A-Z]{2}\s+\d{5}",
     r"\b(?:lives|living|resides": r"lives|living|resid|moved|relocated|home|born",
     r"\b(?:Dr|Mr|Mrs|Ms|Miss|Mx|Prof": r"(?:Dr|Mr|Ms|Mx|Miss|Prof|Sr)[a-z]*\.?[ \t]+\S",
