@@ -218,9 +218,9 @@ class PhiEngine:
     def _analyze_pieces(self, texts: list[str]) -> list[list]:
         import pyarrow as pa
 
-        from pipeline.phi.recognizers import RegexRecognizer
+        from pipeline.phi.recognizers import BatchGated
 
-        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, RegexRecognizer)]
+        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, BatchGated)]
         batch = pa.array(texts, pa.string())
         for rec in gated:
             rec.set_batch(batch)

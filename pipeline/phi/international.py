@@ -9,7 +9,7 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
-from pipeline.phi.recognizers import NOT_A_QUANTITY, _street_suffixes
+from pipeline.phi.recognizers import NOT_A_QUANTITY, BatchGated, _street_suffixes
 from pipeline.phi.notes import RuleRecognizer, case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
@@ -169,14 +169,24 @@ _TAIL_SEGMENT = (rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},
                  rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))")
 _TAIL = rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{0,3}}{_UNIT}?"
 _NOT_A_QUANTITY = NOT_A_QUANTITY
-STREET = re.compile(
+# Three regexes, so that the two which start at a word run only where an RE2 gate over the batch
+# finds their street word (AddressRecognizer.gates): the house number first; a street word first;
+# the name with its street word, then the number.
+STREET_NUMBER_FIRST = re.compile(
     rf"(?:\b{_HOUSE},?[ \t]+(?!via\b)(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME}"
-    rf"|\b{_HOUSE}[ \t]+(?:[NSEW]\.?[ \t]+)?(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
-    rf"|{_NAME_GLUED})"
-    rf"|(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
-    rf"|\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"|\b{_HOUSE}[ \t]+(?:[NSEW]\.?[ \t]+)?(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
+    rf"|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_NAME_GLUED}))"
+    rf"{_TAIL}", re.M)
+STREET_WORD_FIRST = re.compile(
+    rf"(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"{_TAIL}", re.M)
+STREET_NUMBER_AFTER = re.compile(
+    rf"(?:\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
     rf"|\b(?:{_NAME}[ \t]+)?{_GLUED_WORD},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY})"
     rf"{_TAIL}", re.M)
+STREETS = [(STREET_NUMBER_FIRST, None),
+           (STREET_WORD_FIRST, rf"(?:{_BEFORE_CASED})[ \t]+\S[^\n]{{0,160}}\d"),
+           (STREET_NUMBER_AFTER, rf"(?i:{_AFTER_FOREIGN})\.?,?[ \t]+\d|(?i:{_GLUED})\.?,?[ \t]+\d")]
 # A street line with no street word, known by the postal line after it: "Sint-Maarten 488\n1536 QB
 # Amersfoort", "488 Mælifellsá, 536 Sauðárkrókur".
 STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME}[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
@@ -210,7 +220,7 @@ MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "
                "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 
 
-class AddressRecognizer(RuleRecognizer):
+class AddressRecognizer(BatchGated, RuleRecognizer):
     """LOCATION: street addresses of many countries with their unit and the postal lines after
     them, street lines known by the postal line that follows, the text after an address cue up to
     the end of its clause (when it holds a number or a capitalized name), postal codes (after a
@@ -223,6 +233,7 @@ class AddressRecognizer(RuleRecognizer):
     def __init__(self, profile: str = "clinical"):
         self.lex = lexicon()
         self.profile = profile
+        self.gates = [gate for _, gate in STREETS]
         super().__init__("medprep_addresses")
 
     def _town_words(self, value: str) -> bool:
@@ -238,8 +249,9 @@ class AddressRecognizer(RuleRecognizer):
         out = []
         if re.search(r"\d", text) is None:
             return out
-        for m in STREET.finditer(text):
-            out.append(RecognizerResult("LOCATION", *m.span(), 0.8))
+        for k, (regex, _) in enumerate(STREETS):
+            if self.passes(k):
+                out += [RecognizerResult("LOCATION", *m.span(), 0.8) for m in regex.finditer(text)]
         for m in STREET_IN_BLOCK.finditer(text):
             if self._town_words(m.group("v")):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))

@@ -253,17 +253,13 @@ def rules() -> list[tuple[str, str, float]]:
     ]
 
 
-class RegexRecognizer(EntityRecognizer):
-    """Presidio recognizer for one entity type from our rules; reports the `v` group span."""
-
-    def __init__(self, entity: str, patterns: list[tuple]):
-        # (regex, score or (validator, score), literals): a rule runs only if one of its
-        # lowercase literals is in the text; most rules need a keyword most texts lack.
-        self.patterns = [(re.compile(p), s, PREFILTERS.get(p)) for p, s in patterns]
-        self.gates = [gate_for(p) for p, _ in patterns]
-        self._masks = None              # per pattern: which documents of the batch pass its gate
-        self._doc = 0
-        super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
+class BatchGated:
+    """RE2 gates over a batch: `gates` holds one RE2 pattern (or None: always run) per rule of the
+    recognizer; PhiEngine calls set_batch(texts) once per batch and at_document(i) before each
+    document, and the recognizer runs rule k only where passes(k)."""
+    gates: list[str | None] = []
+    _masks = None                       # per gate: which documents of the batch pass it
+    _doc = 0
 
     def set_batch(self, texts) -> None:
         """Evaluate this recognizer's gates over a batch (pa.Array), or clear them (None)."""
@@ -275,6 +271,20 @@ class RegexRecognizer(EntityRecognizer):
     def at_document(self, index: int) -> None:
         self._doc = index
 
+    def passes(self, k: int) -> bool:
+        return self._masks is None or self._masks[k] is None or bool(self._masks[k][self._doc])
+
+
+class RegexRecognizer(BatchGated, EntityRecognizer):
+    """Presidio recognizer for one entity type from our rules; reports the `v` group span."""
+
+    def __init__(self, entity: str, patterns: list[tuple]):
+        # (regex, score or (validator, score), literals): a rule runs only if one of its
+        # lowercase literals is in the text; most rules need a keyword most texts lack.
+        self.patterns = [(re.compile(p), s, PREFILTERS.get(p)) for p, s in patterns]
+        self.gates = [gate_for(p) for p, _ in patterns]
+        super().__init__(supported_entities=[entity], name=f"medprep_{entity.lower()}", supported_language="en")
+
     def load(self) -> None:
         pass
 
@@ -282,11 +292,10 @@ class RegexRecognizer(EntityRecognizer):
         entity = self.supported_entities[0]
         out = []
         low = text.lower()
-        masks, doc = self._masks, self._doc
         for k, (regex, score, literals) in enumerate(self.patterns):
             if literals is not None and not any(lit in low for lit in literals):
                 continue
-            if masks is not None and masks[k] is not None and not masks[k][doc]:
+            if not self.passes(k):
                 continue
             check = None
             if isinstance(score, tuple):
