@@ -17,14 +17,15 @@ PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE
                  "MX", "AR", "PT", "PL", "SE", "NO", "DK", "FI", "IL", "ZA", "SG", "JP", "CN", "KR", "NG", "PH")
 PHONE_CANDIDATE = re.compile(r"(?<![\w.,/:-])(?:\+|00)?\(?\d[\d ().\-/]{5,24}\d(?![\w.]\d|\d|%|/|:)")
 # A phone word before the number ("Fax:", "office", "reached on", "T."), or after it ("... as her
-# daytime number", "(mobile)").
+# daytime number", "(mobile)"); an e-mail address beside it, as in a contact line.
 PHONE_CUE = re.compile(r"(?i)(?:phone|tel|telephone|call|ring|contact|mobile|cell|fax|faxed|number|reach|reached|"
                        r"pager|beeper|whatsapp|landline|hotline|extension|ext|n[°º]|nr|tél|telefon|handy|"
                        r"telefone|celular|móvil|cellulare|office|work|home|direct|switchboard|daytime|evenings?|"
-                       r"tlf|tfn|puh|gsm|mob|ph|sms|text)\w{0,4}(?:\W+\w{1,7}){0,3}\W*$|(?:^|[\s(])[TFMOHWP][.:]\s*$")
+                       r"tlf|tfn|puh|gsm|mob|ph|sms|text)\w{0,4}(?:\W+\w{1,7}){0,3}\W*$|(?:^|[\s(])[TFMOHWP][.:]\s*$"
+                       r"|@[\w.-]+\.[A-Za-z]{2,}\s*(?:,|;|/|or)\s*$")
 PHONE_CUE_AFTER = re.compile(r"(?i)^\s*(?:\(?(?:mobile|cell|home|work|office|fax|tel|phone|landline|daytime|"
                              r"evenings?|direct|mob)\b|\([mhwoc]\)|(?:is|as)\s+(?:\w+\s+){0,3}(?:number|phone|mobile|"
-                             r"cell|fax|contact|landline))")
+                             r"cell|fax|contact|landline)|\s*(?:,|;|/|or)\s*[\w.+-]+@[\w-]+\.)")
 # Shapes a number has without a phone word: a country code, a bracketed area code, 3-3-4 (any
 # separators, "410- 555- 0199", "410/555/0199"), a trunk 0 and eight digits or more, 4-4 ("2345 6789",
 # not a year range), 10-12 digits in one block.
@@ -121,7 +122,7 @@ ADDRESS_END = re.compile(r"\n|;|\s+(?:on|during|between|from|since)\s+|\.\s+(?=[
 # ("Salzachstraße 276", "Birkenweg 12", "488 Østervej"), and a house number before or after it.
 # A capitalized word, any script with case; not a function word of an all-caps note ("FOLEY IN PLACE").
 _CAP = (r"(?!(?:IN|ON|AT|TO|OF|AND|OR|THE|WITH|FOR|IS|WAS|ARE|BY|FROM|AS|PER|VIA|X|NO|NOT|CONT|CONTS|ON)\b)"
-        r"[^\W\d_a-zß-ÿ][^\W\d_][\w'’.-]*")
+        r"[^\W\d_a-zß-ÿ](?:[^\W\d_]|['’][^\W\d_])[\w'’.-]*")
 # A word in proper case ("Roma", not "FOLEY").
 _PROPER = r"[^\W\d_a-zß-ÿ][a-zß-ÿ\u0100-\u017f'’][\w'’.-]*"
 _PARTICLE = (r"(?:de|la|le|les|du|des|del|della|dei|di|da|do|dos|das|van|von|der|den|het|am|an|im|zum|zur|y|e|i|"
@@ -189,7 +190,7 @@ STREETS = [(STREET_NUMBER_FIRST, None),
            (STREET_NUMBER_AFTER, rf"(?i:{_AFTER_FOREIGN})\.?,?[ \t]+\d|(?i:{_GLUED})\.?,?[ \t]+\d")]
 # A street line with no street word, known by the postal line after it: "Sint-Maarten 488\n1536 QB
 # Amersfoort", "488 Mælifellsá, 536 Sauðárkrókur".
-STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME}[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
+STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
                              rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{1,3}})")
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
 POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
