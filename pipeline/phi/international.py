@@ -28,15 +28,16 @@ PHONE_CUE_AFTER = re.compile(r"(?i)^\s*(?:\(?(?:mobile|cell|home|work|office|fax
                              r"cell|fax|contact|landline)|\s*(?:,|;|/|or)\s*[\w.+-]+@[\w-]+\.)")
 # Shapes a number has without a phone word: a country code, a bracketed area code, 3-3-4 (any
 # separators, "410- 555- 0199", "410/555/0199"), a trunk 0 and eight digits or more, 4-4 ("2345 6789",
-# not a year range), 10-12 digits in one block.
+# not a year range), 10-12 digits in one block, three groups or more with a dash ("63-6532-5973"; two
+# are a range, "1000-4000").
 _SEPARATED = re.compile(r"\s*([-./])\s*")
 PHONE_SHAPES = re.compile(r"(?:\+|00)[1-9]\d{0,2}[ .-]?(?:\(0\)[ .-]?)?\(?\d[\d ().-]{5,}"
                           r"|\(0?\d{2,5}\)[ .-]?\d{2,}(?:[ .-]?\d{2,})+"
                           r"|\d{3}([ .\-/])\d{3}\1\d{4}|\d{3}[ .-]?\d{3}[ .-]\d{4}"
                           r"|0\d[\d .-]{7,}"
-                          r"|\d{4} \d{4}|\d{10,12}")
+                          r"|\d{4} \d{4}|\d{10,12}"
+                          r"|(?=[\d ]*-)\d{2,4}[ -]\d{2,4}[ -]\d{2,4}(?:[ -]\d{2,4})?")
 REGISTRY_BEFORE = re.compile(r"(?i)(?:ISRCTN|NCT|ChiCTR|ACTRN|DRKS|UMIN|CRD|PMID|PMCID|DOI|ISBN|ISSN)[\s:#-]*$")
-YEAR_PAIR = re.compile(r"(?:19|20)\d\d\s*[-–/ ]\s*(?:19|20)\d\d")
 
 
 class PhoneNumberRecognizer(RuleRecognizer):
@@ -69,8 +70,9 @@ class PhoneNumberRecognizer(RuleRecognizer):
                 continue
             if re.fullmatch(r"([01]\d|2[0-4])[0-5]\d-([01]\d|2[0-4])[0-5]\d", norm):   # a shift, 1900-0700
                 continue
-            if YEAR_PAIR.fullmatch(raw) or re.fullmatch(r"\d+\.\d+", norm):
-                continue
+            groups = re.findall(r"\d+", raw)
+            if len(groups) > 1 and all(YEAR_LIKE.fullmatch(g) for g in groups) or re.fullmatch(r"\d+\.\d+", norm):
+                continue                                    # years ("2010-2012", "2015 2016"), a decimal
             if REGISTRY_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
                 continue
             cued = self._cued(text, m)
