@@ -122,10 +122,17 @@ def _us_states() -> frozenset[str]:
 
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
-                 profile: str = "clinical"):
+                 profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
+                 name_rules: bool = True):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
+        # The learned name and place detector (clinical profile): its model file (default: the
+        # committed data/phi/phi_detector.crfsuite) and the marginal a token needs to be PHI.
+        from pipeline.phi.detector import DEFAULT_THRESHOLD
+        self.detector_path = detector_path
+        self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
+        self.name_rules = name_rules
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -156,23 +163,36 @@ class PhiEngine:
         })
         nlp_engine = provider.create_engine()
         nlp = nlp_engine.nlp["en"]
-        nlp.select_pipes(disable=[p for p in NOT_NEEDED if p in nlp.pipe_names])
+        # In the clinical profile names and places are the detector's: spaCy only tokenizes.
+        ner_used = self.profile == "literature"
+        nlp.select_pipes(disable=[p for p in NOT_NEEDED + ([] if ner_used else ["ner"]) if p in nlp.pipe_names])
         self.nlp_engine = nlp_engine
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
-        recognizers = [ner_person_recognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
-                       IbanRecognizer()]
+        recognizers = [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer()]
+        if ner_used:
+            recognizers.append(ner_person_recognizer(self.profile))
         if self.profile == "clinical":
             from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
             # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [ner_place_recognizer(), *clinical_recognizers(), *international_recognizers()]
+            recognizers += [*clinical_recognizers(self.name_rules), *international_recognizers(),
+                            *self._detector_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
         self.anonymizer = AnonymizerEngine()
         return self
+
+    def _detector_recognizers(self) -> list:
+        """The learned name and place detector (pipeline/phi/detector.py), as one recognizer;
+        a model that reads spaCy's entities turns spaCy's NER back on."""
+        from pipeline.phi.detector import detector_recognizer
+        rec = detector_recognizer(self.detector_path, self.detector_threshold, score_floor=self.score_threshold)
+        if rec.detector.uses_entities and "ner" in self.nlp_engine.nlp["en"].disabled:
+            self.nlp_engine.nlp["en"].enable_pipe("ner")
+        return [rec]
 
     def analyze_batch(self, texts: list[str]) -> list[list]:
         """Presidio results per text (None for a text that could not be analyzed). spaCy runs
