@@ -386,7 +386,7 @@ def synthetic_templates(n: int, seed: int, config: str, work: Path) -> dict:
 
 ASQ_NOTES = ROOT / "data/asq-dev/notes.jsonl"
 ASQ_GOLD = ROOT / "data/asq-dev/gold.json"
-CURVE = (0.1, 0.2, 0.3, 0.5, 0.7)
+CURVE = (0.05, 0.1, 0.2, 0.35, 0.6)
 
 
 def detector_model(work: Path, name: str, **example_args) -> Path:
@@ -423,20 +423,19 @@ def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
 
 
 def detector_curve(docs: list[dict], gold: dict, parts: list[tuple[set[str], Path]], thresholds, config: str,
-                   work: Path, name: str) -> list[dict]:
+                   work: Path, name: str, options: dict | None = None) -> list[dict]:
     """The stage at each threshold, each part of the documents (a fold) with its own model,
     scored over all documents together."""
-    from pipeline.phi.detector import DEFAULT_THRESHOLD
     originals = {d["id"]: d["text"] for d in docs}
     curve = []
-    for thr in sorted(set(thresholds) | {DEFAULT_THRESHOLD}):
+    for thr in thresholds:
         outputs, cpu = {}, 0.0
         for i, (ids, model) in enumerate(parts):
             part = [d for d in docs if d["id"] in ids]
             print(f"[{name}] part {i + 1}/{len(parts)}, threshold {thr}: {len(part)} docs ...", file=sys.stderr,
                   flush=True)
-            out, meta = run_stage(part, config, work, f"{name}-{i}-t{thr}",
-                                  {"detector_path": str(model), "detector_threshold": thr})
+            out, meta = run_stage(part, config, work, f"{name}-{i}-t{thr}" + ("-options" if options else ""),
+                                  {"detector_path": str(model), "detector_threshold": thr, **(options or {})})
             outputs.update(out)
             cpu += meta["cpu_seconds"]
         curve.append(_curve_point(thr, score(originals, outputs, gold), cpu, len(docs)))
@@ -453,8 +452,10 @@ def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
     ids = [d["id"] for d in docs]
     folds = patient_folds(ids, k)
     parts = [(fold, detector_model(work, f"cv{k}-fold{i}", deid_ids=set(ids) - fold)) for i, fold in enumerate(folds)]
+    thresholds = sorted(set(thresholds) | {DEFAULT_THRESHOLD})
     curve = detector_curve(docs, gold, parts, thresholds, config, work, f"cv{k}")
-    return {"k": k, "input": _rel(DEV_NOTES), "docs": len(docs), "config": config,
+    alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, f"cv{k}", {"name_rules": False})
+    return {"k": k, "detector_only_at_default": alone[0], "input": _rel(DEV_NOTES), "docs": len(docs), "config": config,
             "folds": [{"docs": len(f), "patients": len({i.split("-")[0] for i in f})} for f in folds],
             "trained_on": "the other folds' notes + data/asq-dev + scripts/phi_train_synth.py",
             "default_threshold": DEFAULT_THRESHOLD, "curve": curve,
@@ -469,8 +470,10 @@ def cross_style(thresholds, config: str, work: Path) -> dict:
                                          ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()})):
         docs, gold = load_set(notes, gold_path, None)
         model = detector_model(work, name, **args)
-        curve = detector_curve(docs, gold, [({d["id"] for d in docs}, model)], thresholds, config, work, name)
-        out[name] = {"input": _rel(notes), "docs": len(docs), "config": config, "default_threshold": DEFAULT_THRESHOLD,
+        parts = [({d["id"] for d in docs}, model)]
+        curve = detector_curve(docs, gold, parts, sorted(set(thresholds) | {DEFAULT_THRESHOLD}), config, work, name)
+        alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, name, {"name_rules": False})
+        out[name] = {"detector_only_at_default": alone[0],"input": _rel(notes), "docs": len(docs), "config": config, "default_threshold": DEFAULT_THRESHOLD,
                      "trained_on": ("data/deid-dev" if "asq" in name else "data/asq-dev")
                      + " + scripts/phi_train_synth.py", "curve": curve,
                      "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
@@ -586,8 +589,11 @@ def markdown(report: dict) -> str:
         lines += [f"\n### {title} ({sec['docs']} docs; detector trained on {sec['trained_on']})\n",
                   "| threshold | mentions left | values left | non-PHI tokens changed | " + " | ".join(types) + " |",
                   "|---:|---:|---:|---:|" + "---:|" * len(types)]
-        for c in sec["curve"]:
+        rows = sec["curve"] + ([{**sec["detector_only_at_default"], "alone": True}]
+                               if "detector_only_at_default" in sec else [])
+        for c in rows:
             mark = " (default)" if c["threshold"] == sec["default_threshold"] else ""
+            mark += ", detector without the name rules" if c.get("alone") else ""
             lines.append(f"| {c['threshold']}{mark} | {_pct(c['mention_leak'])} | {_pct(c['value_leak'])} | "
                          f"{_pct(c['non_phi_tokens'])} | " + " | ".join(
                              f"{_pct(c['mention_leak_by_type'].get(t))} / {_pct(c['value_leak_by_type'].get(t))}"

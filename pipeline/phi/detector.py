@@ -23,7 +23,7 @@ from pipeline.phi.lexicon import DATA, Lexicon, lexicon
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
 # The marginal probability of not being O that makes a token PHI (scripts/eval_phi.py --curve).
-DEFAULT_THRESHOLD = 0.3
+DEFAULT_THRESHOLD = 0.2
 HOSPITALS = DATA.parent / "us-hospitals" / "hospitals.csv"
 LABELS = ("PER", "LOC")
 ENTITY = {"PER": "PERSON", "LOC": "LOCATION"}
@@ -246,6 +246,23 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
                 ent[i] = ("B-" if first else "I-") + label
                 first = False
                 i += 1
+    # The nearest word before and after (across punctuation, within the line): "Mr. Lee",
+    # "wife (Ann)", "Lee, RN".
+    prev_word, next_word = [-1] * n, [-1] * n
+    last = -1
+    for i in range(n):
+        if newline[i]:
+            last = -1
+        prev_word[i] = last
+        if words[i]:
+            last = i
+    last = -1
+    for i in range(n - 1, -1, -1):
+        next_word[i] = last
+        if newline[i]:
+            last = -1
+        if words[i]:
+            last = i
     head = ["bias", "m=" + mode]
     feats = []
     for i in range(n):
@@ -274,6 +291,12 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
                 f += wf.pair(d, info[j][0], tags)
         if i and newline[i]:
             f.append("-1:newline")
+        j = prev_word[i]
+        if j >= 0 and j < i - 1:                    # a word before, punctuation between
+            f += ["pw=" + lows[j]] + ["pwx=" + t for t in info[j][0]]
+        j = next_word[i]
+        if j > i + 1:
+            f += ["nw=" + lows[j]] + ["nwx=" + t for t in info[j][0]]
         feats.append(f)
     return feats
 

