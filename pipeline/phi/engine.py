@@ -149,9 +149,8 @@ class PhiEngine:
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
-        recognizers = [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer()]
-        if ner_used:
-            recognizers.append(ner_person_recognizer(self.profile))
+        recognizers = [ner_person_recognizer(self.profile)] if ner_used else []
+        recognizers += [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer()]
         if self.profile == "clinical":
             from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
