@@ -50,7 +50,6 @@ moved returned return discharged dc dced arrived came come brought screened acce
 referred transported flown flew drove treated seen evaluated visited lives living lived resides residing
 born raised works worked located visiting vacation home""".split())
 PREP = frozenset("to from at in into near of via @".split())
-CUE_TAGS = (("title", TITLE), ("role", ROLE), ("rel", RELATION), ("speech", SPEECH), ("move", MOVE), ("prep", PREP))
 # Words of a facility's name that are not the name itself; the list's frequent words are learned
 # from data/us-hospitals (see _hospital_words); these are the ones outside it.
 FACILITY_EXTRA = frozenset("""hospital hosp hospitals clinic clinics center centre ctr med medical health
@@ -124,7 +123,18 @@ def _lex_tags(low: str, word: str, lex: Lexicon, hosp) -> list[str]:
         tags.append("hname")
     if low in initials and word.isupper() and len(word) > 1:
         tags.append("hinit")
-    tags += [tag for tag, words in CUE_TAGS if low in words]
+    if low in TITLE:
+        tags.append("title")
+    if low in ROLE:
+        tags.append("role")
+    if low in RELATION:
+        tags.append("rel")
+    if low in SPEECH:
+        tags.append("speech")
+    if low in MOVE:
+        tags.append("move")
+    if low in PREP:
+        tags.append("prep")
     return tags or ["nolist"]
 
 
