@@ -422,7 +422,7 @@ def detector_recognizer(model_path: str | Path | None = None, threshold: float =
 
 # ---------------------------------------------------------------- training
 
-TRAIN_PARAMS = {"c1": 0.05, "c2": 0.01, "max_iterations": 150, "feature.possible_transitions": True,
+TRAIN_PARAMS = {"c1": 0.05, "c2": 0.01, "max_iterations": 100, "feature.possible_transitions": True,
                 "feature.minfreq": 2}
 
 
