@@ -306,10 +306,18 @@ def test_detector_threshold_moves_recall(detector):
 
 
 def test_detector_training_is_deterministic(tmp_path):
+    import os
+    import subprocess
+    import sys
     from phi_train_synth import make_training_documents
     from pipeline.phi.detector import PhiDetector, train
     docs = make_training_documents(80, seed=5)
-    assert docs == make_training_documents(80, seed=5)
+    # the same text in another process whose string hashes differ (no set order leaks in)
+    code = ("import json, sys; sys.path.insert(0, 'scripts'); from phi_train_synth import make_training_documents; "
+            "print(json.dumps(make_training_documents(80, seed=5)))")
+    other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    assert json.loads(other.stdout) == json.loads(json.dumps(docs))
     examples = [(d["text"], d["spans"], None) for d in docs]
     a, b = tmp_path / "a.crfsuite", tmp_path / "b.crfsuite"
     train(examples, a, {"max_iterations": 15})
