@@ -180,18 +180,23 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def run_measured(cmd: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> dict:
-    """Run cmd (cwd = repo root); CPU seconds of it and its waited-for children, wall seconds."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Run cmd (cwd = repo root); CPU seconds of it and its waited-for children (its own
+    rusage from wait4, so runs may go side by side: --jobs), wall seconds."""
     t0 = time.perf_counter()
     with open(log, "w") as logf:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = usage.ru_utime + usage.ru_stime
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-6:]
         raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
     return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2)}
+
+
+# Stage runs of the detector curves that may go side by side (--jobs).
+JOBS = 1
 
 
 def read_stage_output(out_dir: Path, docs: list[dict]) -> tuple[dict, int]:
@@ -426,18 +431,26 @@ def detector_curve(docs: list[dict], gold: dict, parts: list[tuple[set[str], Pat
                    work: Path, name: str, options: dict | None = None) -> list[dict]:
     """The stage at each threshold, each part of the documents (a fold) with its own model,
     scored over all documents together."""
+    from concurrent.futures import ThreadPoolExecutor
     originals = {d["id"]: d["text"] for d in docs}
+    runs = [(thr, i, [d for d in docs if d["id"] in ids], model) for thr in thresholds
+            for i, (ids, model) in enumerate(parts)]
+
+    def one(run):
+        thr, i, part, model = run
+        print(f"[{name}] part {i + 1}/{len(parts)}, threshold {thr}: {len(part)} docs ...", file=sys.stderr, flush=True)
+        return run_stage(part, config, work, f"{name}-{i}-t{thr}" + ("-options" if options else ""),
+                         {"detector_path": str(model), "detector_threshold": thr, **(options or {})})
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = list(pool.map(one, runs))
     curve = []
     for thr in thresholds:
         outputs, cpu = {}, 0.0
-        for i, (ids, model) in enumerate(parts):
-            part = [d for d in docs if d["id"] in ids]
-            print(f"[{name}] part {i + 1}/{len(parts)}, threshold {thr}: {len(part)} docs ...", file=sys.stderr,
-                  flush=True)
-            out, meta = run_stage(part, config, work, f"{name}-{i}-t{thr}" + ("-options" if options else ""),
-                                  {"detector_path": str(model), "detector_threshold": thr, **(options or {})})
-            outputs.update(out)
-            cpu += meta["cpu_seconds"]
+        for (t, _, _, _), (out, meta) in zip(runs, results):
+            if t == thr:
+                outputs.update(out)
+                cpu += meta["cpu_seconds"]
         curve.append(_curve_point(thr, score(originals, outputs, gold), cpu, len(docs)))
     return curve
 
@@ -681,6 +694,8 @@ def main() -> int:
                     help="N documents of persons and places from mimesis (scripts/phi_synth_mimesis.py)")
     ap.add_argument("--stage-root", type=Path,
                     help="run the stage of another checkout (e.g. an export of main) to compare engines")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="stage runs of the --cv / --cross-style curves side by side (CPU seconds stay per run)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--leaks", type=Path, help="write leaked mentions (with context) per system to this folder")
     ap.add_argument("--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; "
@@ -701,6 +716,8 @@ def main() -> int:
         ap.error(f"--curve: not a list of numbers: {args.curve!r}")
     if any(not 0 < t < 1 for t in thresholds):
         ap.error("--curve: thresholds lie strictly between 0 and 1")
+    global JOBS
+    JOBS = max(1, args.jobs)
     if args.stage_root:
         global STAGE_ROOT
         STAGE_ROOT = args.stage_root.resolve()
