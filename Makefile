@@ -9,7 +9,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -35,14 +35,20 @@ test: setup
 	.venv-bench/bin/python -m pip install -q -r bench/requirements-datatrove.txt
 	touch $@
 
-# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale") and
-# bench/heuristics.json; the tables in README and docs/ are checked against them by `make figures`.
+# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale"),
+# bench/heuristics.json and bench/heuristics_compat.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
+	$(BIN)/python scripts/bench_heuristics_compat.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+
+# heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
+# documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.
+bench-heuristics-compat: setup .venv-bench/.installed
+	$(BIN)/python scripts/bench_heuristics_compat.py
 
 # Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
 bench-retune: setup
