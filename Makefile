@@ -14,7 +14,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -87,14 +87,21 @@ docs: setup
 	.venv-philter/bin/python scripts/philter_anchor.py install-tagger
 	touch $@
 
-# PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes, multi-locale synthetic PHI,
-# abstracts; writes bench/phi_eval.json.
+# PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes and asq-dev (in-sample for
+# the committed detector), patient-level 5-fold CV and cross-style curves of the detector,
+# mimesis and multi-locale synthetic PHI, abstracts; writes bench/phi_eval.json.
 eval-phi: setup .venv-philter/.installed
-	$(BIN)/python scripts/eval_phi.py --dev --anchors --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
+	$(BIN)/python scripts/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --mimesis 300 \
+	  --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
 
 # Rebuild the committed KenLM model (data/models/pubmed_lm.binary) from the reference file.
 models: setup kenlm-tools
 	$(BIN)/python scripts/build_kenlm.py --build-kenlm
+	$(BIN)/python scripts/train_phi_detector.py
+
+# The PHI name and place detector alone (data/phi/phi_detector.crfsuite, byte-identical rebuild).
+phi-detector: setup
+	$(BIN)/python scripts/train_phi_detector.py
 
 # lmplz/build_binary need Boost and cmake (Debian packages), only for `make models`.
 kenlm-tools:

@@ -316,13 +316,15 @@ def test_meta_redact_runs_each_value_through_the_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDPREP_PHI_KEY", KEY)
     stage = PhiDeidentify(PhiConfig(meta_fields="redact"), None)
     stage.setup()
-    meta = json.dumps({"patient_name": "Eleanor Vasquez-Hale", "ssn": "536-22-8914", "ward": "cardiology",
+    # A "ward" field names a place (wards are PHI: "Quartermain 2"), which the clinical detector
+    # may redact; a medical service is no place and stays.
+    meta = json.dumps({"patient_name": "Eleanor Vasquez-Hale", "ssn": "536-22-8914", "service": "cardiology",
                        "visits": 3})
     table = pa.table({"id": ["Vasquez-Hale_Eleanor_MRN0012345"], "text": ["Chest pain resolved."], "meta": [meta],
                       "attending": ["Dr. Priya Raman"], "bed": [12]})
     out = stage.process(table).to_pylist()[0]
     redacted = json.loads(out["meta"])
-    assert redacted["ward"] == "cardiology" and redacted["visits"] == 3
+    assert redacted["service"] == "cardiology" and redacted["visits"] == 3
     assert "Eleanor" not in out["meta"] and "536-22-8914" not in out["meta"]
     assert "Priya" not in out["attending"] and out["bed"] == 12
     assert out["id"] == pseudonymize(["Vasquez-Hale_Eleanor_MRN0012345"], bytes.fromhex(KEY))[0]

@@ -499,5 +499,8 @@ class ClinicalNumberRecognizer(RuleRecognizer):
         return out
 
 
-def clinical_recognizers() -> list[EntityRecognizer]:
-    return [ClinicalNameRecognizer(), ClinicalPlaceRecognizer(), ClinicalDateRecognizer(), ClinicalNumberRecognizer()]
+def clinical_recognizers(name_rules: bool = True) -> list[EntityRecognizer]:
+    """The clinical profile's rules; `name_rules`: with the name and place rules, which stand
+    beside the learned detector (pipeline/phi/detector.py) as a union."""
+    rules = [ClinicalNameRecognizer(), ClinicalPlaceRecognizer()] if name_rules else []
+    return [*rules, ClinicalDateRecognizer(), ClinicalNumberRecognizer()]
