@@ -29,7 +29,7 @@ from collections import OrderedDict
 import numpy as np
 import pyarrow as pa
 
-from pipeline.storage import RunPath
+from pipeline.runpath import RunPath
 
 log = logging.getLogger("medprep")
 
@@ -205,7 +205,7 @@ def namespaces(root: RunPath) -> dict[str, list[RunPath]]:
 
 def keys_in_use(run_dir: RunPath) -> set[str]:
     """Cache keys the finished stages of the run folder list in their stats.json."""
-    from pipeline.storage import read_json
+    from pipeline.runpath import read_json
     used: set[str] = set()
     for stats in (run_dir / "stages").glob("*/stats.json"):
         try:

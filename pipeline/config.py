@@ -11,7 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.storage import RunPath
+from pipeline.runpath import RunPath
 from pipeline.errors import ConfigError
 from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
 

@@ -1,4 +1,4 @@
-"""Executors: who runs a stage's shard tasks. The same contract for both (see store.py):
+"""Executors: who runs a stage's shard tasks. The same contract for both (see shards.py):
 a task is one input shard, a worker holds one stage instance set up once (models loaded
 once per worker), and a task writes its shard's files and marker itself, so the driver
 only hands out shard descriptors and commits.
@@ -19,7 +19,7 @@ from collections import Counter
 import pyarrow as pa
 
 from pipeline.errors import UserError
-from pipeline.storage import RunPath, task_folder
+from pipeline.runpath import RunPath, task_folder
 from pipeline.stages.base import StageFailed
 
 log = logging.getLogger("medprep")
@@ -41,19 +41,19 @@ def shard_of(task: dict):
     from pipeline.inputs import InputShard
     return InputShard(task["name"], RunPath.of(task["path"]), task.get("rows"),
                       RunPath.of(task["aside_path"]) if task.get("aside_path") else None,
-                      bool(task.get("persistent")))
+                      bool(task.get("stage_output")))
 
 
 def rewrite_shard(stage, task: dict, transform) -> dict:
     """Read one input shard, write `transform(table, first_row)` of each batch to
     data/NAME.arrow and removed/NAME.arrow (rows with a reason), then the marker. The
     shard's set-aside records go first. Returns the marker (counts and batch stats)."""
-    from pipeline.store import ShardFiles, read_shard_refs, shard_schema
+    from pipeline.shards import ShardFiles, read_shard_refs, shard_schema
     shard = shard_of(task)
     folder = task_folder(task)
     # A stage that does not change the text, reading texts that stay in the run folder (another
     # stage's output, not the source cut into input shards), writes where they are, not a copy.
-    text_refs = bool(task.get("persistent")) and not stage.rewrites_text
+    text_refs = bool(task.get("stage_output")) and not stage.rewrites_text
     out = ShardFiles(folder, shard.name, keep_removed_text=task["keep_removed_text"], text_refs=text_refs)
     totals: Counter = Counter()
     row = task.get("row0", 0)

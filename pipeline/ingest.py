@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 from pipeline.readers import expand_paths, read_documents
 from pipeline.inputs import IdCounter, InputShard, StageInputs
 from pipeline.stages.base import Stage
-from pipeline.storage import RunPath, load_npy, save_npy, task_fields, task_folder
-from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
+from pipeline.runpath import RunPath, load_npy, read_json, save_npy, task_fields, task_folder, write_json
+from pipeline.shards import ArrowFile, ShardWriter
 
 DONE = "_DONE.json"
 

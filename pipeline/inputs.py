@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.readers import ReaderBatch
-from pipeline.storage import RunPath, as_run_path, task_fields
+from pipeline.runpath import RunPath, as_run_path, task_fields
 
 
 @dataclass
@@ -23,7 +23,7 @@ class InputShard:
     aside_path: RunPath | None = None
     # A finished stage's output (its texts stay in the run folder), not the source cut into
     # the first stage's input shards (removed when that stage commits).
-    persistent: bool = False
+    stage_output: bool = False
 
     def set_aside(self) -> list[tuple[str, str]]:
         if self.aside_path is None or not as_run_path(self.aside_path).exists():
@@ -33,7 +33,7 @@ class InputShard:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "path": str(self.path), "rows": self.rows,
-                "aside_path": str(self.aside_path) if self.aside_path else None, "persistent": self.persistent}
+                "aside_path": str(self.aside_path) if self.aside_path else None, "stage_output": self.stage_output}
 
 
 class StageInputs:
@@ -69,7 +69,7 @@ class StageInputs:
         if self.shards is not None:
             return
         import json
-        from pipeline.store import ShardWriter
+        from pipeline.shards import ShardWriter
         if self.output is None:
             raise RuntimeError("StageInputs: bind(output) before running shard tasks")
         folder = self.output.tmp / "input"
@@ -80,7 +80,7 @@ class StageInputs:
             writer.write(batch.table)
         writer.close()
         if not writer.names:
-            from pipeline.store import ArrowFile
+            from pipeline.shards import ArrowFile
             ArrowFile(folder / "00000.arrow", None).close()
         aside_path = None
         if aside:
@@ -136,7 +136,7 @@ class StageInputs:
         if self.shards is None:
             yield "00000", self._open(), []
             return
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         for shard in self.shards:
             yield shard.name, (ReaderBatch(t) for t in read_shard(shard.path, self.batch_size)), shard.set_aside()
 

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.storage import RunPath, as_run_path
-from pipeline.store import read_shard, STATS, is_purged, read_json, shards
+from pipeline.runpath import RunPath, as_run_path, read_json
+from pipeline.shards import STATS, is_purged, read_shard, shard_paths
 
 DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharmacokinetics", "immunohistochemistry",
                 "dexamethasone", "randomized", "cardiovascular", "chemotherapy", "mitochondrial", "glucocorticoid",
@@ -35,7 +35,7 @@ def _stage_dir(run_dir: Path, s: dict) -> Path:
 
 def _read(folder: Path, sub: str = "data", columns=None, limit=SAMPLE) -> pa.Table | None:
     tables, n = [], 0
-    for f in shards(folder, sub):
+    for f in shard_paths(folder, sub):
         for t in read_shard(f, None, list(columns) if columns else None):
             tables.append(t)
             n += t.num_rows
@@ -101,7 +101,7 @@ def _texts_of(folder: Path, ids: set[str], id_map=None) -> dict[str, str]:
     `id_map` turns the folder's ids into the wanted ones (phi's input ids into pseudonyms)."""
     found: dict[str, str] = {}
     wanted = pa.array(sorted(ids), pa.string())
-    for f in shards(folder):
+    for f in shard_paths(folder):
         for batch in read_shard(f, None, ["id", "text"]):
             batch_ids = batch["id"]
             if id_map is not None:

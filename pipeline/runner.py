@@ -17,8 +17,8 @@ from pipeline.errors import UserError
 from pipeline.stages import GROUPS, REGISTRY
 from pipeline.inputs import StageInputs
 from pipeline.stages.base import DocumentStage, RunContext
-from pipeline.storage import RunPath, task_fields
-from pipeline.store import STATS, StageOutput, is_done, is_purged, read_json, write_json
+from pipeline.runpath import RunPath, read_json, task_fields, write_json
+from pipeline.shards import STATS, StageOutput, is_done, is_purged
 
 log = logging.getLogger("medprep")
 
@@ -170,11 +170,11 @@ def _context(config: Config, spec: StageSpec, stage_dir: Path, stage_dirs: dict[
     return RunContext(run_dir=config.output_dir, stage_dir=stage_dir, seed=run.seed,
                       batch_size=run.batch_size, shard_size=run.shard_size, num_proc=run.num_proc,
                       progress=run.progress and sys.stderr.isatty(), upstream=upstream,
-                      artifacts=stage_artifacts(config, spec, stage_dirs or stage_dirs_for(config)),
+                      read_paths=read_paths(config, spec, stage_dirs or stage_dirs_for(config)),
                       cache=run_cache(config, spec))
 
 
-def stage_artifacts(config: Config, spec: StageSpec, stage_dirs: dict[str, Path]) -> dict[str, Path]:
+def read_paths(config: Config, spec: StageSpec, stage_dirs: dict[str, Path]) -> dict[str, Path]:
     """pack's tokenizer.json: the tokenizer stage's own output if it has finished (its folder,
     wherever `pipeline.stage tokenizer --output` put it), else the run's published copy, else
     the file the tokenizer stage loads (`tokenizer_path`)."""
@@ -247,7 +247,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     """A stage's input: given files or the source (first stage), cut into shards once the
     stage folder exists; or the previous stage's output shards. (open(output), fingerprint)."""
     from pipeline.inputs import InputShard
-    from pipeline.store import stage_shards
+    from pipeline.shards import stage_shards
     run = config.run
     idx = config.stages.index(spec)
     if input_paths is not None or idx == 0:
@@ -263,7 +263,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     prev = config.stages[idx - 1]
     prev_dir = stage_dirs[prev.name]
     if is_purged(prev_dir) and not is_done(prev_dir):
-        from pipeline.store import PURGED
+        from pipeline.shards import PURGED
         if "keep: final" in (prev_dir / PURGED).read_text(encoding="utf-8"):
             raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', whose documents were removed "
                             f"after the last run (keep: final; {prev_dir}); rerun the chain "
@@ -276,7 +276,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
                         "first, or give --input")
     prev_stats = read_json(prev_dir / STATS)
-    shards_in = [InputShard(name, path, rows, persistent=True) for name, path, rows in stage_shards(prev_dir)]
+    shards_in = [InputShard(name, path, rows, stage_output=True) for name, path, rows in stage_shards(prev_dir)]
     return (lambda output, executor: StageInputs(shards=shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
 
 
@@ -364,9 +364,9 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
 
 
 def _publish(stage, folder: RunPath, run_dir: RunPath) -> None:
-    """Hard-link a stage's artifacts (tokenizer.json, final/) to their place in the run folder
+    """Hard-link the files a stage publishes (tokenizer.json, final/) to their place in the run folder
     (on an object store: a server-side copy)."""
-    for src_rel, dst_rel in stage.artifacts.items():
+    for src_rel, dst_rel in stage.publishes.items():
         src, dst = folder / src_rel, run_dir / dst_rel
         if not src.exists():
             continue
@@ -443,7 +443,7 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
 def keep_final_only(stage_dirs: dict[str, Path]) -> None:
     """`keep: final`: each stage keeps stats.json and removed/; its documents go (_SUCCESS
     first, _PURGED last, as the PHI purge does), so the next run recomputes the stage."""
-    from pipeline.store import PURGED, SUCCESS
+    from pipeline.shards import PURGED, SUCCESS
     for folder in stage_dirs.values():
         if not folder.is_dir():
             continue

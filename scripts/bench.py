@@ -133,7 +133,7 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     from pipeline.stages import REGISTRY
     from pipeline.stages.base import RunContext, StageInputs
     from pipeline.readers import ReaderBatch
-    from pipeline.store import StageOutput
+    from pipeline.shards import StageOutput
     import pyarrow as pa
 
     table = _load_normalized(NOTES if stage == "phi_notes" else corpus, 10**9)
@@ -150,7 +150,7 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     out_dir = WORK / "stage_out" / stage
     upstream = {n: cfg.stage(n).config for n in REGISTRY[spec.name].needs if cfg.has_stage(n)}
     ctx = RunContext(run_dir=WORK, stage_dir=out_dir, seed=1, batch_size=batch_size, shard_size=50_000, num_proc=1,
-                     progress=False, upstream=upstream, artifacts={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
+                     progress=False, upstream=upstream, read_paths={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
     obj = REGISTRY[spec.name](spec.config, ctx)
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)

@@ -58,7 +58,7 @@ def run_cli(*args, check=True, cwd=ROOT, timeout=900):
 
 def read_arrow_dir(folder: Path) -> pa.Table | None:
     """A stage's data/ or removed/ folder as one table, through the store's one reader."""
-    from pipeline.store import read_table
+    from pipeline.shards import read_table
     folder = Path(folder)
     return read_table(folder.parent, folder.name)
 

@@ -81,13 +81,13 @@ def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
 def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, tmp_path, monkeypatch):
     """The run folder named by URI (file://, as s3:// or gs:// would be) with commit: direct,
     as on an object store: no file or folder is renamed, and the bytes are the local run's."""
-    import pipeline.storage
+    import pipeline.runpath
     from pipeline.config import load_config
     from pipeline.runner import run_chain
 
     out = tmp_path / "direct"
     renamed = []
-    monkeypatch.setattr(pipeline.storage.RunPath, "rename", lambda self, target: renamed.append(str(self)))
+    monkeypatch.setattr(pipeline.runpath.RunPath, "rename", lambda self, target: renamed.append(str(self)))
     real_replace = os.replace
 
     def no_replace_in_run(src, dst, *args, **kwargs):
@@ -112,10 +112,10 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
 
 def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_ray):
     """normalize and phi write texts; langid, heuristics, dedup, split, tokenizer and pack's
-    data/ hold where each text is, and every reader of store.py gets whole documents back."""
+    data/ hold where each text is, and every reader of shards.py gets whole documents back."""
     import pyarrow as pa
 
-    from pipeline.store import TEXT_FILE, TEXT_ROW, read_table, shard_schema
+    from pipeline.shards import TEXT_FILE, TEXT_ROW, read_table, shard_schema
     run = local_and_ray["local"]
     stages = sorted(p.name for p in (run / "stages").iterdir())
     writers = {"01_normalize", "04_phi"}
@@ -162,7 +162,7 @@ class InterruptedHeuristics(Heuristics):
 
 
 def main(config_path, executor):
-    from pipeline.cli_common import user_errors
+    from pipeline.cli import user_errors
     from pipeline.config import load_config
     from pipeline.runner import run_chain
     from pipeline.stages import REGISTRY

@@ -13,7 +13,7 @@ from pipeline.readers import ReaderBatch
 from pipeline.stages.base import RunContext, StageInputs
 from pipeline.stages.pack import Pack, PackConfig, shuffle_keys
 from pipeline.stages.tokenizer import TOKENIZER_FILE, build_trainer, TokenizerConfig
-from pipeline.store import StageOutput
+from pipeline.shards import StageOutput
 from pipeline.writers import read_megatron
 
 SEQ_LEN = 256
@@ -39,7 +39,7 @@ def run_pack(corpus, folder: Path, seed: int = 5, **options) -> tuple[dict, Path
     batches = [table.slice(i, 64) for i in range(0, table.num_rows, 64)]
     inputs = StageInputs(lambda: iter([ReaderBatch(b) for b in batches]), table.num_rows)
     ctx = RunContext(run_dir=run_dir, stage_dir=folder, seed=seed, batch_size=64, shard_size=1000, num_proc=1,
-                     progress=False, artifacts={TOKENIZER_FILE: run_dir / "tokenizer" / TOKENIZER_FILE})
+                     progress=False, read_paths={TOKENIZER_FILE: run_dir / "tokenizer" / TOKENIZER_FILE})
     output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
     inputs.bind(output)
     stats = Pack(PackConfig(seq_len=SEQ_LEN, **options), ctx).run(inputs, output)

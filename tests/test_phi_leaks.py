@@ -333,7 +333,7 @@ def test_key_sources(tmp_path, monkeypatch):
 
 def test_a_type_clash_names_columns_not_values(tmp_path):
     from pipeline.errors import UserError
-    from pipeline.store import ShardWriter
+    from pipeline.shards import ShardWriter
     writer = ShardWriter(tmp_path, None, 10)
     writer.write(pa.table({"id": ["a"], "age": [93]}))
     with pytest.raises(UserError) as err:

@@ -14,7 +14,7 @@ from pipeline.phi.placeholders import placeholder_tokens
 from pipeline.readers import ReaderBatch
 from pipeline.stages.base import RunContext, StageInputs
 from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, TrainTokenizer
-from pipeline.store import StageOutput
+from pipeline.shards import StageOutput
 from pipeline.tokenizer_compare import gpt2_tokenizer
 
 

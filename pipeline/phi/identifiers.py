@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 from pipeline.documents import REMOVED_SCHEMA
 from pipeline.errors import ConfigError
 from pipeline.phi.secret import load_phi_key, phi_key_source
-from pipeline.storage import RunPath, as_run_path
-from pipeline.store import PURGED, STATS, SUCCESS, is_done, is_purged
+from pipeline.runpath import RunPath, as_run_path
+from pipeline.shards import PURGED, STATS, SUCCESS, is_done, is_purged
 
 PREFIX = "doc-"
 # Annotation columns the stages write (their output_fields); never meta, never PHI.

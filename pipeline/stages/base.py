@@ -37,7 +37,7 @@ class RunContext:
     # the whole config: the options of the stages it names in `needs` (those in the chain),
     # and files other stages made (pack: "tokenizer.json").
     upstream: dict = field(default_factory=dict)
-    artifacts: dict = field(default_factory=dict)
+    read_paths: dict = field(default_factory=dict)
     # The cache of per-document results (pipeline/cache.py): root, direct, max_mb, and the
     # stage's namespace where it caches (phi). Empty: no cache.
     cache: dict = field(default_factory=dict)
@@ -49,11 +49,11 @@ class Stage:
     Config: ClassVar[type[StageConfig]] = StageConfig
     kind: ClassVar[str] = "document"         # set by DocumentStage / GlobalStage
     # Files of the stage folder published into the run folder: {stage-relative: run-relative}.
-    artifacts: ClassVar[dict[str, str]] = {}
+    publishes: ClassVar[dict[str, str]] = {}
     # Other stages whose options this one reads (ctx.upstream), when they are in the chain.
     needs: ClassVar[tuple[str, ...]] = ()
     # Whether the stage changes documents' text (normalize, phi): such a stage writes the texts;
-    # any other refers to where they already are (store.py).
+    # any other refers to where they already are (shards.py).
     rewrites_text: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: RunContext):
@@ -107,7 +107,7 @@ class Stage:
 
     def ids_of_rows(self, task: dict) -> dict:
         """Ids of the given rows (shard-local numbers) of the input shard."""
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         wanted = np.asarray(task["rows"], np.int64)
         if not len(wanted):
             return {"ids": []}
@@ -188,7 +188,7 @@ class DocumentStage(Stage):
         shard's output as `process` gives it, without setup() (the executor skips it)."""
         from pipeline.documents import set_column
         from pipeline.executor import rewrite_shard
-        from pipeline.storage import ipc_stream_reader
+        from pipeline.runpath import ipc_stream_reader
         path = scores_file(task)
         stored = ipc_stream_reader(path).read_all()
         if task.get("rows") is not None and task["rows"] != stored.num_rows:
@@ -212,7 +212,7 @@ class DocumentStage(Stage):
 def scores_file(task: dict):
     """A shard's stored score columns: cache/scores/<stage>/<score fingerprint>/NAME.arrow in
     the run folder (or the config's cache.folder)."""
-    from pipeline.storage import RunPath
+    from pipeline.runpath import RunPath
     return RunPath.of(task["scores"], direct=bool(task.get("direct"))) / f"{task['name']}.arrow"
 
 

@@ -12,7 +12,7 @@ from typing import Literal
 import numpy as np
 import xxhash
 
-from pipeline.storage import load_npy, save_npy, task_folder
+from pipeline.runpath import load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
 from pipeline.stages.base import GlobalStage, StageConfig
 
@@ -36,7 +36,7 @@ class ExactDedup(GlobalStage):
     Config = ExactDedupConfig
 
     def hash_shard(self, task: dict) -> dict:
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase)
                  for t in read_shard(task["path"], task["batch_size"], ["text"])]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)

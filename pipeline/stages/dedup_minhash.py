@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
+from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
 from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -70,7 +70,7 @@ class MinHashDedup(GlobalStage):
 
     def signature_shard(self, task: dict) -> dict:
         """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition."""
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         cfg = self.config
         bands, rows = cfg.bands()
         hasher = cfg.hasher()

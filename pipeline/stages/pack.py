@@ -33,8 +33,8 @@ from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
-from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
-from pipeline.store import WRITE_CHUNK
+from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy, task_folder
+from pipeline.shards import WRITE_CHUNK
 from pipeline.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
 
 FORMATS = ("datasets", "megatron", "flat")
@@ -141,13 +141,13 @@ class Pack(GlobalStage):
     name = "pack"
     summary = "tokenize, shuffle, EOS between documents, pack into seq_len int32 sequences (final/)"
     Config = PackConfig
-    artifacts = {"final": "final"}
+    publishes = {"final": "final"}
 
     def _tokenizer(self):
         from tokenizers import Tokenizer
 
-        # The runner resolves which tokenizer.json (see runner.stage_artifacts).
-        path = self.ctx.artifacts.get(TOKENIZER_FILE)
+        # The runner resolves which tokenizer.json (see runner.read_paths).
+        path = self.ctx.read_paths.get(TOKENIZER_FILE)
         if path is None or not as_run_path(path).exists():
             where = path or self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE
             raise UserError(f"pack needs a tokenizer: {where} does not exist; run the tokenizer stage first")

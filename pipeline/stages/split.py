@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
-from pipeline.storage import load_npy, save_npy, task_folder
+from pipeline.runpath import load_npy, save_npy, task_folder
 from pipeline.documents import set_column
 from pipeline.minhash import band_keys
 from pipeline.stages.base import GlobalStage, StageConfig

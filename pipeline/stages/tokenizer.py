@@ -180,7 +180,7 @@ class TrainTokenizer(GlobalStage):
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
     needs = ("phi", "pack")          # placeholders when phi runs; pack's seq_len for the comparison
-    artifacts = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
+    publishes = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
 
     def fingerprint_files(self) -> list[Path]:
         # The compared tokenizer.json files change the stats, so their content counts too.

@@ -14,7 +14,7 @@ Shards are Arrow IPC streams (zstd-compressed buffers). A stage that does not ch
 text (rewrites_text False) and reads another stage's output writes, in the text column's
 place, where each text is (_text_file, _text_row): the run folder holds a text once per stage
 that changes it, not once per stage. Where the filesystem has no rename (an object store;
-storage.py), files are written at their final names and the marker and _SUCCESS order alone
+runpath.py), files are written at their final names and the marker and _SUCCESS order alone
 makes them safe: the stage folder is written in place, not in <folder>.tmp.
 
 This module is the one reader of the shard format (`read_shard`, `stage_shards`,
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.documents import DUPLICATE_OF, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
-from pipeline.storage import RunPath, as_run_path, read_json, write_json  # noqa: F401  (re-exported)
+from pipeline.runpath import RunPath, as_run_path, read_json, write_json
 
 SUCCESS = "_SUCCESS"
 # Written instead of _SUCCESS when a stage before `phi` had its raw documents removed after
@@ -56,7 +56,7 @@ def is_purged(folder) -> bool:
     return (as_run_path(folder) / PURGED).exists()
 
 
-def shards(folder, sub: str = "data") -> list[RunPath]:
+def shard_paths(folder, sub: str = "data") -> list[RunPath]:
     return (as_run_path(folder) / sub).glob("*.arrow")
 
 
@@ -184,7 +184,7 @@ def shard_schema(path) -> pa.Schema:
 
 def read_table(folder, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
     """All shards of a stage folder's data/ (or removed/) as one table, in shard order."""
-    tables = [t for f in shards(folder, sub) for t in read_shard(f, None, columns)]
+    tables = [t for f in shard_paths(folder, sub) for t in read_shard(f, None, columns)]
     return pa.concat_tables(tables) if tables else None
 
 
@@ -192,7 +192,7 @@ def stage_shards(folder) -> list[tuple[str, RunPath, int | None]]:
     """(name, data file, rows) of a finished stage's output shards, in name order."""
     folder = as_run_path(folder)
     out = []
-    for f in shards(folder):
+    for f in shard_paths(folder):
         marker = folder / MARKERS / f"{f.stem}.json"
         rows = read_json(marker)["docs_out"] if marker.exists() else None
         out.append((f.stem, f, rows))
