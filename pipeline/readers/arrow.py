@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.readers import ReaderBatch
+from pipeline.readers.batch import ReaderBatch
 
 
 def read(files: list[Path], batch_size: int):
