@@ -67,9 +67,11 @@ def main(argv: list[str] | None = None) -> None:
 
     with user_errors():
         if args.command == "stages":
-            from pipeline.stages import CHAIN_ORDER, GROUPS, REGISTRY
-            for name in CHAIN_ORDER:
-                print(f"{name:14s} {REGISTRY[name].summary}")
+            from pipeline.stages import GROUPS, REGISTRY, plugins
+            for name in REGISTRY.names():
+                stage = REGISTRY[name]
+                where = f" (from {plugins()[name].value}, after {stage.after})" if name in plugins() else ""
+                print(f"{name:14s} {stage.summary}{where}")
             for group, members in GROUPS.items():
                 print(f"{group:14s} group: {' -> '.join(members)}")
         elif args.command == "run":

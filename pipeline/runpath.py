@@ -219,16 +219,6 @@ class RunPath:
             self.fs.delete_file(self.path)
 
 
-def task_folder(task: dict) -> RunPath:
-    """The folder a shard task writes into (tasks travel as JSON: a location string and the
-    commit mode)."""
-    return RunPath.of(task["folder"], direct=bool(task.get("direct")))
-
-
-def task_fields(folder: RunPath) -> dict:
-    return {"folder": str(folder), "direct": folder.direct}
-
-
 def _plain(exc: OSError, path: RunPath) -> OSError:
     """pyarrow's OSError as the os module raises it: errno, its short text, the path."""
     if exc.errno:

@@ -63,6 +63,19 @@ def read_arrow_dir(folder: Path) -> pa.Table | None:
     return read_table(folder.parent, folder.name)
 
 
+def shard_inputs(table: pa.Table, folder: Path, batch_size: int):
+    """A table as a stage's input: one shard on disk, as the source is cut into shards."""
+    from pipeline.inputs import StageInputs
+    from pipeline.runpath import RunPath
+    from pipeline.shards import ShardWriter
+    from pipeline.tasks import InputShard
+    writer = ShardWriter(folder, None, max(table.num_rows, 1))
+    writer.write(table)
+    writer.close()
+    return StageInputs([InputShard("00000", RunPath.of(folder / "00000.arrow"), table.num_rows)],
+                       batch_size=batch_size)
+
+
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
