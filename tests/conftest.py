@@ -41,6 +41,16 @@ def english_texts(real_docs) -> list[str]:
     return [d["text"] for d in real_docs if d["language"] == "eng"]
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One run of configs/tiny.yaml (the whole chain on 300 real abstracts), shared by the tests
+    that read a finished run: accounting, the packed round trip, the report, and the reference
+    bytes that other runs (num_proc 2, killed and resumed, keep: final) must reproduce."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    run_cli("-m", "pipeline", "run", "--config", str(ROOT / "configs/tiny.yaml"), "--output", str(out))
+    return out
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:

@@ -178,3 +178,21 @@ def test_prune_removes_what_no_finished_stage_lists(tmp_path, notes, monkeypatch
     trimmed = run_cli("-m", "pipeline", "cache", "--config", str(small), "--prune").stdout
     assert f"removed cache/phi/{current}/" in trimmed and "over cache.max_mb" in trimmed
     assert not list((tmp_path / f"run/cache/phi/{current}").glob("*.arrow"))
+
+
+def test_a_new_key_reruns_phi_with_surrogates_and_kept_ids(tmp_path, notes, monkeypatch):
+    """Surrogates are keyed: with `mode: surrogate` and `id_mode: keep` the key still shapes the
+    output, so a new key reruns phi (its fingerprint and its cache namespace change) and gives
+    other surrogates; the same key skips it."""
+    src = write_jsonl(tmp_path / "n.jsonl", notes[:4])
+    cfg = write_config(tmp_path / "s.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\nreport: false\n"
+                                            "stages: [{phi: {mode: surrogate, id_mode: keep, profile: clinical}}]\n")
+    first = _run(cfg)
+    texts = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
+    assert _run(cfg) == first                       # skipped: the stats as they were, timings included
+    monkeypatch.setenv("MEDPREP_PHI_KEY", "another-key")
+    rerun = _run(cfg)
+    assert rerun["fingerprint"] != first["fingerprint"]
+    assert rerun["cache"]["namespace"] != first["cache"]["namespace"] and rerun["cache"]["hits"] == 0
+    again = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
+    assert len(again) == len(texts) == 4 and again != texts

@@ -155,6 +155,7 @@ def _all_text(run: Path) -> dict[str, str]:
     return files
 
 
+@pytest.mark.slow
 def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     files = _all_text(clinical["out"])
     assert "report.html" in files and "tokenizer/tokenizer.json" in files and "manifest.json" in files
@@ -171,6 +172,7 @@ def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     assert all(v in raw for v in PLANTED)
 
 
+@pytest.mark.slow
 def test_ids_are_pseudonyms_in_input_order_and_meta_is_dropped(clinical):
     key = bytes.fromhex(KEY)
     phi = read_arrow_dir(clinical["out"] / "stages/03_phi/data")
@@ -188,6 +190,7 @@ def test_ids_are_pseudonyms_in_input_order_and_meta_is_dropped(clinical):
                         "duplicate_of": pseudonymize([NOTES[1]["id"]], key)[0]}]
 
 
+@pytest.mark.slow
 def test_stages_before_phi_are_purged_and_the_manifest_says_so(clinical):
     out, key = clinical["out"], bytes.fromhex(KEY)
     for folder in ("01_normalize", "02_heuristics"):
@@ -211,6 +214,7 @@ def test_stages_before_phi_are_purged_and_the_manifest_says_so(clinical):
     assert KEY not in json.dumps(manifest)
 
 
+@pytest.mark.slow
 def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     page = clinical["page"]
     key = bytes.fromhex(KEY)
@@ -226,6 +230,7 @@ def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     assert "removed from the run folder after the run" in later and LONG_HEAD[-60:] not in later
 
 
+@pytest.mark.slow
 def test_crosswalk_only_outside_the_run_folder(clinical):
     with open(clinical["crosswalk"], newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
@@ -239,6 +244,7 @@ def test_crosswalk_only_outside_the_run_folder(clinical):
     assert not (clinical["tmp"] / "run2" / "stages").exists()
 
 
+@pytest.mark.slow
 def test_rerun_after_purge_and_single_stage_message(clinical):
     env = _env(clinical["tmp"])
     rerun = clinical["rerun"]
@@ -257,6 +263,7 @@ def test_rerun_after_purge_and_single_stage_message(clinical):
     assert not (clinical["out"] / "stages/02_heuristics/data").exists()
 
 
+@pytest.mark.slow
 def test_same_key_same_pseudonyms_other_key_other_ones(clinical):
     tmp = clinical["tmp"]
     plain = _config(tmp, "plain", clinical["src"], clinical["out"])       # no crosswalk
