@@ -198,16 +198,17 @@ class WorkerPool:
 # ---- ray -----------------------------------------------------------------------------------
 
 class RayShardWorker:
-    """A Ray Data actor: one stage instance, set up once in the constructor. Errors come back
-    as values (one line), not as exceptions wrapped in Ray's tracebacks."""
+    """A Ray Data actor: one stage instance, set up once in the constructor (unless the tasks
+    need no model). Each item names the task method it runs, so one pool could serve all of a
+    stage's map calls. Errors come back as values (one line), not as exceptions wrapped in
+    Ray's tracebacks."""
 
-    def __init__(self, stage_cls, config, ctx, method: str):
+    def __init__(self, stage_cls, config, ctx, setup: bool):
         logging.basicConfig(level=logging.WARNING)
-        self.method = method
         self.error = None
         try:
             self.stage = stage_cls(config, ctx)
-            if needs_setup(self.stage, method):
+            if setup:
                 self.stage.setup()
         except Exception as exc:
             self.error = setup_failure(stage_cls.name, exc)
@@ -215,12 +216,12 @@ class RayShardWorker:
     def __call__(self, batch: dict) -> dict:
         import numpy as np
         results = []
-        for raw in batch["task"]:
+        for method, raw in zip(batch["method"], batch["task"]):
             if self.error is not None:
                 results.append(json.dumps({"_error": self.error, "_user": True}))
                 continue
             try:
-                results.append(json.dumps(run_task(self.stage, self.method, ShardTask.from_json(raw))))
+                results.append(json.dumps(run_task(self.stage, str(method), ShardTask.from_json(raw))))
             except UserError as exc:          # a setup failure, an unreadable input file: one line
                 results.append(json.dumps({"_error": str(exc), "_user": True}))
             except Exception as exc:
@@ -291,11 +292,11 @@ class RayExecutor:
         from ray.data import ActorPoolStrategy
         self.start()
         size = self.workers_for(stage, len(tasks))
-        items = [{"index": i, "task": t.to_json()} for i, t in enumerate(tasks)]
+        items = [{"index": i, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        out = ds.map_batches(RayShardWorker, fn_constructor_args=(type(stage), stage.config, stage.ctx, method),
-                             batch_size=1, compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker,
-                             batch_format="numpy")
+        worker = (type(stage), stage.config, stage.ctx, needs_setup(stage, method))
+        out = ds.map_batches(RayShardWorker, fn_constructor_args=worker, batch_size=1,
+                             compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker, batch_format="numpy")
         rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
         for row in rows:
             result = json.loads(row["result"])
