@@ -70,9 +70,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def list_stages(args) -> None:
+    from pipeline.errors import ConfigError
     from pipeline.stages import GROUPS, REGISTRY, plugins
     for name in REGISTRY.names():
-        stage = REGISTRY[name]
+        try:
+            stage = REGISTRY[name]
+        except ConfigError as exc:           # a stage from another package that cannot be loaded
+            print(f"{name:14s} {exc}")
+            continue
         where = f" (from {plugins()[name].value}, after {stage.after})" if name in plugins() else ""
         print(f"{name:14s} {stage.summary}{where}")
     for group, members in GROUPS.items():

@@ -77,8 +77,14 @@ class _Registry(dict):
         return name in _MODULES or name in plugins()
 
     def names(self) -> list[str]:
-        """Every stage, in chain order (a plugin after the stage it follows)."""
-        return sorted([*_MODULES, *plugins()], key=self.rank)
+        """Every stage, in chain order (a plugin after the stage it follows; one that cannot be
+        loaded last: using it says why)."""
+        def rank(name):
+            try:
+                return self.rank(name)
+            except ConfigError:
+                return float("inf")
+        return sorted([*_MODULES, *plugins()], key=rank)
 
     def rank(self, name: str) -> float:
         """A stage's place in the chain order: the built-in stages' index, a plugin's stage's
