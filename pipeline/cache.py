@@ -5,9 +5,10 @@ Layout: `<root>/cache/<kind>/<namespace>/<digest>.arrow`. The root is the run fo
 run config's `cache.folder`. A namespace is a digest of everything besides the document that
 the results depend on (package version, code digest, stage options, engine and model versions,
 a key's id): the stage's `cache_namespace()`. A key within it is the xxh3-128 digest of the
-document's text (and of whatever else of the document the result depends on). `cache/<kind>/<namespace>` is the namespace's cache
-key: a stage records the ones it used in its stats.json (`cache_keys`), which is how
-`python -m pipeline cache --prune` tells used namespaces from stale ones.
+document's text (and of whatever else of the document the result depends on).
+`cache/<kind>/<namespace>` is the namespace's cache key: a stage records the ones it used in its
+stats.json (`cache_keys`), which is how `python -m pipeline cache --prune` tells used
+namespaces from stale ones.
 
 Entry files are written whole, once, at deterministic names (the digest of their keys), as
 object stores have no append or rename: Arrow IPC files with a `key` column

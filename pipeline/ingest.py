@@ -112,8 +112,8 @@ def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executo
     """One task per file. Files whose columns differ are read again in order by the driver,
     which conforms them to the first file's columns (or names the file that cannot be)."""
     reader = SourceReader()
-    tasks = [ShardTask(folder, batch_size=run.batch_size,
-                       params={"file": str(f), "index": i, "shard_size": run.shard_size, "input": input_cfg.model_dump()})
+    params = {"shard_size": run.shard_size, "input": input_cfg.model_dump()}
+    tasks = [ShardTask(folder, batch_size=run.batch_size, params={**params, "file": str(f), "index": i})
              for i, f in enumerate(files)]
     results = list(executor.map(reader, "ingest_file", tasks))
     schemas = {r["schema"] for r in results if r["schema"] is not None}

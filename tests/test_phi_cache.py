@@ -185,8 +185,8 @@ def test_a_new_key_reruns_phi_with_surrogates_and_kept_ids(tmp_path, notes, monk
     output, so a new key reruns phi (its fingerprint and its cache namespace change) and gives
     other surrogates; the same key skips it."""
     src = write_jsonl(tmp_path / "n.jsonl", notes[:4])
-    cfg = write_config(tmp_path / "s.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\nreport: false\n"
-                                            "stages: [{phi: {mode: surrogate, id_mode: keep, profile: clinical}}]\n")
+    cfg = write_config(tmp_path / "s.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
+                       "report: false\nstages: [{phi: {mode: surrogate, id_mode: keep, profile: clinical}}]\n")
     first = _run(cfg)
     texts = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
     assert _run(cfg) == first                       # skipped: the stats as they were, timings included

@@ -133,7 +133,8 @@ def test_stage_needs_its_previous_stage(tmp_path):
 
 
 def test_stages_command_lists_every_stage_and_group():
-    lines = {line.split()[0]: line.split(None, 1)[1] for line in run_cli("-m", "pipeline", "stages").stdout.splitlines()}
+    listed = run_cli("-m", "pipeline", "stages").stdout.splitlines()
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in listed}
     stages = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
               "split", "tokenizer", "pack"]
     assert [name for name in lines if name in stages] == stages          # in chain order, one line each

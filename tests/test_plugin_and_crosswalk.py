@@ -102,7 +102,8 @@ def test_the_plugin_counts_its_removals_by_reason_and_shows_them(runs):
     assert removed["reason"].to_pylist() == [r for r in reasons if r]
     assert (runs["local"] / "stages/01_digits/_PURGED").exists()
     # Its score columns are annotations: phi keeps them.
-    assert {"digit_fraction", "capital_fraction"} <= set(read_arrow_dir(runs["local"] / "stages/02_phi/data").column_names)
+    phi_columns = read_arrow_dir(runs["local"] / "stages/02_phi/data").column_names
+    assert {"digit_fraction", "capital_fraction"} <= set(phi_columns)
     manifest = json.loads((runs["local"] / "manifest.json").read_text())
     assert manifest["digits_removed"] == expected
     page = (runs["local"] / "report.html").read_text()

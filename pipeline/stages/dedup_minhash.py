@@ -75,7 +75,8 @@ class MinHashDedup(GlobalStage):
         cfg = self.config
         bands, rows = cfg.bands()
         hasher = cfg.hasher()
-        parts = [hasher.signatures(t["text"].to_pylist()) for t in read_shard(task.shard.path, task.batch_size, ["text"])]
+        parts = [hasher.signatures(t["text"].to_pylist())
+                 for t in read_shard(task.shard.path, task.batch_size, ["text"])]
         sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
         work = task.folder / "work"
         save_npy(work / f"sig-{task.shard.name}.npy", sigs)

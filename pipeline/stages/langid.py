@@ -76,4 +76,5 @@ class LanguageId(DocumentStage):
         scores = column(run.sample(), "lang_score")
         if scores is None:
             return None
-        return Section(plots=[hist(scores, "language score (kept)", "fastText probability", line=self.config.min_score)])
+        return Section(plots=[hist(scores, "language score (kept)", "fastText probability",
+                                   line=self.config.min_score)])

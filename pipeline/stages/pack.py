@@ -316,7 +316,8 @@ class Pack(GlobalStage):
         figures = {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "steps_per_epoch", "seq_len",
                                          "batch_size") if k in stats}
         figures["validation_near_train"] = near
-        rows = [[s, v["documents"], v["tokens"], v["sequences"], v["leftover_tokens"]] for s, v in stats["splits"].items()]
+        rows = [[s, v["documents"], v["tokens"], v["sequences"], v["leftover_tokens"]]
+                for s, v in stats["splits"].items()]
         body = (table(["split", "documents", "tokens", "sequences", "leftover tokens"], rows)
                 + f"<p>{stats['sequences']:,} sequences of {stats['seq_len']} tokens; "
                 f"{stats['steps_per_epoch']:,} steps per epoch at batch size {stats['batch_size']}. "

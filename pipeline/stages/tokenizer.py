@@ -333,7 +333,8 @@ def _comparison_section(stats: dict):
     names = [n for n in comp if n not in general] + [n for n in general if n in comp]
     rows = [[n, f"{c['vocab_size']:,}", c["tokens_per_word"], c["chars_per_token"],
              "-" if c["domain_terms_one_token"] is None else f"{c['domain_terms_one_token']:.1%}",
-             c["median_doc_tokens"], c["p90_doc_tokens"], c["docs_per_sequence"]] for n, c in ((n, comp[n]) for n in names)]
+             c["median_doc_tokens"], c["p90_doc_tokens"], c["docs_per_sequence"]]
+            for n, c in ((n, comp[n]) for n in names)]
     body = [f"<p>On the {corpus['documents']:,} validation documents "
             f"({corpus['words']:,} words), never on training text. Domain terms: the "
             f"{corpus['domain_terms']} most frequent lower-case words of these documents that are rare in "
