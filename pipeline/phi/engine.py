@@ -68,11 +68,13 @@ def ner_person_recognizer(profile: str = "literature"):
     raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
     intact. In the clinical profile a name-shaped PERSON is kept when a word of it is on a name
     list and is not a common word ("Carevue" and "Sx" are not), or a title precedes it."""
+    from pipeline.phi.lexicon import lexicon
     given = first_names()
-    lex = None
-    if profile == "clinical":
-        from pipeline.phi.lexicon import lexicon
-        lex = lexicon()
+    lex = lexicon() if profile == "clinical" else None
+    # Literature: a given name of any locale's list that is not also a common or medical word
+    # ("Liz Bertone", "Benedikt Fiedler"; not "Gene", "Will").
+    world = lexicon()
+    given_anywhere = lambda w: w in given or w in world.given and not world.is_common(w)  # noqa: E731
 
     def keep(ent, text):
         span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
@@ -91,7 +93,8 @@ def ner_person_recognizer(profile: str = "literature"):
             named = any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words)
             return (ent.start_char, ent.start_char + len(span)) if titled or named else None
         # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
-        if not titled and words[0].lower() not in given:
+        # A name of one word needs a title ("Zea mays", "Ulva", "Hela" are a genus and a cell line).
+        if not titled and (len(words) < 2 or not given_anywhere(words[0].lower())):
             return None
         return ent.start_char, ent.start_char + len(span)
 
@@ -162,13 +165,14 @@ class PhiEngine:
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
+        from pipeline.phi.international import international_recognizers
+        # Closed formats (phones, addresses, postal codes, ids) are found in every profile.
         recognizers = [ner_person_recognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
-                       IbanRecognizer()]
+                       IbanRecognizer(), *international_recognizers(self.profile)]
         if self.profile == "clinical":
-            from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
-            # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [ner_place_recognizer(), *clinical_recognizers(), *international_recognizers()]
+            # Notes name people and towns; abstracts keep study places.
+            recognizers += [ner_place_recognizer(), *clinical_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
@@ -215,9 +219,9 @@ class PhiEngine:
     def _analyze_pieces(self, texts: list[str]) -> list[list]:
         import pyarrow as pa
 
-        from pipeline.phi.recognizers import RegexRecognizer
+        from pipeline.phi.recognizers import BatchGated
 
-        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, RegexRecognizer)]
+        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, BatchGated)]
         batch = pa.array(texts, pa.string())
         for rec in gated:
             rec.set_batch(batch)

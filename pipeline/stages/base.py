@@ -125,6 +125,12 @@ class Stage:
         loads as it is), or None."""
         return None
 
+    @classmethod
+    def model_files(cls, config: StageConfig) -> dict[str, str]:
+        """Model files the stage loads, each with how to restore it when it is missing (a
+        partial install or checkout): checked with the config, before any work."""
+        return {}
+
     # -- the stage's data --
     def output_fields(self) -> list[pa.Field]:
         """Annotation columns this stage adds, with their types (explicit features)."""
@@ -175,6 +181,11 @@ class Stage:
     def report_redactor(self) -> Callable[[list[str]], list[str]] | None:
         """What redacts the texts the report shows (removed examples), or None."""
         return None
+
+    def private_documents(self) -> bool:
+        """Whether the documents of this stage and of the stages before it are private (raw
+        PHI, or pseudonyms of it): tools that list documents (`pipeline inspect`) refuse them."""
+        return False
 
 
 class DocumentStage(Stage):

@@ -230,6 +230,10 @@ class PhiDeidentify(DocumentStage):
         from pipeline.phi.identifiers import pseudonyms_of
         return pseudonyms_of(self.config, stats)
 
+    def private_documents(self) -> bool:
+        # Abstracts' identifiers are public (PMIDs, authors); notes' are not.
+        return self.config.profile != "literature"
+
     def report_redactor(self):
         # The clinical profile whatever the run's: the report is read by people, recall first.
         from pipeline.phi.engine import PhiEngine
