@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 CONFIG ?= configs/pubmed.yaml
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+EXAMPLE := examples/digits-filter
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXAMPLE)/pyproject.toml | cksum | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
 # transformers (no torch) for the trainer checks of tests/test_handover.py, on PYTHONPATH only in
 # the check's own process: where `.venv` can import it, Presidio imports it in every phi process
@@ -18,10 +19,11 @@ EXECUTOR_DOCS ?= 10000
 
 setup: $(STAMP) $(DATA)
 
-$(STAMP): pyproject.toml
+# The package, and the example stage from another package (its entry point is what the tests find).
+$(STAMP): pyproject.toml $(EXAMPLE)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' -e $(EXAMPLE)
 	$(BIN)/python -m pip install -q --upgrade --no-deps --target $(TRAINER_LIB) $(TRAINER_PACKAGES)
 	rm -f $(VENV)/.installed-* && touch $@
 

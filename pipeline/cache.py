@@ -1,13 +1,14 @@
-"""Content-addressed caches of per-document results, so a rerun only does the expensive work
-(phi's redaction) for documents it has not seen with the same configuration.
+"""Content-addressed caches of per-document results, so a rerun only does a stage's expensive
+work (a redaction) for documents it has not seen with the same configuration.
 
 Layout: `<root>/cache/<kind>/<namespace>/<digest>.arrow`. The root is the run folder, or the
 run config's `cache.folder`. A namespace is a digest of everything besides the document that
 the results depend on (package version, code digest, stage options, engine and model versions,
-key id); a key within it is the xxh3-128 digest of the document's text (and of whatever else
-of the document the result depends on). `cache/<kind>/<namespace>` is the namespace's cache
-key: a stage records the ones it used in its stats.json (`cache_keys`), which is how
-`python -m pipeline cache --prune` tells used namespaces from stale ones.
+a key's id): the stage's `cache_namespace()`. A key within it is the xxh3-128 digest of the
+document's text (and of whatever else of the document the result depends on).
+`cache/<kind>/<namespace>` is the namespace's cache key: a stage records the ones it used in its
+stats.json (`cache_keys`), which is how `python -m pipeline cache --prune` tells used
+namespaces from stale ones.
 
 Entry files are written whole, once, at deterministic names (the digest of their keys), as
 object stores have no append or rename: Arrow IPC files with a `key` column
@@ -29,7 +30,7 @@ from collections import OrderedDict
 import numpy as np
 import pyarrow as pa
 
-from pipeline.storage import RunPath
+from pipeline.runpath import RunPath
 
 log = logging.getLogger("medprep")
 
@@ -46,44 +47,14 @@ def cache_root(config) -> RunPath:
     return RunPath.of(folder, direct=direct) if folder else config.output_dir
 
 
-def run_cache(config, spec) -> dict:
-    """What a stage needs of the cache, for its RunContext (plain values: it travels to workers)."""
+def run_cache(config, namespace: str | None) -> dict:
+    """What a stage needs of the cache, for its RunContext (plain values: it travels to workers);
+    `namespace`: the stage's (its cache_namespace()), None for a stage that caches nothing."""
     root = cache_root(config)
     out = {"root": str(root), "direct": root.direct, "max_mb": config.run.cache.max_mb}
-    if spec.name == "phi":
-        out["namespace"] = phi_namespace(spec)
+    if namespace:
+        out["namespace"] = namespace
     return out
-
-
-# Phi options that act after the redaction of the text (ids, meta fields, the run folder's
-# raw data, the crosswalk): they do not change the cached results.
-PHI_OPTIONS_AFTER_TEXT = ("id_mode", "meta_fields", "keep_raw", "crosswalk_file", "key_file")
-
-
-def phi_namespace(spec) -> str:
-    """The phi stage's fingerprint without its input: the package and its code, the options that
-    shape the redacted text, the engines' and the spaCy model's versions, the lexicon files the
-    recognizers read (data/phi), and the PHI key's id where surrogates or pseudonyms use it."""
-    import pipeline
-    from pipeline import runner
-    from pipeline.phi.identifiers import uses_key
-    from pipeline.phi.lexicon import DATA
-    cfg = spec.config
-    options = {k: v for k, v in cfg.model_dump().items() if k not in PHI_OPTIONS_AFTER_TEXT}
-    key_ids = []
-    if cfg.mode == "surrogate" or uses_key(cfg):
-        from pipeline.phi.secret import key_id, load_phi_key
-        key_ids = [key_id(load_phi_key(cfg.key_file))]
-    return runner._digest(pipeline.__version__, runner.code_digest(), "phi", options, runner.engine_versions("phi"),
-                   _distribution_version(cfg.spacy_model), runner.content_digest(DATA), key_ids)
-
-
-def _distribution_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version(name.replace("_", "-"))
-    except PackageNotFoundError:
-        return None
 
 
 def document_keys(texts: list[str], extra: list | None = None) -> list[bytes]:
@@ -195,7 +166,7 @@ class DocumentCache:
 # ---- python -m pipeline cache -------------------------------------------------------------
 
 def namespaces(root: RunPath) -> dict[str, list[RunPath]]:
-    """The cache's files by folder relative to the root (`cache/phi/<namespace>`,
+    """The cache's files by folder relative to the root (`cache/<kind>/<namespace>`,
     `cache/scores/<stage>/<fingerprint>`): each folder that holds files is one cache key."""
     out: dict[str, list[RunPath]] = {}
     for f in (root / CACHE_DIR).rglob():
@@ -205,7 +176,7 @@ def namespaces(root: RunPath) -> dict[str, list[RunPath]]:
 
 def keys_in_use(run_dir: RunPath) -> set[str]:
     """Cache keys the finished stages of the run folder list in their stats.json."""
-    from pipeline.storage import read_json
+    from pipeline.runpath import read_json
     used: set[str] = set()
     for stats in (run_dir / "stages").glob("*/stats.json"):
         try:

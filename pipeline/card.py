@@ -14,7 +14,7 @@ import json
 
 import yaml
 
-from pipeline.storage import RunPath
+from pipeline.runpath import RunPath
 
 CARD_FILE = "README.md"
 # The Hub's size categories, by number of rows.

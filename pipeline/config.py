@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.storage import RunPath
+from pipeline.runpath import RunPath
 from pipeline.errors import ConfigError
 from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
 
@@ -258,7 +258,7 @@ def _matches(path: str) -> bool:
 
 def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True,
                     locate=lambda value: value) -> Config:
-    from pipeline.stages import REGISTRY, CHAIN_ORDER
+    from pipeline.stages import REGISTRY
 
     problems: list[str] = []
     try:
@@ -277,18 +277,21 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     if run is not None:
         for name in run.executor.workers:
             if name not in REGISTRY:
-                problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(CHAIN_ORDER)})")
+                problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(REGISTRY.names())})")
     for i, entry in enumerate(entries):
         (name, opts), = entry.items()
         where = f"stages[{i}].{name}"
         if name not in REGISTRY:
-            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(CHAIN_ORDER)})")
+            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(REGISTRY.names())})")
             continue
         if not isinstance(opts, dict):
             problems.append(f"{where}: options must be a mapping")
             continue
         try:
             cfg = REGISTRY[name].Config.model_validate(opts)
+        except ConfigError as exc:           # a stage from another package that cannot be loaded
+            problems.append(f"stages[{i}]: {exc}")
+            continue
         except ValidationError as exc:
             problems.extend(_errors(exc, where))
             continue
@@ -297,9 +300,9 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         problems.append("stages: a stage is listed twice")
-    order = [CHAIN_ORDER.index(n) for n in names]
+    order = [REGISTRY.rank(n) for n in names]
     if order != sorted(order):
-        problems.append("stages: out of order; the chain is " + " -> ".join(CHAIN_ORDER))
+        problems.append("stages: out of order; the chain is " + " -> ".join(REGISTRY.names()))
 
     if check_inputs and run is not None:
         files = expand_paths(run.input.paths)

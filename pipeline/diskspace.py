@@ -83,7 +83,7 @@ def disk_full_line(exc: OSError) -> str:
     where = exc.filename or ""
     free = None
     if where:
-        from pipeline.storage import RunPath
+        from pipeline.runpath import RunPath
         free = free_bytes(RunPath.of(os.path.dirname(str(where)) or "."))
     return (f"no space left on the disk of {where or 'the output folder'}"
             + (f" ({_mb(free)} free)" if free is not None else "")

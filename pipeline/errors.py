@@ -11,3 +11,8 @@ class ConfigError(UserError):
 
 class InputError(UserError):
     pass
+
+
+class StageFailed(UserError):
+    """A stage could not run: its setup failed (a model file that is not a model) or a worker
+    process died. One line naming the stage and the cause."""

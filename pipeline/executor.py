@@ -1,7 +1,11 @@
-"""Executors: who runs a stage's shard tasks. The same contract for both (see store.py):
-a task is one input shard, a worker holds one stage instance set up once (models loaded
-once per worker), and a task writes its shard's files and marker itself, so the driver
-only hands out shard descriptors and commits.
+"""Executors: who runs a stage's shard tasks. The same contract for both (see shards.py):
+a task is one input shard (pipeline/tasks.py), a worker holds one stage instance set up once
+(models loaded once per worker), and a task writes its shard's files and marker itself, so
+the driver only hands out tasks and commits.
+
+An executor knows no stage: it wraps any object with `name`, `config`, `ctx`, `setup()`,
+`methods_without_setup` and task methods (`method(task) -> dict`), built in each worker as
+`type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
 - ray: Ray Data, `from_items` of shard descriptors into `map_batches` over an actor pool
@@ -14,84 +18,21 @@ import json
 import logging
 import multiprocessing as mp
 import sys
-from collections import Counter
 
-import pyarrow as pa
-
-from pipeline.errors import UserError
-from pipeline.storage import RunPath, task_folder
-from pipeline.stages.base import StageFailed
+from pipeline.errors import StageFailed, UserError
+from pipeline.tasks import ShardTask
 
 log = logging.getLogger("medprep")
 
 
-# ---- the shard task of a per-document stage ----------------------------------------------
-
-def kept_schema(table: pa.Table, stage) -> pa.Schema:
-    """The stage's output schema: input columns plus its declared annotation fields."""
-    declared = {f.name: f for f in stage.output_fields()}
-    fields = [declared.get(f.name, f) for f in table.schema if not f.name.startswith("_")]
-    # Declared columns missing from the first batch still belong to the schema (null there).
-    fields += [f for name, f in declared.items() if name not in table.schema.names]
-    # A column that is all-null in the first batch has no type yet: strings are the safe guess.
-    return pa.schema([pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f for f in fields])
-
-
-def shard_of(task: dict):
-    from pipeline.inputs import InputShard
-    return InputShard(task["name"], RunPath.of(task["path"]), task.get("rows"),
-                      RunPath.of(task["aside_path"]) if task.get("aside_path") else None,
-                      bool(task.get("persistent")))
-
-
-def rewrite_shard(stage, task: dict, transform) -> dict:
-    """Read one input shard, write `transform(table, first_row)` of each batch to
-    data/NAME.arrow and removed/NAME.arrow (rows with a reason), then the marker. The
-    shard's set-aside records go first. Returns the marker (counts and batch stats)."""
-    from pipeline.store import ShardFiles, read_shard_refs, shard_schema
-    shard = shard_of(task)
-    folder = task_folder(task)
-    # A stage that does not change the text, reading texts that stay in the run folder (another
-    # stage's output, not the source cut into input shards), writes where they are, not a copy.
-    text_refs = bool(task.get("persistent")) and not stage.rewrites_text
-    out = ShardFiles(folder, shard.name, keep_removed_text=task["keep_removed_text"], text_refs=text_refs)
-    totals: Counter = Counter()
-    row = task.get("row0", 0)
-    try:
-        out.set_aside(shard.set_aside())
-        for table, files, rows in read_shard_refs(shard.path, task["batch_size"], folder.parent):
-            if not table.num_rows:
-                continue
-            n = table.num_rows
-            table = transform(table, row)
-            row += n
-            if out.data.schema is None:
-                out.set_schema(kept_schema(table, stage))
-            totals.update(stage.batch_stats(table))
-            out.write(table, (files, rows))
-        if out.data.schema is None:
-            # No document in this shard: the input's columns and the stage's declared ones.
-            out.set_schema(kept_schema(shard_schema(shard.path).empty_table(), stage))
-        return out.close(dict(totals))
-    except BaseException:
-        out.abort()
-        raise
-
-
-def process_document_shard(stage, task: dict) -> dict:
-    """A per-document stage's task: `stage.process` on each batch of one shard."""
-    return rewrite_shard(stage, task, lambda table, row0: stage.process(table))
-
-
-# Shard tasks that need no model: their workers skip setup() (a threshold-only rerun decides
-# again from stored scores, so it never loads the model).
-NO_SETUP_METHODS = frozenset({"redecide_shard"})
-
-
-def run_task(stage, method: str, task: dict) -> dict:
-    if method == "process_document_shard":
-        return process_document_shard(stage, task)
+def run_task(stage, method: str, task: ShardTask) -> dict:
     return getattr(stage, method)(task)
+
+
+def needs_setup(stage, method: str) -> bool:
+    """Whether workers load the stage's models before running `method` (a threshold-only
+    rerun decides again from stored scores: it never loads the model)."""
+    return method not in stage.methods_without_setup
 
 
 def setup_failure(name: str, exc: BaseException) -> str:
@@ -155,13 +96,13 @@ class LocalExecutor:
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
 
-    def map(self, stage, method: str, tasks: list[dict]):
+    def map(self, stage, method: str, tasks: list[ShardTask]):
         """Results of `method` on each task, yielded in task order."""
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
         if workers == 1:
-            if method not in NO_SETUP_METHODS and not getattr(stage, "_set_up", False):
+            if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
                 try:
                     stage.setup()
                 except Exception as exc:
@@ -170,7 +111,7 @@ class LocalExecutor:
             for task in tasks:
                 yield run_task(stage, method, task)
             return
-        pool = self._pool_of(stage, workers, setup=method not in NO_SETUP_METHODS)
+        pool = self._pool_of(stage, workers, setup=needs_setup(stage, method))
         try:
             yield from pool.map(method, tasks)
         except BaseException:
@@ -257,16 +198,17 @@ class WorkerPool:
 # ---- ray -----------------------------------------------------------------------------------
 
 class RayShardWorker:
-    """A Ray Data actor: one stage instance, set up once in the constructor. Errors come back
-    as values (one line), not as exceptions wrapped in Ray's tracebacks."""
+    """A Ray Data actor: one stage instance, set up once in the constructor (unless the tasks
+    need no model). Each item names the task method it runs, so one pool could serve all of a
+    stage's map calls. Errors come back as values (one line), not as exceptions wrapped in
+    Ray's tracebacks."""
 
-    def __init__(self, stage_cls, config, ctx, method: str):
+    def __init__(self, stage_cls, config, ctx, setup: bool):
         logging.basicConfig(level=logging.WARNING)
-        self.method = method
         self.error = None
         try:
             self.stage = stage_cls(config, ctx)
-            if method not in NO_SETUP_METHODS:
+            if setup:
                 self.stage.setup()
         except Exception as exc:
             self.error = setup_failure(stage_cls.name, exc)
@@ -274,12 +216,12 @@ class RayShardWorker:
     def __call__(self, batch: dict) -> dict:
         import numpy as np
         results = []
-        for raw in batch["task"]:
+        for method, raw in zip(batch["method"], batch["task"]):
             if self.error is not None:
                 results.append(json.dumps({"_error": self.error, "_user": True}))
                 continue
             try:
-                results.append(json.dumps(run_task(self.stage, self.method, json.loads(raw))))
+                results.append(json.dumps(run_task(self.stage, str(method), ShardTask.from_json(raw))))
             except UserError as exc:          # a setup failure, an unreadable input file: one line
                 results.append(json.dumps({"_error": str(exc), "_user": True}))
             except Exception as exc:
@@ -342,18 +284,19 @@ class RayExecutor:
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
         return max(1, min(n, n_tasks))
 
-    def map(self, stage, method: str, tasks: list[dict]):
+    def map(self, stage, method: str, tasks: list[ShardTask]):
+        """Results of `method` on each task, in task order."""
         if not tasks:
             return
         import ray
         from ray.data import ActorPoolStrategy
         self.start()
         size = self.workers_for(stage, len(tasks))
-        items = [{"index": i, "task": json.dumps(t)} for i, t in enumerate(tasks)]
+        items = [{"index": i, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        out = ds.map_batches(RayShardWorker, fn_constructor_args=(type(stage), stage.config, stage.ctx, method),
-                             batch_size=1, compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker,
-                             batch_format="numpy")
+        worker = (type(stage), stage.config, stage.ctx, needs_setup(stage, method))
+        out = ds.map_batches(RayShardWorker, fn_constructor_args=worker, batch_size=1,
+                             compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker, batch_format="numpy")
         rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
         for row in rows:
             result = json.loads(row["result"])

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+from pipeline.inputs import IdCounter, StageInputs
 from pipeline.readers import expand_paths, read_documents
-from pipeline.inputs import IdCounter, InputShard, StageInputs
-from pipeline.stages.base import Stage
-from pipeline.storage import RunPath, load_npy, save_npy, task_fields, task_folder
-from pipeline.store import ArrowFile, ShardWriter, read_json, write_json
+from pipeline.runpath import RunPath, load_npy, read_json, save_npy, write_json
+from pipeline.shards import ArrowFile, ShardWriter
+from pipeline.tasks import InputShard, ShardTask
 
 DONE = "_DONE.json"
 
@@ -57,19 +57,27 @@ def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: I
     return [[n, c] for n, c in zip(names, counts)], writer.schema, text_bytes
 
 
-class SourceReader(Stage):
-    """Reads one input file into shards: the task an executor runs per file."""
+class SourceReader:
+    """Reads one input file into shards: the task an executor runs per file. Not a stage, but
+    what an executor wraps has the same shape (name, config, ctx, setup, task methods)."""
     name = "read"
+    methods_without_setup = frozenset()
 
-    def ingest_file(self, task: dict) -> dict:
+    def __init__(self, config=None, ctx=None):
+        self.config, self.ctx = config, ctx
+
+    def setup(self) -> None:
+        """Nothing to load."""
+
+    def ingest_file(self, task: ShardTask) -> dict:
         from pipeline.config import InputConfig
-        cfg = InputConfig.model_validate({**task["input"], "paths": [task["file"]]})
-        folder = task_folder(task)
+        p = task.params
+        cfg = InputConfig.model_validate({**p["input"], "paths": [p["file"]]})
         ids = IdCounter()
-        shards, schema, text_bytes = _write_shards(read_documents(cfg, task["batch_size"]), folder,
-                                                   task["shard_size"], f"{task['index']:05d}-", ids)
+        shards, schema, text_bytes = _write_shards(read_documents(cfg, task.batch_size), task.folder,
+                                                   p["shard_size"], f"{p['index']:05d}-", ids)
         hashes = np.concatenate(ids.hashes) if ids.hashes else np.zeros(0, np.uint64)
-        save_npy(folder / f"ids-{task['index']:05d}.npy", hashes)
+        save_npy(task.folder / f"ids-{p['index']:05d}.npy", hashes)
         return {"shards": shards, "schema": schema.to_string() if schema is not None else None,
                 "text_bytes": text_bytes}
 
@@ -103,9 +111,10 @@ def ingest_source(input_cfg, run, folder: RunPath, executor=None) -> StageInputs
 def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executor) -> dict | None:
     """One task per file. Files whose columns differ are read again in order by the driver,
     which conforms them to the first file's columns (or names the file that cannot be)."""
-    reader = SourceReader(None, None)
-    tasks = [{"file": str(f), "index": i, "input": input_cfg.model_dump(), "shard_size": run.shard_size,
-              "batch_size": run.batch_size, **task_fields(folder)} for i, f in enumerate(files)]
+    reader = SourceReader()
+    params = {"shard_size": run.shard_size, "input": input_cfg.model_dump()}
+    tasks = [ShardTask(folder, batch_size=run.batch_size, params={**params, "file": str(f), "index": i})
+             for i, f in enumerate(files)]
     results = list(executor.map(reader, "ingest_file", tasks))
     schemas = {r["schema"] for r in results if r["schema"] is not None}
     if len(schemas) > 1:

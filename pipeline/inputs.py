@@ -1,57 +1,26 @@
 """A stage's input: shards (files on disk) and the machinery that hands them to the stage's
 tasks on the run's executor. The runner builds it (pipeline/ingest.py for the source, the
-previous stage's output shards otherwise) and binds it to the stage's output."""
+previous stage's output shards otherwise) and binds it to the stage's output and executor."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterator
+import time
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from pipeline.readers import ReaderBatch
-from pipeline.storage import RunPath, as_run_path, task_fields
-
-
-@dataclass
-class InputShard:
-    """One unit of work: an Arrow shard (a previous stage's data/NAME.arrow, or a slice of
-    the source cut by the driver) and the records the reader set aside in that slice."""
-    name: str
-    path: RunPath
-    rows: int | None = None
-    aside_path: RunPath | None = None
-    # A finished stage's output (its texts stay in the run folder), not the source cut into
-    # the first stage's input shards (removed when that stage commits).
-    persistent: bool = False
-
-    def set_aside(self) -> list[tuple[str, str]]:
-        if self.aside_path is None or not as_run_path(self.aside_path).exists():
-            return []
-        import json
-        return [tuple(r) for r in json.loads(as_run_path(self.aside_path).read_text())]
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "rows": self.rows,
-                "aside_path": str(self.aside_path) if self.aside_path else None, "persistent": self.persistent}
+from pipeline.tasks import InputShard, ShardTask
 
 
 class StageInputs:
-    """The input of a stage: shards, re-iterable (global stages read it more than once).
-    Bound to the stage's output by the runner: as each shard starts, the output is told its
-    name (a global stage's writes land in the same-named output shard), and on the first pass
-    the shard's set-aside records are handed over before its documents, so no stage has to
-    remember them. `open_batches` (a callable giving ReaderBatches) stands for one shard."""
+    """The input of a stage: shards, re-iterable (global stages read it more than once), each
+    shard the unit of a task. Bound by the runner to the stage's output (where tasks write)
+    and to the run's executor (who runs them)."""
 
-    def __init__(self, open_batches: Callable[[], Iterator[ReaderBatch]] | None = None, total: int | None = None,
-                 *, shards: list[InputShard] | None = None, batch_size: int = 1000,
-                 duplicate_ids: dict | None = None):
-        self._open = open_batches
+    def __init__(self, shards: list[InputShard], *, batch_size: int = 1000, duplicate_ids: dict | None = None):
         self.shards = shards
         self.batch_size = batch_size
-        self.total = total if total is not None or shards is None else \
-            (sum(s.rows for s in shards) if all(s.rows is not None for s in shards) else None)
-        self._set_aside_done = False
+        self.total = sum(s.rows for s in shards) if all(s.rows is not None for s in shards) else None
         self._duplicate_ids = duplicate_ids
         self.output = None
         self.executor = None
@@ -63,31 +32,6 @@ class StageInputs:
         self.output = output
         self.executor = executor
 
-    def _materialize(self) -> None:
-        """Batches given as a callable (tests, benchmarks) become one input shard on disk, in
-        the output's temp folder, so shard tasks can read them like any other."""
-        if self.shards is not None:
-            return
-        import json
-        from pipeline.store import ShardWriter
-        if self.output is None:
-            raise RuntimeError("StageInputs: bind(output) before running shard tasks")
-        folder = self.output.tmp / "input"
-        writer = ShardWriter(folder, None, 1 << 62)
-        aside: list = []
-        for batch in self._open():
-            aside.extend(batch.set_aside)
-            writer.write(batch.table)
-        writer.close()
-        if not writer.names:
-            from pipeline.store import ArrowFile
-            ArrowFile(folder / "00000.arrow", None).close()
-        aside_path = None
-        if aside:
-            aside_path = folder / "00000.aside.json"
-            aside_path.write_text(json.dumps(aside))
-        self.shards = [InputShard("00000", folder / "00000.arrow", writer.rows, aside_path)]
-
     def row_offsets(self) -> list[int]:
         """The global row number of each shard's first row (rows of all shards must be known)."""
         out, n = [], 0
@@ -96,84 +40,50 @@ class StageInputs:
             n += shard.rows
         return out
 
+    def shard_tasks(self, skip=frozenset(), scores=None, **params) -> list[ShardTask]:
+        """A task per input shard not in `skip`, writing into the bound output's folder."""
+        offsets = self.row_offsets() if self.total is not None else [0] * len(self.shards)
+        return [ShardTask(self.output.tmp, shard, row0, self.batch_size, self.output.keep_removed_text, scores,
+                          params) for shard, row0 in zip(self.shards, offsets) if shard.name not in skip]
+
     def map(self, stage, method: str, per_shard: list[dict] | None = None, **common) -> list[dict]:
         """Run `stage.<method>(task)` on every input shard on the run's executor (a worker
-        holds one stage instance); results in shard order. A task is the shard's descriptor,
-        its first global row (`row0`), the output folder, and `common` and `per_shard` values."""
-        from pipeline.executor import LocalExecutor
-        self._materialize()
-        executor = self.executor or LocalExecutor(1)
-        offsets = self.row_offsets()
-        tasks = []
-        for i, shard in enumerate(self.shards):
-            task = {**shard.to_dict(), "row0": offsets[i], **task_fields(self.output.tmp),
-                    "keep_removed_text": self.output.keep_removed_text, "batch_size": self.batch_size, **common}
-            if per_shard is not None:
-                task.update(per_shard[i])
-            tasks.append(task)
-        return self._timed(executor.map(stage, method, tasks))
+        holds one stage instance); results in shard order. Each task's params are `common`
+        and the shard's own `per_shard` values."""
+        tasks = self.shard_tasks(**common)
+        if per_shard is not None:
+            tasks = [task.with_params(**extra) for task, extra in zip(tasks, per_shard)]
+        return self.run_tasks(stage, method, tasks)
 
-    def _timed(self, results) -> list[dict]:
-        import time
+    def map_tasks(self, stage, method: str, params: list[dict]) -> list[dict]:
+        """Run `stage.<method>` on tasks that are not shards (a bucket partition, say)."""
+        return self.run_tasks(stage, method, [ShardTask(self.output.tmp, batch_size=self.batch_size, params=p)
+                                              for p in params])
+
+    def run_tasks(self, stage, method: str, tasks: list[ShardTask]) -> list[dict]:
+        if self.executor is None:
+            from pipeline.executor import LocalExecutor
+            self.executor = LocalExecutor(1)
         t0 = time.perf_counter()
-        out = list(results)
+        out = list(self.executor.map(stage, method, tasks))
         self.task_seconds += time.perf_counter() - t0
         return out
 
-    def map_tasks(self, stage, method: str, tasks: list[dict]) -> list[dict]:
-        """Run `stage.<method>` on tasks that are not shards (a bucket partition, say)."""
-        from pipeline.executor import LocalExecutor
-        executor = self.executor or LocalExecutor(1)
-        where = task_fields(self.output.tmp)
-        return self._timed(executor.map(stage, method, [{**where, **t} for t in tasks]))
-
     def names(self) -> list[str]:
-        if self.shards is None and self.output is not None:
-            self._materialize()
-        return [s.name for s in self.shards] if self.shards is not None else ["00000"]
+        return [s.name for s in self.shards]
 
-    def _shard_batches(self) -> Iterator[tuple[str, Iterator[ReaderBatch], list]]:
-        if self.shards is None:
-            yield "00000", self._open(), []
-            return
-        from pipeline.store import read_shard
+    def tables(self) -> Iterator[pa.Table]:
+        """The documents, shard by shard in input order, `batch_size` rows at most per table."""
+        from pipeline.shards import read_shard
         for shard in self.shards:
-            yield shard.name, (ReaderBatch(t) for t in read_shard(shard.path, self.batch_size)), shard.set_aside()
-
-    def batches(self, output=None) -> Iterator[tuple[pa.Table, list]]:
-        """(documents, set-aside records) per batch, in input order; set-aside records on the
-        first pass only."""
-        output = output if output is not None else self.output
-        first = not self._set_aside_done
-        for name, batches, aside in self._shard_batches():
-            if output is not None:
-                output.begin_shard(name)
-            aside = list(aside) if first else []
-            for batch in batches:
-                extra = batch.set_aside if first else []
-                if batch.table.num_rows or aside or extra:
-                    yield batch.table, aside + list(extra)
-                    aside = []
-            if aside:
-                yield batch_of_nothing(), aside
-        self._set_aside_done = True
-
-    def tables(self, output=None) -> Iterator[pa.Table]:
-        output = output if output is not None else self.output
-        for table, set_aside in self.batches(output):
-            if set_aside and output is not None:
-                output.set_aside(set_aside)
-            if table.num_rows:
-                yield table
+            for table in read_shard(shard.path, self.batch_size):
+                if table.num_rows:
+                    yield table
 
     def duplicate_ids(self) -> dict | None:
         """{"documents": rows whose id an earlier row already had, "ids": distinct such ids},
         counted while the source was cut into shards; None for a stage that does not read it."""
         return self._duplicate_ids
-
-
-def batch_of_nothing() -> pa.Table:
-    return pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())})
 
 
 class IdCounter:

@@ -11,9 +11,10 @@ declares annotation columns (heuristics) has them recomputed for the listed docu
 with the stage's own code and the run's options. Texts: removed/ holds them with
 keep_removed_text; otherwise the stage's input shard, while the run folder keeps it (keep: all).
 
-Privacy: in a run whose phi stage has the clinical profile (or an unknown one), the documents
-of phi and every stage before it are never shown (their texts, ids and fields are raw PHI, or
-pseudonyms of them): asking for them is refused with one line; `--summary` gives their counts.
+Privacy: the documents of a stage that says they are private (`private_documents`: a phi stage
+with the clinical profile) and of every stage before it are never shown (their texts, ids and
+fields are raw PHI, or pseudonyms of them): asking for them is refused with one line;
+`--summary` gives their counts.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.errors import UserError
-from pipeline.storage import RunPath, as_run_path
-from pipeline.store import STATS, is_purged, read_json, read_shard, shards
+from pipeline.runpath import RunPath, as_run_path, read_json
+from pipeline.shards import STATS, is_purged, read_shard, shard_paths
 
 PREVIEW_CHARS = 300
 
@@ -55,12 +56,12 @@ class Run:
         return before[-1] if before else None
 
     def private_until(self) -> int:
-        """The last chain position whose documents inspect never shows (0: none)."""
-        phi = next((s for s in self.stats if s["stage"] == "phi"), None)
-        if phi is None:
-            return 0
-        profile = (self.manifest.get("privacy") or {}).get("profile")
-        return 0 if profile == "literature" else phi["position"]
+        """The last chain position whose documents inspect never shows (0: none): that of the
+        last stage that says its documents and those of the stages before it are private
+        (`private_documents`: phi's clinical profile)."""
+        private = [s["position"] for s in self.stats if (stage := _stage_object(self, s)) is not None
+                   and stage.private_documents()]
+        return max(private, default=0)
 
     def stage_options(self, s: dict) -> dict | None:
         """The stage's options as the run's config gave them (None without a manifest)."""
@@ -141,7 +142,7 @@ def _select(run: Run, stage: str | None, reason: str | None) -> tuple[list[tuple
 def _removed_rows(run: Run, s: dict, reason: str, count: int) -> list[dict]:
     """The first `count` removed rows of a reason, in shard order, with their shard's name."""
     out = []
-    for path in shards(run.folder(s), "removed"):
+    for path in shard_paths(run.folder(s), "removed"):
         for table in read_shard(path):
             hit = table.filter(pc.equal(table["reason"], reason))
             for row in hit.slice(0, count - len(out)).to_pylist():
@@ -169,6 +170,21 @@ def _input_rows(run: Run, s: dict, shard: str, ids: list[str]) -> tuple[pa.Table
     return table.take(pa.array(found, pa.int64())), rows
 
 
+def _stage_object(run: Run, s: dict):
+    """The stage of a stats entry with the run's options, or its defaults where they no longer
+    validate or the run has no manifest (None for a stage this installation does not know)."""
+    from pipeline.stages import REGISTRY
+    if s["stage"] not in REGISTRY:
+        return None
+    cls = REGISTRY[s["stage"]]
+    for options in (run.stage_options(s) or {}, {}):
+        try:
+            return cls(cls.Config.model_validate(options), None)
+        except ValueError:
+            continue
+    return None
+
+
 def _stage_instance(run: Run, s: dict):
     """The stage with the run's options, for recomputing its columns (None if it cannot be built)."""
     from pipeline.stages import REGISTRY
@@ -181,8 +197,7 @@ def _stage_instance(run: Run, s: dict):
         config = cls.Config.model_validate(options)
     except Exception:
         return None
-    ctx = RunContext(run_dir=run.dir, stage_dir=run.folder(s), seed=0, batch_size=1000, shard_size=1000,
-                     num_proc=1, progress=False)
+    ctx = RunContext(run_dir=run.dir, seed=0)
     return cls(config, ctx)
 
 

@@ -51,7 +51,7 @@ def written_by(stats: dict) -> str | None:
 def note_other_version(run_dir) -> None:
     """A run folder whose manifest names another medprep version: every stage reruns (the version
     is part of each stage's fingerprint). Said once, up front."""
-    from pipeline.store import read_json
+    from pipeline.runpath import read_json
     manifest = run_dir / "manifest.json"
     if not manifest.exists():
         return

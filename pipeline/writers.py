@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.storage import RunPath, save_npy
+from pipeline.runpath import RunPath, save_npy
 
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
 MEGATRON_VERSION = 1

@@ -132,10 +132,12 @@ def _raw_engine(stage: str, texts: list[str]):
 def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dict:
     """One stage, single core: setup excluded, processing timed; then its raw engine."""
     from pipeline.config import load_config
+    from pipeline.inputs import StageInputs
+    from pipeline.runpath import RunPath
+    from pipeline.shards import ShardWriter, StageOutput
     from pipeline.stages import REGISTRY
-    from pipeline.stages.base import RunContext, StageInputs
-    from pipeline.readers import ReaderBatch
-    from pipeline.store import StageOutput
+    from pipeline.stages.base import DocumentStage, RunContext
+    from pipeline.tasks import InputShard
     import pyarrow as pa
 
     table = _load_normalized(NOTES if stage == "phi_notes" else corpus, 10**9)
@@ -151,30 +153,35 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     spec = cfg.stage("phi" if stage == "phi_notes" else stage)
     out_dir = WORK / "stage_out" / stage
     upstream = {n: cfg.stage(n).config for n in REGISTRY[spec.name].needs if cfg.has_stage(n)}
-    ctx = RunContext(run_dir=WORK, stage_dir=out_dir, seed=1, batch_size=batch_size, shard_size=50_000, num_proc=1,
-                     progress=False, upstream=upstream, artifacts={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
+    ctx = RunContext(run_dir=WORK, seed=1, upstream=upstream,
+                     read_paths={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
     obj = REGISTRY[spec.name](spec.config, ctx)
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)
         (WORK / "tokenizer/tokenizer.json").write_bytes((WORK / "tokenizer.json").read_bytes())
-    batches = [table.slice(i, batch_size) for i in range(0, table.num_rows, batch_size)]
+    # The documents as one input shard on disk (not timed), as a stage reads them in a run.
+    shard_dir = WORK / "stage_in" / stage
+    writer = ShardWriter(RunPath.of(shard_dir), None, max(table.num_rows, 1))
+    writer.write(table)
+    writer.close()
+    inputs = StageInputs([InputShard("00000", RunPath.of(shard_dir / "00000.arrow"), table.num_rows)],
+                         batch_size=batch_size)
+    document = isinstance(obj, DocumentStage)
     t_setup = time.perf_counter()
-    if obj.kind == "document":
+    if document:
         obj.setup()
     setup_s = time.perf_counter() - t_setup
-    output = StageOutput(out_dir, shard_size=50_000, keep_removed_text=False)
+    output = StageOutput(out_dir, keep_removed_text=False)
+    inputs.bind(output)
     w0, c0 = time.perf_counter(), time.process_time()
-    if obj.kind == "document":
-        for b in batches:
-            output.write(obj.process(b))
+    if document:
+        # The shard task a worker runs: read the shard, process it batch by batch, write it.
+        obj.process_shard(inputs.shard_tasks()[0])
     else:
-        inputs = StageInputs(lambda: (ReaderBatch(b) for b in batches), len(texts))
-        inputs.bind(output)
         obj.run(inputs, output)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if stage == "tokenizer":
         (WORK / "tokenizer.json").write_bytes((output.folder / "tokenizer.json").read_bytes())
-    output.abort()
     return _with_engine(stage, texts, {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": round(setup_s, 2)},
                         wall, cpu, mb)
 
@@ -265,8 +272,9 @@ def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc:
 
 
 def versions() -> dict:
-    from pipeline.runner import _versions
-    v = _versions()
+    from pipeline.runner import run_versions
+    from pipeline.stages import REGISTRY
+    v = run_versions(REGISTRY.names())
     try:
         from importlib.metadata import version
         v["datatrove"] = version("datatrove")

@@ -166,7 +166,7 @@ def pack_plan_step(n: int, shard_size: int = 10_000) -> dict:
     import shutil
 
     from pipeline.stages.pack import BINS, COUNTS, Pack, PackConfig
-    from pipeline.storage import RunPath, save_npy
+    from pipeline.runpath import RunPath, save_npy
     rng = np.random.default_rng(1)
     work = RunPath.of(WORK / "driver_pack")
     shutil.rmtree(WORK / "driver_pack", ignore_errors=True)

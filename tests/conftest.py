@@ -41,6 +41,16 @@ def english_texts(real_docs) -> list[str]:
     return [d["text"] for d in real_docs if d["language"] == "eng"]
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """One run of configs/tiny.yaml (the whole chain on 300 real abstracts), shared by the tests
+    that read a finished run: accounting, the packed round trip, the report, and the reference
+    bytes that other runs (num_proc 2, killed and resumed, keep: final) must reproduce."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    run_cli("-m", "pipeline", "run", "--config", str(ROOT / "configs/tiny.yaml"), "--output", str(out))
+    return out
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:
@@ -73,9 +83,22 @@ def run_in_process(*args) -> tuple[int, str, str]:
 
 def read_arrow_dir(folder: Path) -> pa.Table | None:
     """A stage's data/ or removed/ folder as one table, through the store's one reader."""
-    from pipeline.store import read_table
+    from pipeline.shards import read_table
     folder = Path(folder)
     return read_table(folder.parent, folder.name)
+
+
+def shard_inputs(table: pa.Table, folder: Path, batch_size: int):
+    """A table as a stage's input: one shard on disk, as the source is cut into shards."""
+    from pipeline.inputs import StageInputs
+    from pipeline.runpath import RunPath
+    from pipeline.shards import ShardWriter
+    from pipeline.tasks import InputShard
+    writer = ShardWriter(folder, None, max(table.num_rows, 1))
+    writer.write(table)
+    writer.close()
+    return StageInputs([InputShard("00000", RunPath.of(folder / "00000.arrow"), table.num_rows)],
+                       batch_size=batch_size)
 
 
 def write_config(path: Path, text: str) -> Path:

@@ -56,6 +56,8 @@ def local_and_ray(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_ray_and_local_executors_write_the_same_bytes(local_and_ray):
     local, ray = _files(local_and_ray["local"]), _files(local_and_ray["ray"])
     assert sorted(local) == sorted(ray)
@@ -69,6 +71,8 @@ def test_ray_and_local_executors_write_the_same_bytes(local_and_ray):
     assert any(name.startswith("final/train/") and name.endswith(".arrow") for name in local)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
     for kind, run in local_and_ray.items():
         manifest = json.loads((run / "manifest.json").read_text())
@@ -79,16 +83,18 @@ def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
     assert ray_info["address"] == "local" and ray_info["cluster_cpus"] == 2
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, tmp_path, monkeypatch):
     """The run folder named by URI (file://, as s3:// or gs:// would be) with commit: direct,
     as on an object store: no file or folder is renamed, and the bytes are the local run's."""
-    import pipeline.storage
+    import pipeline.runpath
     from pipeline.config import load_config
     from pipeline.runner import run_chain
 
     out = tmp_path / "direct"
     renamed = []
-    monkeypatch.setattr(pipeline.storage.RunPath, "rename", lambda self, target: renamed.append(str(self)))
+    monkeypatch.setattr(pipeline.runpath.RunPath, "rename", lambda self, target: renamed.append(str(self)))
     real_replace = os.replace
 
     def no_replace_in_run(src, dst, *args, **kwargs):
@@ -111,12 +117,14 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
     assert manifest["run_folder"]["bytes"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_ray):
     """normalize and phi write texts; langid, heuristics, dedup, split, tokenizer and pack's
-    data/ hold where each text is, and every reader of store.py gets whole documents back."""
+    data/ hold where each text is, and every reader of shards.py gets whole documents back."""
     import pyarrow as pa
 
-    from pipeline.store import TEXT_FILE, TEXT_ROW, read_table, shard_schema
+    from pipeline.shards import TEXT_FILE, TEXT_ROW, read_table, shard_schema
     run = local_and_ray["local"]
     stages = sorted(p.name for p in (run / "stages").iterdir())
     writers = {"01_normalize", "04_phi"}
@@ -163,7 +171,7 @@ class InterruptedHeuristics(Heuristics):
 
 
 def main(config_path, executor):
-    from pipeline.cli_common import user_errors
+    from pipeline.cli import user_errors
     from pipeline.config import load_config
     from pipeline.runner import run_chain
     from pipeline.stages import REGISTRY
@@ -236,6 +244,8 @@ def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path, commit):
     assert _files(run) == _files(reference)
 
 
+@pytest.mark.slow
+@pytest.mark.ray
 def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     start, run, seen = _interrupted_run(tmp_path, "failed", "raise", "ray", "direct")
     first = start()

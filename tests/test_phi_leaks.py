@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import read_arrow_dir, run_cli, run_in_process, write_config, write_jsonl
-from pipeline.phi.identifiers import ANNOTATION_COLUMNS, pseudonymize
+from pipeline.phi.identifiers import pseudonymize
 
 KEY = "9f2c4e1a7b3d5c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a"
 OTHER_KEY = "0" * 63 + "1"
@@ -155,6 +155,7 @@ def _all_text(run: Path) -> dict[str, str]:
     return files
 
 
+@pytest.mark.slow
 def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     files = _all_text(clinical["out"])
     assert "report.html" in files and "tokenizer/tokenizer.json" in files and "manifest.json" in files
@@ -172,13 +173,15 @@ def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     assert all(v in raw for v in PLANTED)
 
 
+@pytest.mark.slow
 def test_ids_are_pseudonyms_in_input_order_and_meta_is_dropped(clinical):
     key = bytes.fromhex(KEY)
     phi = read_arrow_dir(clinical["out"] / "stages/03_phi/data")
     reached_phi = [n["id"] for n in NOTES[:6]]
     assert phi["id"].to_pylist() == pseudonymize(reached_phi, key)
     assert all(i.startswith("doc-") and len(i) == 20 for i in phi["id"].to_pylist())
-    assert set(phi.column_names) <= {"id", "text", "phi_entities", "phi_count"} | ANNOTATION_COLUMNS
+    heuristics = {"n_words", "punct_fraction", "alpha_words_ratio", "avg_word_length"}     # its columns here
+    assert set(phi.column_names) == {"id", "text", "phi_entities", "phi_count"} | heuristics
     for later in ("04_dedup_exact", "05_dedup_minhash", "06_split"):
         data = read_arrow_dir(clinical["out"] / "stages" / later / "data")
         assert set(data["id"].to_pylist()) <= set(phi["id"].to_pylist())
@@ -188,6 +191,7 @@ def test_ids_are_pseudonyms_in_input_order_and_meta_is_dropped(clinical):
                         "duplicate_of": pseudonymize([NOTES[1]["id"]], key)[0]}]
 
 
+@pytest.mark.slow
 def test_stages_before_phi_are_purged_and_the_manifest_says_so(clinical):
     out, key = clinical["out"], bytes.fromhex(KEY)
     for folder in ("01_normalize", "02_heuristics"):
@@ -211,6 +215,7 @@ def test_stages_before_phi_are_purged_and_the_manifest_says_so(clinical):
     assert KEY not in json.dumps(manifest)
 
 
+@pytest.mark.slow
 def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     page = clinical["page"]
     key = bytes.fromhex(KEY)
@@ -226,6 +231,7 @@ def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     assert "removed from the run folder after the run" in later and LONG_HEAD[-60:] not in later
 
 
+@pytest.mark.slow
 def test_card_counts_phi_by_type_and_inspect_refuses_the_stages_before_phi(clinical):
     from huggingface_hub import DatasetCard
     out = clinical["out"]
@@ -249,6 +255,7 @@ def test_card_counts_phi_by_type_and_inspect_refuses_the_stages_before_phi(clini
     assert not any(v in listed + err for v in PLANTED)
 
 
+@pytest.mark.slow
 def test_crosswalk_only_outside_the_run_folder(clinical):
     with open(clinical["crosswalk"], newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
@@ -262,6 +269,7 @@ def test_crosswalk_only_outside_the_run_folder(clinical):
     assert not (clinical["tmp"] / "run2" / "stages").exists()
 
 
+@pytest.mark.slow
 def test_rerun_after_purge_and_single_stage_message(clinical):
     env = _env(clinical["tmp"])
     rerun = clinical["rerun"]
@@ -280,6 +288,7 @@ def test_rerun_after_purge_and_single_stage_message(clinical):
     assert not (clinical["out"] / "stages/02_heuristics/data").exists()
 
 
+@pytest.mark.slow
 def test_same_key_same_pseudonyms_other_key_other_ones(clinical):
     tmp = clinical["tmp"]
     plain = _config(tmp, "plain", clinical["src"], clinical["out"])       # no crosswalk
@@ -330,16 +339,22 @@ def test_meta_redact_runs_each_value_through_the_engine(tmp_path, monkeypatch):
     assert out["id"] == pseudonymize(["Vasquez-Hale_Eleanor_MRN0012345"], bytes.fromhex(KEY))[0]
 
 
-def test_annotation_columns_are_the_stages_own():
-    from pipeline.stages import CHAIN_ORDER, REGISTRY
-    every_column = {"heuristics": {"c4_lines": True, "c4_min_sentences": 1}}    # options that add columns
-    produced = set()
-    for name in CHAIN_ORDER:
-        if name == "phi":
-            continue
-        cls = REGISTRY[name]
-        produced |= {f.name for f in cls(cls.Config(**every_column.get(name, {})), None).output_fields()}
-    assert produced == set(ANNOTATION_COLUMNS)
+def test_the_columns_earlier_stages_add_are_kept_the_others_are_meta(tmp_path, monkeypatch):
+    """phi keeps the columns the stages before it add (the runner gives it their output_fields)
+    and drops every other column as a meta field, a source column named like a stage's too."""
+    from pipeline.config import validate_config
+    from pipeline.runner import make_stage, stage_dirs_for
+    monkeypatch.setenv("MEDPREP_PHI_KEY", KEY)
+    config = validate_config({"input": {"paths": ["x.jsonl"]}, "output_dir": str(tmp_path), "stages": [
+        "normalize", "langid", {"heuristics": {"c4_lines": True}}, "phi", "split"]}, check_inputs=False)
+    phi = make_stage(config, config.stage("phi"), stage_dirs_for(config))
+    added = {"lang", "lang_score", "n_words", "punct_fraction", "alpha_words_ratio", "avg_word_length",
+             "c4_sentences", "c4_lines_dropped"}
+    assert set(phi.ctx.annotation_columns) == added
+    table = pa.table({"id": ["a"], "text": ["x"], **{c: [1.0] for c in sorted(added)}, "ward": ["icu"],
+                      "perplexity": [12.0], "phi_count": [0]})
+    out = phi._ids_and_meta().apply(table)
+    assert set(out.column_names) == {"id", "text", "phi_count"} | added       # perplexity: no stage here
 
 
 def test_key_sources(tmp_path, monkeypatch):
@@ -359,7 +374,7 @@ def test_key_sources(tmp_path, monkeypatch):
 
 def test_a_type_clash_names_columns_not_values(tmp_path):
     from pipeline.errors import UserError
-    from pipeline.store import ShardWriter
+    from pipeline.shards import ShardWriter
     writer = ShardWriter(tmp_path, None, 10)
     writer.write(pa.table({"id": ["a"], "age": [93]}))
     with pytest.raises(UserError) as err:

@@ -25,12 +25,11 @@ def _files(run: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref") / "run"
-    run_cli("-m", "pipeline", "run", "--config", str(TINY), "--output", str(out))
-    return out
+def reference_run(tiny_run):
+    return tiny_run
 
 
+@pytest.mark.slow
 def test_accounting_holds_for_every_stage(reference_run):
     stats = [json.loads(p.read_text()) for p in sorted((reference_run / "stages").glob("*/stats.json"))]
     assert [s["stage"] for s in stats] == ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi",
@@ -55,6 +54,7 @@ def test_steps_per_epoch_seed_check():
     assert steps_per_epoch(50_000_000_000, 1024, 2048) == 23_842
 
 
+@pytest.mark.slow
 def test_packed_sequences_round_trip_to_the_documents(reference_run):
     from datasets import load_from_disk
     from tokenizers import Tokenizer
@@ -77,12 +77,14 @@ def test_packed_sequences_round_trip_to_the_documents(reference_run):
         assert len(decoded) in (len(expected), len(expected) - 1)       # the last may be in the leftover
 
 
+@pytest.mark.slow
 def test_two_runs_and_num_proc_give_identical_bytes(reference_run, tmp_path):
     cfg = write_config(tmp_path / "np2.yaml", TINY.read_text().replace("num_proc: 1", "num_proc: 2"))
     run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(tmp_path / "run"))
     assert _files(tmp_path / "run") == _files(reference_run)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_bytes(reference_run, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -100,6 +102,7 @@ def test_killed_run_resumes_to_the_same_bytes(reference_run, tmp_path):
     assert _files(out) == _files(reference_run)
 
 
+@pytest.mark.slow
 def test_single_stage_group_and_any_file(reference_run, tmp_path):
     import shutil
     run = tmp_path / "run"
@@ -131,12 +134,17 @@ def test_stage_needs_its_previous_stage(tmp_path):
 
 
 def test_stages_command_lists_every_stage_and_group():
-    out = run_cli("-m", "pipeline", "stages").stdout
-    for name in ("normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact",
-                 "dedup_minhash", "split", "tokenizer", "pack", "dedup"):
-        assert name in out
+    listed = run_cli("-m", "pipeline", "stages").stdout.splitlines()
+    lines = {line.split()[0]: line.split(None, 1)[1] for line in listed}
+    stages = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
+              "split", "tokenizer", "pack"]
+    assert [name for name in lines if name in stages] == stages          # in chain order, one line each
+    assert all(lines[name] and not lines[name].startswith("group:") for name in stages)
+    assert lines["dedup"] == "group: dedup_exact -> dedup_minhash"
+    assert lines["filters"] == "group: langid -> perplexity -> heuristics -> toxicity"
 
 
+@pytest.mark.slow
 def test_keep_final_leaves_the_outputs_and_the_record_and_states_the_size(reference_run, tmp_path):
     cfg = write_config(tmp_path / "final.yaml", TINY.read_text() + "keep: final\n")
     out = tmp_path / "run"

@@ -4,7 +4,9 @@ import html
 import json
 import re
 
-from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+import pytest
+
+from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
 
 
 def _figures(page: str) -> dict:
@@ -12,11 +14,9 @@ def _figures(page: str) -> dict:
     return json.loads(html.unescape(blob))
 
 
-def test_report_matches_stats(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", (ROOT / "configs/tiny.yaml").read_text()
-                       .replace("limit: 300", "limit: 120").replace("output_dir: runs/tiny", f"output_dir: {tmp_path / 'run'}"))
-    run_cli("-m", "pipeline", "run", "--config", str(cfg))
-    run = tmp_path / "run"
+@pytest.mark.slow
+def test_report_matches_stats(tiny_run):
+    run = tiny_run
     page = (run / "report.html").read_text()
     figures = _figures(page)
     stats = [json.loads(p.read_text()) for p in sorted((run / "stages").glob("*/stats.json"))]

@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from conftest import shard_inputs
 from pipeline.phi.placeholders import placeholder_tokens
-from pipeline.readers import ReaderBatch
-from pipeline.stages.base import RunContext, StageInputs
+from pipeline.shards import StageOutput
+from pipeline.stages.base import RunContext
 from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, TrainTokenizer
-from pipeline.store import StageOutput
 from pipeline.tokenizer_compare import gpt2_tokenizer
 
 
@@ -25,16 +25,13 @@ def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = N
     cols = {"id": [f"d{i}" for i in range(len(texts))], "text": texts}
     if splits is not None:
         cols["split"] = splits
-    table = pa.table(cols)
-    batches = [table.slice(i, 100) for i in range(0, table.num_rows, 100)]
-    inputs = StageInputs(lambda: iter([ReaderBatch(b) for b in batches]), table.num_rows)
+    inputs = shard_inputs(pa.table(cols), tmp_path / "input", batch_size=100)
     folder = tmp_path / "stages" / "10_tokenizer"
-    ctx = RunContext(run_dir=tmp_path, stage_dir=folder, seed=1, batch_size=100, shard_size=1000, num_proc=1,
-                     progress=False)
-    output = StageOutput(folder, shard_size=1000, keep_removed_text=False)
+    ctx = RunContext(run_dir=tmp_path, seed=1)
+    output = StageOutput(folder, keep_removed_text=False)
     inputs.bind(output)
     stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)
-    output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats})
+    output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats}, input_shards=inputs.names())
     return stats, Tokenizer.from_file(str(folder / TOKENIZER_FILE))
 
 

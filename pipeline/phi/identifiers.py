@@ -1,11 +1,13 @@
 """The other ways out for PHI, besides the text: document ids, meta fields, the stage folders
-written before `phi`, and the id crosswalk.
+written before `phi`, and the id crosswalk. The phi stage's privacy hooks (pipeline/stages/phi.py)
+are made of these.
 
 - ids: `doc-` + 16 hex of a keyed BLAKE2b of the id (pipeline/phi/secret.py holds the key),
   so the same id gets the same pseudonym in every run with the same key;
-- meta fields (columns that are neither id, text nor an annotation of our stages): dropped,
+- meta fields (columns that are neither id, text nor an annotation a stage added): dropped,
   redacted value by value by the phi engine, or kept;
-- the crosswalk (pseudonym, id) is written only to a file the config names outside the run folder;
+- the crosswalk (pseudonym, id) is written only to a file the config names outside the run
+  folder, by the driver once every shard is done, from the stage's input ids in input order;
 - after a run, the stages before `phi` lose their data/ and their removed/ is rewritten with
   pseudonyms and without text, unless the config keeps raw data (`phi.keep_raw`)."""
 from __future__ import annotations
@@ -21,23 +23,11 @@ import pyarrow.compute as pc
 
 from pipeline.documents import REMOVED_SCHEMA
 from pipeline.errors import ConfigError
-from pipeline.phi.secret import load_phi_key, phi_key_source
-from pipeline.storage import RunPath, as_run_path
-from pipeline.store import PURGED, STATS, SUCCESS, is_done, is_purged
+from pipeline.phi.secret import key_id, load_phi_key, phi_key_source
+from pipeline.runpath import RunPath, as_run_path
+from pipeline.shards import SUCCESS, is_done, is_purged, purge_documents, read_shard
 
 PREFIX = "doc-"
-# Annotation columns the stages write (their output_fields); never meta, never PHI.
-ANNOTATION_COLUMNS = frozenset({
-    "lang", "lang_score",                                             # langid
-    "perplexity", "perplexity_bucket",                                # perplexity
-    "n_words", "punct_fraction", "alpha_words_ratio", "avg_word_length",   # heuristics
-    "c4_sentences", "c4_lines_dropped",
-    "toxicity",                                                       # toxicity
-    "split",                                                          # split
-})
-# The original id, carried from process() to batch_stats() for the crosswalk; never written
-# to data/ or removed/ (the store drops "_" columns).
-SOURCE_ID = "_source_id"
 # Ids of records a reader could not read are file:line, needed to find the record again.
 KEEP_ID_REASONS = "malformed_"
 
@@ -60,15 +50,27 @@ def pseudonym_array(values, key: bytes) -> pa.Array:
     return pa.array(pseudonymize(values.to_pylist(), key), pa.string())
 
 
+def uses_key(cfg) -> bool:
+    """Whether the phi stage's output depends on the PHI key: surrogates are keyed by it, and
+    so are pseudonyms. The one definition, for the stage's fingerprint and its cache."""
+    return cfg.mode == "surrogate" or cfg.id_mode == "pseudonymize"
+
+
+def key_ids(cfg) -> list[str]:
+    """The key's one-way id where the stage uses the key (another key: another output)."""
+    return [key_id(load_phi_key(cfg.key_file))] if uses_key(cfg) else []
+
+
 class IdsAndMeta:
     """What the phi stage does to a batch besides the text: pseudonymize ids, drop or redact
-    meta fields. `engine` (a PhiEngine) is needed only for `meta_fields: redact`."""
+    meta fields (the columns that are neither id, text nor in `annotation_columns`, the
+    columns stages add). `engine` (a PhiEngine) is needed only for `meta_fields: redact`."""
 
-    def __init__(self, config, engine=None, own_columns=()):
+    def __init__(self, config, engine=None, annotation_columns=()):
         self.config = config
         self.engine = engine
         self.key = load_phi_key(config.key_file) if config.id_mode == "pseudonymize" else None
-        self.keep_columns = {"id", "text", *ANNOTATION_COLUMNS, *own_columns}
+        self.keep_columns = {"id", "text", *annotation_columns}
 
     def apply(self, table: pa.Table) -> pa.Table:
         from pipeline.documents import set_column
@@ -82,10 +84,7 @@ class IdsAndMeta:
                     column = self._redacted(name, table[name])
                     table = table.drop_columns([name]) if column is None else set_column(table, name, column)
         if self.key is not None:
-            original = table["id"]
-            table = set_column(table, "id", pseudonym_array(original, self.key))
-            if self.config.crosswalk_file:
-                table = set_column(table, SOURCE_ID, original)
+            table = set_column(table, "id", pseudonym_array(table["id"], self.key))
         return table
 
     def _redacted(self, name: str, column) -> pa.Array | None:
@@ -145,32 +144,28 @@ def _replace(obj, redacted):
     return obj
 
 
-class Crosswalk:
-    """(pseudonym, id) pairs as CSV, written to a temp name and renamed when the stage ends."""
-
-    def __init__(self, path: str):
-        self.path = Path(path)
-        self.tmp = self.path.with_name(self.path.name + ".tmp")
-        self.fh = None
-        self.writer = None
-
-    def add(self, pseudonyms, originals) -> None:
-        if self.fh is None:
-            self._open()
-        self.writer.writerows(zip(pseudonyms, originals))
-
-    def _open(self) -> None:
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        self.fh = open(fd, "w", encoding="utf-8", newline="")
-        self.writer = csv.writer(self.fh)
-        self.writer.writerow(["pseudonym", "id"])
-
-    def close(self) -> None:
-        if self.fh is None:
-            self._open()
-        self.fh.close()
-        os.replace(self.tmp, self.path)
-        self.fh = None
+def write_crosswalk(path: str, shards, key: bytes) -> int:
+    """(pseudonym, id) of every document of the input shards, in input order, as CSV (mode
+    0600), under a temp name renamed into place. Written by the driver from the input's ids,
+    whatever number of workers and shards ran the stage. Returns the number of rows."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    rows = 0
+    try:
+        with open(fd, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["pseudonym", "id"])
+            for shard in shards:
+                for table in read_shard(shard.path, None, ["id"]):
+                    ids = table["id"].to_pylist()
+                    writer.writerows(zip(pseudonymize(ids, key), ids))
+                    rows += len(ids)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return rows
 
 
 def _inside(path: Path, folder) -> bool:
@@ -180,14 +175,10 @@ def _inside(path: Path, folder) -> bool:
     return path == folder or folder in path.parents
 
 
-def check_private_files(config, run_dirs: list[Path]) -> None:
+def check_private_files(cfg, where: str, run_dirs: list) -> None:
     """Up front: the key file exists, and neither it nor the crosswalk is inside the run folder
-    (or a stage's --output folder); the crosswalk's folder exists and ids are pseudonymized."""
-    if not config.has_stage("phi"):
-        return
-    spec = config.stage("phi")
-    cfg = spec.config
-    where = f"{config.source}: stages[{spec.position - 1}].phi"
+    (or a stage's --output folder); the crosswalk's folder exists and ids are pseudonymized.
+    `where` names the stage's entry in the config."""
     problems = []
     if cfg.key_file:
         if not Path(cfg.key_file).is_file():
@@ -235,52 +226,32 @@ def purge_stage(folder: RunPath, key: bytes | None) -> None:
             for batch in table.combine_chunks().to_batches(max_chunksize=1000):
                 writer.write_batch(batch)
         shard.write_bytes(sink.getvalue().to_pybytes())
-    for entry in folder.iterdir():
-        if entry.name in (STATS, "removed"):
-            continue
-        entry.rmtree()
-    (folder / PURGED).write_text("raw documents removed after the run (they hold PHI); "
-                                 "the next `pipeline run` reruns this stage\n", encoding="utf-8")
+    purge_documents(folder, "its raw documents were removed after the run because they hold PHI; "
+                            "set phi.keep_raw: true to keep them")
 
 
-def uses_key(cfg) -> bool:
-    return cfg.id_mode == "pseudonymize"
-
-
-def purge_raw_phi(config, stage_dirs: dict[str, Path]) -> dict | None:
-    """After a completed run with a phi stage: purge every stage before phi unless the config
-    keeps raw data. Returns the manifest's `privacy` entry (None without a phi stage)."""
-    if not config.has_stage("phi"):
-        return None
-    phi = config.stage("phi")
-    cfg = phi.config
+def purge_before(cfg, earlier: list[tuple[str, RunPath]]) -> dict:
+    """After a completed run: purge every stage before phi (`earlier`: (folder name, path)
+    pairs) unless the config keeps raw data. Returns the manifest's `privacy` entry."""
     key = load_phi_key(cfg.key_file) if cfg.id_mode == "pseudonymize" else None
     purged = []
     if not cfg.keep_raw:
-        for spec in config.stages:
-            if spec.position >= phi.position:
-                break
-            folder = stage_dirs[spec.name]
+        for name, folder in earlier:
             folder.with_name(folder.name + ".tmp").rmtree()
             if is_done(folder):
                 purge_stage(folder, key)
             if is_purged(folder):
-                purged.append(spec.folder)
+                purged.append(name)
     return {"raw_purged": not cfg.keep_raw, "stages": purged, "profile": cfg.profile, "id_mode": cfg.id_mode,
-            "meta_fields": cfg.meta_fields,
-            "key_source": phi_key_source(cfg.key_file) if uses_key(cfg) else None}
+            "meta_fields": cfg.meta_fields, "key_source": phi_key_source(cfg.key_file) if uses_key(cfg) else None}
 
 
-def report_ids(manifest: dict, phi_stats: dict | None):
-    """For the report: a function mapping raw ids of documents removed before phi to their
-    pseudonyms, or None when ids are kept (no phi stage, or id_mode: keep)."""
+def pseudonyms_of(cfg, stats: dict):
+    """For the report: a function mapping the raw ids of phi's input to their pseudonyms, or
+    None when ids are kept (id_mode: keep)."""
     # Stats without id_mode (written before ids were pseudonymized) count as pseudonymized:
     # the report then shows no raw id, at worst a pseudonym nothing else holds.
-    if not phi_stats or phi_stats.get("id_mode", "pseudonymize") == "keep":
+    if stats.get("id_mode", "pseudonymize") == "keep":
         return None
-    key_file = None
-    for entry in manifest.get("config", {}).get("stages", []):
-        if isinstance(entry, dict) and "phi" in entry:
-            key_file = (entry["phi"] or {}).get("key_file")
-    key = load_phi_key(key_file)
+    key = load_phi_key(cfg.key_file)
     return lambda ids: pseudonymize(ids, key)

@@ -6,22 +6,16 @@ as id and a `malformed_*` reason, so the first stage counts it like any other re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
 
 from pipeline.errors import InputError
+from pipeline.readers.batch import ReaderBatch, RowBatcher  # noqa: F401  (the readers' batch types)
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson", ".parquet",
                       ".txt", ".xml", ".xml.gz", ".arrow")
-
-
-@dataclass
-class ReaderBatch:
-    table: pa.Table                                      # documents: id, text, extras
-    set_aside: list[tuple[str, str]] = field(default_factory=list)   # (id or file:line, reason)
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -102,27 +96,3 @@ def _limit(batches: Iterator[ReaderBatch], limit: int | None) -> Iterator[Reader
             b = ReaderBatch(b.table.slice(0, left), b.set_aside)
         left -= b.table.num_rows
         yield b
-
-
-class RowBatcher:
-    """Collects rows (dicts) into Arrow batches with a fixed schema."""
-
-    def __init__(self, schema: pa.Schema, batch_size: int):
-        self.schema = schema
-        self.batch_size = batch_size
-        self.rows: list[dict] = []
-        self.set_aside: list[tuple[str, str]] = []
-
-    def add(self, row: dict) -> ReaderBatch | None:
-        self.rows.append(row)
-        return self.flush() if len(self.rows) >= self.batch_size else None
-
-    def aside(self, where: str, reason: str) -> None:
-        self.set_aside.append((where, reason))
-
-    def flush(self) -> ReaderBatch | None:
-        if not self.rows and not self.set_aside:
-            return None
-        batch = ReaderBatch(pa.Table.from_pylist(self.rows, schema=self.schema), self.set_aside)
-        self.rows, self.set_aside = [], []
-        return batch

@@ -1,11 +1,11 @@
 """Arrow IPC shards (a stage's data/ folder), streamed through a datasets IterableDataset.
-Shards of a stage that refers to its texts rather than copying them (store.py) are read with
+Shards of a stage that refers to its texts rather than copying them (shards.py) are read with
 store.read_shard, which joins the texts back in."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.readers import ReaderBatch
+from pipeline.readers.batch import ReaderBatch
 
 
 def read(files: list[Path], batch_size: int):
@@ -16,7 +16,7 @@ def read(files: list[Path], batch_size: int):
 def _refers_to_texts(path: Path) -> bool:
     import pyarrow as pa
 
-    from pipeline.store import TEXT_ROW
+    from pipeline.shards import TEXT_ROW
     try:
         with pa.OSFile(str(path), "rb") as src:
             return TEXT_ROW in pa.ipc.open_stream(src).schema.names
@@ -32,7 +32,7 @@ def stream_tables(files: list[Path], batch_size: int):
     if not files:
         return
     if any(_refers_to_texts(Path(f)) for f in files):
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         for f in files:
             yield from read_shard(f, batch_size)
         return

@@ -6,7 +6,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from pipeline.errors import InputError
-from pipeline.readers import ReaderBatch
+from pipeline.readers.batch import ReaderBatch
 
 
 def read(path: Path, cfg, batch_size: int):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.readers import RowBatcher
+from pipeline.readers.batch import RowBatcher
 
 log = logging.getLogger("medprep")
 SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("meta", pa.string())])

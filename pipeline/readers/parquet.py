@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.readers import ReaderBatch
+from pipeline.readers.batch import ReaderBatch
 
 
 def read(path: Path, cfg, batch_size: int):

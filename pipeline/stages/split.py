@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
-from pipeline.storage import load_npy, save_npy, task_folder
 from pipeline.documents import set_column
+from pipeline.runpath import load_npy, save_npy
 from pipeline.minhash import band_keys
 from pipeline.stages.base import GlobalStage, StageConfig
 
@@ -34,6 +34,7 @@ class Split(GlobalStage):
     name = "split"
     summary = "document-level train/validation split, stable per id and seed"
     Config = SplitConfig
+    engines = ("xxhash", "datasketch")
     needs = ("dedup_minhash",)        # the leak check uses its LSH settings
 
     def output_fields(self):
@@ -44,11 +45,11 @@ class Split(GlobalStage):
             return {}
         return {f"split.{v['values']}": v["counts"] for v in pc.value_counts(table["split"]).to_pylist()}
 
-    def split_shard(self, task: dict) -> dict:
+    def split_shard(self, task) -> dict:
         """Map: the split column of one shard, written as its output shard; with the leak
         check, the shard's LSH band keys (dedup_minhash's settings) by partition."""
-        from pipeline.executor import rewrite_shard
-        leak = task.get("leak")
+        from pipeline.tasks import rewrite_shard
+        leak = task.params.get("leak")
         keys, flags = [], []
         hasher = None
         if leak:
@@ -65,20 +66,21 @@ class Split(GlobalStage):
         marker = rewrite_shard(self, task, assign)
         if hasher is not None:
             from pipeline.stages.dedup_minhash import write_band_partitions
-            work = task_folder(task) / "work"
+            work = task.folder / "work"
             all_keys = np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)
-            write_band_partitions(work / f"bands-{task['name']}", all_keys, task["row0"], mh.partitions)
-            save_npy(work / f"val-{task['name']}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
+            write_band_partitions(work / f"bands-{task.shard.name}", all_keys, task.row0, mh.partitions)
+            save_npy(work / f"val-{task.shard.name}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
         return marker
 
-    def leak_partition(self, task: dict) -> dict:
+    def leak_partition(self, task) -> dict:
         """Reduce, per bucket partition: validation rows that share a bucket with a train row."""
         from pipeline.stages.dedup_minhash import read_partition
-        work = task_folder(task) / "work"
-        pairs = read_partition(work, task["names"], task["partition"])
+        work = task.folder / "work"
+        names = task.params["names"]
+        pairs = read_partition(work, names, task.params["partition"])
         if not len(pairs):
             return {"rows": []}
-        is_val = np.concatenate([load_npy(work / f"val-{name}.npy") for name in task["names"]])
+        is_val = np.concatenate([load_npy(work / f"val-{name}.npy") for name in names])
         order = np.argsort(pairs["key"], kind="stable")
         fk, fr = pairs["key"][order], pairs["row"][order].astype(np.int64)
         new_run = np.concatenate([[True], fk[1:] != fk[:-1]])
@@ -102,8 +104,8 @@ class Split(GlobalStage):
             (output.folder / "work").rmtree()
         return stats
 
-    def finish_stats(self, totals: dict) -> dict:
-        return totals
+    def manifest_fields(self, stats: dict) -> dict:
+        return {"validation_near_train": stats["validation_near_train"]} if "validation_near_train" in stats else {}
 
     def _leak_settings(self) -> dict | None:
         minhash = self.ctx.upstream.get("dedup_minhash")

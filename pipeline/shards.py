@@ -14,7 +14,7 @@ Shards are Arrow IPC streams (zstd-compressed buffers). A stage that does not ch
 text (rewrites_text False) and reads another stage's output writes, in the text column's
 place, where each text is (_text_file, _text_row): the run folder holds a text once per stage
 that changes it, not once per stage. Where the filesystem has no rename (an object store;
-storage.py), files are written at their final names and the marker and _SUCCESS order alone
+runpath.py), files are written at their final names and the marker and _SUCCESS order alone
 makes them safe: the stage folder is written in place, not in <folder>.tmp.
 
 This module is the one reader of the shard format (`read_shard`, `stage_shards`,
@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.documents import DUPLICATE_OF, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
-from pipeline.storage import RunPath, as_run_path, read_json, write_json  # noqa: F401  (re-exported)
+from pipeline.runpath import RunPath, as_run_path, read_json, write_json
 
 SUCCESS = "_SUCCESS"
 # Written instead of _SUCCESS when a stage before `phi` had its raw documents removed after
@@ -56,7 +56,7 @@ def is_purged(folder) -> bool:
     return (as_run_path(folder) / PURGED).exists()
 
 
-def shards(folder, sub: str = "data") -> list[RunPath]:
+def shard_paths(folder, sub: str = "data") -> list[RunPath]:
     return (as_run_path(folder) / sub).glob("*.arrow")
 
 
@@ -184,7 +184,7 @@ def shard_schema(path) -> pa.Schema:
 
 def read_table(folder, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
     """All shards of a stage folder's data/ (or removed/) as one table, in shard order."""
-    tables = [t for f in shards(folder, sub) for t in read_shard(f, None, columns)]
+    tables = [t for f in shard_paths(folder, sub) for t in read_shard(f, None, columns)]
     return pa.concat_tables(tables) if tables else None
 
 
@@ -192,7 +192,7 @@ def stage_shards(folder) -> list[tuple[str, RunPath, int | None]]:
     """(name, data file, rows) of a finished stage's output shards, in name order."""
     folder = as_run_path(folder)
     out = []
-    for f in shards(folder):
+    for f in shard_paths(folder):
         marker = folder / MARKERS / f"{f.stem}.json"
         rows = read_json(marker)["docs_out"] if marker.exists() else None
         out.append((f.stem, f, rows))
@@ -394,17 +394,14 @@ class ShardWriter:
 
 
 class StageOutput:
-    """The folder one stage writes, shard by shard. Document stages' shards are written by
-    workers (ShardFiles, then a marker); here, the driver commits them. Global stages write
-    through `write`, into the shard `begin_shard` named (their StageInputs calls it as each
-    input shard starts), so their output keeps the input's shard names as well."""
+    """The folder one stage writes, shard by shard: every shard's files and marker are written
+    by a task on a worker (ShardFiles); the driver only commits."""
 
-    def __init__(self, folder, *, shard_size: int, keep_removed_text: bool, fingerprint: str | None = None):
+    def __init__(self, folder, *, keep_removed_text: bool, fingerprint: str | None = None):
         self.final = as_run_path(folder)
         # Where renames exist the stage is written in <folder>.tmp and renamed at commit; on
         # an object store, in place: _SUCCESS, written last, is what makes it finished.
         self.tmp = self.final.with_name(self.final.name + ".tmp") if self.final.renames else self.final
-        self.shard_size = shard_size
         self.keep_removed_text = keep_removed_text
         if self.tmp == self.final and is_done(self.final):
             # A finished output being redone (another config, or --force): _SUCCESS goes first,
@@ -418,11 +415,6 @@ class StageOutput:
                 self.tmp.rmtree()          # left by an interrupted run of another config
         self.tmp.mkdir()
         (self.tmp / FINGERPRINT).write_text(fingerprint or "")
-        self.schema: pa.Schema | None = None
-        self.current: ShardFiles | None = None
-        self.current_name: str | None = None
-        self.pending_aside: dict[str, list] = {}
-        self.shard_stats: dict[str, dict] = {}
 
     @property
     def folder(self) -> RunPath:
@@ -432,57 +424,13 @@ class StageOutput:
     def done_shards(self) -> set[str]:
         return {p.stem for p in (self.tmp / MARKERS).glob("*.json")}
 
-    # -- global stages: writes on the driver, into the current shard --
-    def begin_shard(self, name: str) -> None:
-        if self.current is not None and self.current.name != name:
-            self._close_current()
-        self.current_name = name
-
-    def _open(self) -> ShardFiles:
-        name = self.current_name or "00000"
-        if self.current is None:
-            if (self.tmp / MARKERS / f"{name}.json").exists():
-                raise RuntimeError(f"{self.final.name}: shard {name} written twice")
-            self.current = ShardFiles(self.tmp, name, keep_removed_text=self.keep_removed_text, schema=self.schema)
-            self.current.set_aside(self.pending_aside.pop(name, []))
-        return self.current
-
-    def _close_current(self) -> None:
-        if self.current is not None:
-            self.schema = self.current.data.schema or self.schema
-            self.current.close(self.shard_stats.pop(self.current.name, None))
-            self.current = None
-
-    def write(self, table: pa.Table) -> None:
-        self._open().write(table)
-        self.schema = self.current.data.schema
-
-    def set_aside(self, rows: list[tuple[str, str]]) -> None:
-        """Set-aside records of the current shard: written before its documents' removed rows."""
-        if not rows:
-            return
-        if self.current is not None:
-            self.current.set_aside(rows)
-        else:
-            self.pending_aside.setdefault(self.current_name or "00000", []).extend(rows)
-
-    def finish_shards(self, names: list[str], schema: pa.Schema | None = None) -> None:
-        """Every input shard has its output files: shards no row was written to are empty."""
-        self._close_current()
-        done = self.done_shards()
-        for name in names:
-            if name not in done:
-                self.current_name = name
-                f = ShardFiles(self.tmp, name, keep_removed_text=self.keep_removed_text, schema=self.schema or schema)
-                f.set_aside(self.pending_aside.pop(name, []))
-                f.close()
-
-    def commit(self, stats: dict, input_shards: list[str] | None = None) -> dict:
-        self._close_current()
-        if input_shards is not None:
-            self.finish_shards(input_shards)
-        elif not self.done_shards():
-            self.finish_shards(["00000"])
+    def commit(self, stats: dict, input_shards: list[str]) -> dict:
+        """stats.json (counts summed over the shards' markers, then `stats`) and _SUCCESS, once
+        every input shard has its output shard; then the folder goes into place."""
+        missing = sorted(set(input_shards) - self.done_shards())
+        if missing:
+            raise RuntimeError(f"{self.final.name}: no output for input shard {missing[0]} "
+                               f"({len(missing)} of {len(input_shards)} missing)")
         markers = [read_json(p) for p in sorted((self.tmp / MARKERS).glob("*.json"))]
         reasons: Counter = Counter()
         for m in markers:
@@ -502,7 +450,20 @@ class StageOutput:
             self.tmp.rename(self.final)
         return stats
 
-    def abort(self) -> None:
-        if self.current is not None:
-            self.current.abort()
-            self.current = None
+
+def purge_documents(folder, why: str, keep: tuple[str, ...] = (STATS, "removed")) -> None:
+    """A finished stage folder loses its documents after the run: _SUCCESS goes first (a purge
+    cut short leaves a stage that reruns), everything but `keep` next, then _PURGED with `why`
+    (one line: why they went and how to keep them), so the next run reruns the stage."""
+    folder = as_run_path(folder)
+    (folder / SUCCESS).unlink(missing_ok=True)
+    for entry in folder.iterdir():
+        if entry.name not in keep and entry.name != PURGED:
+            entry.rmtree()
+    if not (folder / PURGED).exists():
+        (folder / PURGED).write_text(why.rstrip("\n") + "\n", encoding="utf-8")
+
+
+def purge_note(folder) -> str:
+    """Why a purged stage folder has no documents (the line purge_documents wrote)."""
+    return (as_run_path(folder) / PURGED).read_text(encoding="utf-8").strip()

