@@ -8,19 +8,47 @@ import pytest
 import xxhash
 from datasketch import MinHash
 
-from pipeline.minhash import MinHasher, sha1_hash32, shingles
+from pipeline.minhash import MinHasher, ShingleSpans, sha1_hash32, shingle_bytes, shingles, xxh32_spans
 from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
 
 
 @pytest.mark.parametrize("hashfunc, fn", [("xxh32", xxhash.xxh32_intdigest), ("sha1", sha1_hash32)])
 def test_signatures_identical_to_datasketch(english_texts, hashfunc, fn):
-    texts = english_texts[:120] + ["", "two words", "exactly five words right here"]
+    texts = english_texts[:120] + ["", "two words", "exactly five words right here", " Tabs\tand\r\nbreaks\x0b\x0cend ",
+                                   "ΣΟΦΟΣ ΚΑΙ ΣΟΦΟΣ, İstanbul", "no\u00a0break\x1cspace here at all"]
     ours = MinHasher(num_perm=128, seed=42, ngram=5, hashfunc=hashfunc).signatures(texts)
     for text, sig in zip(texts, ours):
         m = MinHash(num_perm=128, seed=42, hashfunc=fn)
         for s in shingles(text, 5):
             m.update(s.encode("utf-8"))
         assert np.array_equal(sig, m.hashvalues)
+
+
+EDGE_TEXTS = ["", "   ", "one", "two words", "exactly five words right here", "\n\n a \t b\r\n c \x0b\x0c d e f ",
+              "ΣΟΦΟΣ ΚΑΙ ΣΟΦΟΣ Σ", "ẞtraße İstanbul ǅemal", "no\u00a0break\x1cspace and\u2003em space", "x" * 70 + " y"]
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_shingle_spans_are_the_reference_shingles(english_texts, n):
+    """The vectorized shingles (spans of one buffer) are shingle_bytes' own, document by
+    document: whitespace runs of every kind, a text shorter than n words, unicode lowercasing."""
+    for texts in ([], [""], EDGE_TEXTS, english_texts[:200] + EDGE_TEXTS):
+        spans = ShingleSpans(texts, n)
+        reference = [shingle_bytes(t, n) for t in texts]
+        assert spans.counts.tolist() == [len(r) for r in reference]
+        assert spans.list() == [s for r in reference for s in r]
+
+
+def test_xxh32_spans_is_xxhash():
+    """Every length from 0 to 100 bytes (stripes, 4-byte words, single bytes) and some long
+    ones, random bytes at every alignment."""
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([np.arange(101), [255, 256, 1000, 4099]] * 3)
+    data = rng.integers(0, 256, int(lengths.sum()) + 16, dtype=np.uint8)
+    data[-16:] = 0
+    start = np.cumsum(lengths) - lengths
+    expected = [xxhash.xxh32_intdigest(data[s:s + m].tobytes()) for s, m in zip(start, lengths)]
+    assert xxh32_spans(data, start, lengths).tolist() == expected
 
 
 def _edit(text, rng, kind):
