@@ -38,6 +38,9 @@ NOTES = ROOT / "data/deid-dev/notes.jsonl"
 # the seeds' punctuation rule and our document-level boilerplate rules off).
 DATATROVE_HEURISTICS = {"min_words": 50, "max_punctuation_fraction": 1.0, "c4_boilerplate_lines": False,
                         "c4_lines": True, "c4_min_sentences": 5}
+# Stages timed in alternating rounds against their engines (first: the row's engine; others
+# are reported beside it): the ratio to the engine is a bar for these.
+ALTERNATING = {"perplexity": ["perplexity", "perplexity_raw_text"]}
 # Keys of bench/results.json written by other scripts of `make bench`, kept when this one rewrites it.
 OTHER_SCRIPTS_KEYS = ["minhash_scale"]
 
@@ -90,10 +93,20 @@ def _raw_engine(stage: str, texts: list[str]):
         lines = [t.replace("\n", " ") + "\n" for t in texts]
         return "fastText predict", lambda: [predict(t, 1, 0.0, "replace") for t in lines]
     if stage == "perplexity":
+        # KenLM scoring the lines the stage scores (its normalized lines, made beforehand).
+        import kenlm
+        import pyarrow as pa
+        from pipeline.ccnet_norm import scored_lines
+        model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
+        lines = [line for i in range(0, len(texts), 1000) for line in scored_lines(pa.array(texts[i:i + 1000]))[0]]
+        return "kenlm score (normalized lines)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
+    if stage == "perplexity_raw_text":
+        # KenLM scoring the raw text, one line per document: fewer tokens than the normalized
+        # lines (punctuation stays on the words), so less work than the stage gives it.
         import kenlm
         model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
         lines = [t.replace("\n", " ") for t in texts]
-        return "kenlm score", lambda: [model.score(t, bos=True, eos=True) for t in lines]
+        return "kenlm score (raw text)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
     if stage == "toxicity":
         from profanity_check import predict_prob
         return "predict_prob", lambda: predict_prob(texts)
@@ -162,6 +175,8 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     if obj.kind == "document":
         obj.setup()
     setup_s = time.perf_counter() - t_setup
+    if stage in ALTERNATING:
+        return _bench_alternating(stage, obj, batches, texts, mb, setup_s, out_dir)
     output = StageOutput(out_dir, shard_size=50_000, keep_removed_text=False)
     w0, c0 = time.perf_counter(), time.process_time()
     if obj.kind == "document":
@@ -192,6 +207,38 @@ def _with_engine(stage: str, texts: list[str], result: dict, wall: float, cpu: f
         raw_cpu = time.process_time() - c0
         result.update({"engine": name, "engine_docs_per_cpu_s": round(n / raw_cpu, 1),
                        "stage_vs_engine": round(raw_cpu / cpu, 3)})
+    result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    return result
+
+
+def _bench_alternating(stage: str, obj, batches, texts: list[str], mb: float, setup_s: float, out_dir: Path,
+                       rounds: int = 3) -> dict:
+    """A per-document stage and its engine, alternating for `rounds` rounds in this process,
+    each side keeping its fastest round (a burst of load elsewhere slows a round, not a side);
+    the engine also on the raw text where ALTERNATING names a second engine."""
+    from pipeline.store import StageOutput
+    engines = [_raw_engine(e, texts) for e in ALTERNATING[stage]]
+    stage_cpu, walls, engine_cpu = [], [], [[] for _ in engines]
+    for _ in range(rounds):
+        output = StageOutput(out_dir, shard_size=50_000, keep_removed_text=False)
+        w0, c0 = time.perf_counter(), time.process_time()
+        for b in batches:
+            output.write(obj.process(b))
+        walls.append(time.perf_counter() - w0)
+        stage_cpu.append(time.process_time() - c0)
+        output.abort()
+        for (_, run), times in zip(engines, engine_cpu):
+            c0 = time.process_time()
+            run()
+            times.append(time.process_time() - c0)
+    n, cpu, wall = len(texts), min(stage_cpu), min(walls)
+    result = {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": round(setup_s, 2), "wall_s": round(wall, 3),
+              "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
+              "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds}
+    for k, ((name, _), times) in enumerate(zip(engines, engine_cpu)):
+        key = "engine" if k == 0 else f"engine_{ALTERNATING[stage][k].removeprefix(stage + '_')}"
+        result.update({key: name, f"{key}_docs_per_cpu_s": round(n / min(times), 1)})
+        result["stage_vs_engine" if k == 0 else f"stage_vs_{key}"] = round(min(times) / cpu, 3)
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
 
