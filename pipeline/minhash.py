@@ -17,6 +17,7 @@ per shingle on the default path):
   each document's minimum is a reduction over contiguous memory."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from typing import Literal
@@ -220,8 +221,10 @@ class MinHasher:
         return out
 
 
+@functools.cache
 def lsh_params(threshold: float, num_perm: int, false_negative_weight: float = 0.5) -> tuple[int, int]:
-    """(bands, rows) from datasketch's own optimizer, as MinHashLSH(weights=...) computes them."""
+    """(bands, rows) from datasketch's own optimizer, as MinHashLSH(weights=...) computes them
+    (a numerical integration, ~0.1 s: once per process)."""
     from datasketch.lsh import _optimal_param
     return _optimal_param(threshold, num_perm, 1.0 - false_negative_weight, false_negative_weight)
 

@@ -28,6 +28,8 @@ from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
 
 PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
+# Bucket partitions per reduce task.
+PARTITIONS_PER_TASK = 16
 
 
 class MinHashConfig(StageConfig):
@@ -69,7 +71,8 @@ class MinHashDedup(GlobalStage):
     Config = MinHashConfig
 
     def signature_shard(self, task: dict) -> dict:
-        """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition."""
+        """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition; returns
+        where each partition starts in the shard's band file, so reduce tasks read no index."""
         from pipeline.store import read_shard
         cfg = self.config
         bands, rows = cfg.bands()
@@ -78,45 +81,55 @@ class MinHashDedup(GlobalStage):
         sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
         work = task_folder(task) / "work"
         save_npy(work / f"sig-{task['name']}.npy", sigs)
-        write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
-                              cfg.partitions)
-        return {"rows": len(sigs)}
+        index = write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
+                                      cfg.partitions)
+        return {"rows": len(sigs), "partition_index": index.tolist()}
 
     def partition_pairs(self, task: dict) -> dict:
-        """Reduce, per bucket partition: candidate pairs (first member of a bucket, other
-        member), verified by estimated Jaccard; written to work/pairs-P.npy."""
+        """Reduce, per bucket partition of the task's range: candidate pairs (first member of a
+        bucket, other member), verified by estimated Jaccard; written to work/pairs-P.npy."""
         cfg = self.config
         work = task_folder(task) / "work"
-        pairs = read_partition(work, task["names"], task["partition"])
-        u = v = np.zeros(0, np.int64)
-        candidates = 0
-        if len(pairs) >= 2:
-            pairs = pairs[np.argsort(pairs["key"], kind="stable")]
-            same = pairs["key"][1:] == pairs["key"][:-1]
-            run_start = np.flatnonzero(np.concatenate([[True], ~same]))
-            run_id = np.cumsum(np.concatenate([[True], ~same])) - 1
-            first_row = pairs["row"][run_start][run_id]          # first member of each row's bucket
-            other = pairs["row"] != first_row
-            u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
-            candidates = len(u)
-            if cfg.verify and len(u):
-                sigs = ShardSignatures(work, task["names"], task["offsets"], cfg.num_perm)
-                keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
-                u, v = u[keep], v[keep]
-        save_npy(work / f"pairs-{task['partition']:04d}.npy", np.stack([u, v]))
-        return {"candidates": int(candidates), "largest": int(len(pairs))}
+        sigs = ShardSignatures(work, task["names"], task["offsets"], cfg.num_perm)
+        candidates = largest = 0
+        try:
+            for partition in range(*task["partitions"]):
+                pairs = read_partition(work, task["names"], partition, task["index"])
+                u, v = candidate_pairs(pairs)
+                candidates += len(u)
+                largest = max(largest, len(pairs))
+                if cfg.verify and len(u):
+                    keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
+                    u, v = u[keep], v[keep]
+                save_npy(work / f"pairs-{partition:04d}.npy", np.stack([u, v]))
+        finally:
+            sigs.close()
+        return {"candidates": int(candidates), "largest": int(largest)}
 
     def run(self, inputs, output) -> dict:
+        import time
+        phases, t0 = {}, time.perf_counter()
+
+        def phase(name):
+            nonlocal t0
+            t = time.perf_counter()
+            phases[name] = round(t - t0, 3)
+            t0 = t
         cfg = self.config
         bands, rows = cfg.bands()
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        inputs.map(self, "signature_shard")
+        index = [r["partition_index"] for r in inputs.map(self, "signature_shard")]
+        phase("signatures")
         names = inputs.names()
         offsets = inputs.row_offsets()
         n = sum(s.rows for s in inputs.shards)
-        results = inputs.map_tasks(self, "partition_pairs", [{"partition": p, "names": names, "offsets": offsets}
-                                                             for p in range(cfg.partitions)])
+        # Reduce tasks of PARTITIONS_PER_TASK partitions: each maps every shard's signatures
+        # once for all of its partitions.
+        spans = [(p, min(p + PARTITIONS_PER_TASK, cfg.partitions)) for p in range(0, cfg.partitions, PARTITIONS_PER_TASK)]
+        results = inputs.map_tasks(self, "partition_pairs", [{"partitions": span, "names": names, "offsets": offsets,
+                                                              "index": index} for span in spans])
+        phase("partitions")
         candidates = sum(r["candidates"] for r in results)
         largest = max((r["largest"] for r in results), default=0)
         found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
@@ -132,8 +145,11 @@ class MinHashDedup(GlobalStage):
         # How far removed documents are from the document kept in their place.
         removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
         similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+        sigs.close()
+        phase("clustering")
         mark_duplicates(self, inputs, rep_of_row, "near_duplicate")
         work.rmtree()
+        phase("marks")
         sizes = np.bincount(rep_of_row, minlength=n) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         far = round(cfg.threshold - 0.2, 6)
@@ -144,12 +160,16 @@ class MinHashDedup(GlobalStage):
                 # Removed documents whose estimated Jaccard to their representative is below
                 # threshold - 0.2: merged by a chain, not near duplicates of what was kept.
                 "removed_far_from_representative": {"below": far, "documents": int((similarity < far).sum())},
-                "largest_partition_pairs": int(largest)}
+                "largest_partition_pairs": int(largest),
+                # Wall seconds of each part: signatures, partitions and marks are shard tasks
+                # on the executor; clustering is the driver's.
+                "phase_seconds": phases}
 
 
-def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> None:
+def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> np.ndarray:
     """A shard's (band key, global row) records, grouped by bucket partition (the key's top
-    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start."""
+    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start
+    (returned too)."""
     n, bands = keys.shape if keys.ndim == 2 else (0, 0)
     pairs = np.empty(keys.size, PAIR)
     pairs["key"] = keys.ravel()
@@ -161,14 +181,17 @@ def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions
         part_of = np.zeros(len(pairs), np.int64)
     order = np.argsort(part_of, kind="stable")
     stem.with_name(stem.name + ".bin").write_bytes(pairs[order].tobytes())
-    save_npy(stem.with_name(stem.name + ".idx.npy"), np.searchsorted(part_of[order], np.arange(partitions + 1)))
+    index = np.searchsorted(part_of[order], np.arange(partitions + 1))
+    save_npy(stem.with_name(stem.name + ".idx.npy"), index)
+    return index
 
 
-def read_partition(work: RunPath, names: list[str], partition: int) -> np.ndarray:
-    """One partition's records from every shard, in shard (= row) order (a range read of each)."""
+def read_partition(work: RunPath, names: list[str], partition: int, index: list | None = None) -> np.ndarray:
+    """One partition's records from every shard, in shard (= row) order (a range read of each);
+    `index`: each shard's partition starts, as write_band_partitions returned them (else read)."""
     parts = []
-    for name in names:
-        idx = load_npy(work / f"bands-{name}.idx.npy")
+    for k, name in enumerate(names):
+        idx = index[k] if index is not None else load_npy(work / f"bands-{name}.idx.npy")
         lo, hi = int(idx[partition]), int(idx[partition + 1])
         if hi > lo:
             with (work / f"bands-{name}.bin").open_input() as f:
@@ -177,9 +200,23 @@ def read_partition(work: RunPath, names: list[str], partition: int) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros(0, PAIR)
 
 
+def candidate_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first member of a bucket, other member) for every bucket of a partition's records."""
+    if len(pairs) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs = pairs[np.argsort(pairs["key"], kind="stable")]
+    new = np.concatenate([[True], pairs["key"][1:] != pairs["key"][:-1]])
+    first_row = pairs["row"][np.flatnonzero(new)][np.cumsum(new) - 1]     # first member of each row's bucket
+    other = pairs["row"] != first_row
+    return first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
+
+
 class ShardSignatures:
-    """Signatures by global row, from the shards' work/sig-NAME.npy files, memory-mapped on
-    first use. `release()` unmaps them: pages a mapping touched count in RSS."""
+    """Signatures by global row, from the shards' work/sig-NAME.npy files. Local files are
+    memory-mapped once (on first use) and stay mapped until `close()`; `release()` drops the
+    pages read so far from this process's memory (pages a mapping touched count in RSS), so a
+    task can read rows of every shard, chunk after chunk, in bounded memory without mapping
+    them again. Files elsewhere (an object store) are read whole, a few kept at a time."""
 
     def __init__(self, work, names: list[str], offsets: list[int], num_perm: int):
         self.work = as_run_path(work)
@@ -187,6 +224,18 @@ class ShardSignatures:
         self.offsets = np.asarray(offsets, np.int64)
         self.num_perm = num_perm
         self._maps: dict[int, np.ndarray] = {}
+        self._mmaps: dict[int, object] = {}
+
+    def _shard(self, s: int) -> np.ndarray:
+        if s not in self._maps:
+            path = self.work / f"sig-{self.names[s]}.npy"
+            if path.local is None:
+                if len(self._maps) >= 64:
+                    self._maps.pop(next(iter(self._maps)))    # read whole, not mapped: keep a few
+                self._maps[s] = load_npy(path)
+            else:
+                self._maps[s], self._mmaps[s] = _map_npy(path.local, self.num_perm)
+        return self._maps[s]
 
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.atleast_1d(np.asarray(rows, np.int64))
@@ -194,15 +243,45 @@ class ShardSignatures:
         shard = np.searchsorted(self.offsets, rows, side="right") - 1
         for s in np.unique(shard).tolist():
             sel = shard == s
-            if s not in self._maps:
-                if self.work.local is None and len(self._maps) >= 64:
-                    self._maps.pop(next(iter(self._maps)))    # read whole, not mapped: keep a few
-                self._maps[s] = load_npy(self.work / f"sig-{self.names[s]}.npy", mmap=True)
-            out[sel] = self._maps[s][rows[sel] - self.offsets[s]]
+            out[sel] = self._shard(s)[rows[sel] - self.offsets[s]]
         return out
 
     def release(self) -> None:
+        import mmap
+        for m in self._mmaps.values():
+            m.madvise(mmap.MADV_DONTNEED)
+        if self.work.local is None:
+            self._maps.clear()
+
+    def close(self) -> None:
         self._maps.clear()
+        for m in self._mmaps.values():
+            m.close()
+        self._mmaps.clear()
+
+
+def _map_npy(path, num_perm: int) -> tuple[np.ndarray, object]:
+    """A (rows, num_perm) uint32 .npy file as an array over a read-only mmap (and the mmap)."""
+    import mmap
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        offset = f.tell()
+        if dtype != np.dtype("<u4") or fortran or len(shape) != 2 or shape[1] != num_perm:
+            raise ValueError(f"{path}: not a ({num_perm}-column) uint32 signature file")
+        if shape[0] == 0:
+            return np.zeros((0, num_perm), np.uint32), _NoMap()
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(m, np.uint32, shape[0] * num_perm, offset).reshape(shape), m
+
+
+class _NoMap:
+    def madvise(self, *args) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
@@ -217,26 +296,39 @@ def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chun
 
 def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
     """Each row's representative, star-shaped: rows in input order; a row with earlier
-    candidates joins the representative of one of them (the most similar) if its estimated
-    Jaccard to that representative reaches min_similarity, else it represents itself. So a
-    removed row is always within the threshold of the row kept for it, never merged through a
-    chain. Only rows with candidates are visited (each candidate pair is (earlier, later))."""
+    candidates joins the representative of one of them (the most similar, the first such in
+    row order on a tie) if its estimated Jaccard to that representative reaches
+    min_similarity, else it represents itself. So a removed row is always within the
+    threshold of the row kept for it, never merged through a chain.
+
+    Computed for all rows at once, not row by row: each round decides every row from the
+    representatives the previous round gave its candidates (each candidate pair is (earlier,
+    later)), and rounds repeat until nothing changes. A row's choice depends only on earlier
+    rows, so the rounds settle on the row-by-row result (after as many rounds as the longest
+    chain of rows that depend on each other, a few); only the pairs whose candidate changed
+    representative are compared again."""
     rep = np.arange(n)
     if not len(u):
         return rep
-    order = np.lexsort((u, v))
-    u, v = u[order], v[order]
-    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
-    ends = np.append(starts[1:], len(v))
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        row = int(v[s])
-        reps = np.unique(rep[u[s:e]])
-        similarity = (sigs[reps] == sigs[row]).mean(axis=1)
-        best = int(np.argmax(similarity))
-        if similarity[best] >= min_similarity:
-            rep[row] = reps[best]
-    sigs.release()
-    return rep
+    # Each (earlier, later) pair once, grouped by the later row.
+    key = np.unique(v.astype(np.int64) * n + u)
+    u, v = key % n, key // n
+    group_start = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
+    rows = v[group_start]
+    compared = np.full(len(u), -1, np.int64)          # the representative each similarity is for
+    similarity = np.zeros(len(u))
+    while True:
+        candidate = rep[u]
+        stale = np.flatnonzero(candidate != compared)
+        similarity[stale] = _estimated_jaccard(sigs, candidate[stale], v[stale])
+        compared[stale] = candidate[stale]
+        # Per row: the most similar candidate representative, the smallest on a tie.
+        order = np.lexsort((candidate, -similarity, v))
+        best = order[np.searchsorted(v[order], rows)]
+        chosen = np.where(similarity[best] >= min_similarity, candidate[best], rows)
+        if np.array_equal(rep[rows], chosen):
+            return rep
+        rep[rows] = chosen
 
 
 def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
