@@ -164,3 +164,50 @@ def test_chain_of_versions(tmp_path, english_texts, clustering):
         kept = read_arrow_dir(folder / "data")["id"].to_pylist()
         kept_versions = [i for i in kept if i.startswith("v")]
         assert len(removed) >= 5 and len(kept_versions) >= 3 and kept_versions[0] == "v00"
+
+
+def _star_clusters_row_by_row(sigs, n, u, v, min_similarity):
+    """The reference: rows in input order, each deciding from its candidates' representatives."""
+    rep = np.arange(n)
+    order = np.lexsort((u, v))
+    u, v = u[order], v[order]
+    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]])) if len(v) else []
+    ends = np.append(starts[1:], len(v)) if len(v) else []
+    for s, e in zip(list(starts), list(ends)):
+        row = int(v[s])
+        reps = np.unique(rep[u[s:e]])
+        similarity = (sigs[reps] == sigs[row]).mean(axis=1)
+        best = int(np.argmax(similarity))
+        if similarity[best] >= min_similarity:
+            rep[row] = reps[best]
+    return rep
+
+
+def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
+    """Chains of copies (each of the previous one, some of an older row), candidates that are
+    not near duplicates, pairs found twice: the rounds give what deciding row by row gives."""
+    from pipeline.stages.dedup_minhash import ShardSignatures, _star_clusters
+    rng = np.random.default_rng(7)
+    n = 4000
+    sigs = rng.integers(0, 1 << 32, size=(n, 128), dtype=np.uint32)
+    u, v = [], []
+    for row in range(1, n):
+        if rng.random() < 0.15:
+            src = row - 1 if rng.random() < 0.6 else int(rng.integers(0, row))
+            changed = rng.choice(128, int(rng.integers(0, 48)), replace=False)
+            sigs[row] = sigs[src]
+            sigs[row, changed] = rng.integers(0, 1 << 32, size=len(changed))
+            u += [src] * (2 if rng.random() < 0.3 else 1) + [int(x) for x in rng.integers(0, row, int(rng.integers(0, 3)))]
+            v += [row] * (len(u) - len(v))
+    names, offsets = [], []
+    for k, lo in enumerate(range(0, n, 1500)):
+        np.save(tmp_path / f"sig-{k:05d}.npy", sigs[lo:lo + 1500])
+        names.append(f"{k:05d}")
+        offsets.append(lo)
+    u, v = np.array(u, np.int64), np.array(v, np.int64)
+    shuffle = rng.permutation(len(u))
+    u, v = u[shuffle], v[shuffle]
+    expected = _star_clusters_row_by_row(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75)
+    got = _star_clusters(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75)
+    assert (expected != np.arange(n)).sum() > 300 and (expected[expected != np.arange(n)] != np.flatnonzero(expected != np.arange(n)) - 1).any()
+    assert np.array_equal(got, expected)
