@@ -122,7 +122,7 @@ _KIND[list(b"0123456789")] = DIGIT
 # for it, digits as 0); and which of the two are written, by kind (the space only before a
 # token that is not the first of its line, set apart).
 _SLOTS = ((np.where(_KIND == DIGIT, ord("0"), np.arange(256)).astype("<u2") << 8) | ord(" ")).astype("<u2")
-_WRITTEN = np.array([0, 1, 1, 1, 1, 1], "<u2") << 8
+_WRITTEN = (np.array([0, 1, 1, 1, 1, 1], "<u2") << 8).astype("<u2")
 # Bytes per piece of the token pass: its dozen temporaries stay in the caches.
 _PIECE = 1 << 18
 
@@ -133,7 +133,8 @@ def _normalized_buffer(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np
     if isinstance(text, pa.ChunkedArray):
         text = text.combine_chunks()
     lowered = pc.utf8_lower(pc.fill_null(text, ""))
-    offsets, data = _string_buffers(pc.binary_join_element_wise(lowered, _END, ""))
+    end, nothing = pa.scalar(_END, lowered.type), pa.scalar("", lowered.type)
+    offsets, data = _string_buffers(pc.binary_join_element_wise(lowered, end, nothing))
     data, ends = _splice_non_ascii_chunks(data, offsets[1:] - 1)
     # Pieces of whole documents.
     cuts = ends[np.searchsorted(ends, np.arange(_PIECE, len(data), _PIECE)) - 1] if len(ends) else []

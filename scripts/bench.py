@@ -406,6 +406,10 @@ def main() -> int:
         else:
             print(f"  {stage}: {data['docs_per_cpu_s']:,} docs per CPU-second", file=sys.stderr)
         results["stages"].append(data)
+    if not args.skip_chain or not args.skip_datatrove:
+        # The sub-chain and datatrove pack with the tokenizer a full run trains (its tokenizer
+        # row); a partial run (--only datatrove, on a fresh clone) trains it the same way.
+        ensure_tokenizer(args)
     if not args.skip_chain:
         chain = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "dedup_exact", "dedup_minhash", "split",
                  "tokenizer", "pack"]
@@ -429,6 +433,7 @@ def main() -> int:
                 results["chains"].append({"chain": f"phi_num_proc_{n}", "error": str(exc)[-500:]})
     if not args.skip_datatrove:
         try:
+            ensure_datatrove_venv()
             data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
                                            "--tokenizer", str(WORK / "tokenizer.json"),
                                            "--work", str(WORK / "datatrove")],
@@ -458,6 +463,21 @@ def main() -> int:
     return 0
 
 
+def ensure_tokenizer(args) -> None:
+    """WORK/tokenizer.json, as the tokenizer row leaves it (that row's own run, its figures not
+    kept), when no earlier run left one."""
+    if not (WORK / "tokenizer.json").exists():
+        print("  training the benchmark tokenizer (bench/work/tokenizer.json)", file=sys.stderr)
+        _child([__file__, "--docs", str(args.docs), "--one", "tokenizer", "--batch-size", str(args.batch_size)])
+
+
+def ensure_datatrove_venv() -> None:
+    """.venv-bench, datatrove's own virtualenv, through its Makefile target when missing."""
+    if not (ROOT / ".venv-bench/bin/python").exists():
+        print("  creating .venv-bench (datatrove, bench/requirements-datatrove.txt)", file=sys.stderr)
+        subprocess.run(["make", ".venv-bench/.installed"], cwd=ROOT, check=True)
+
+
 def filters_agreement() -> dict:
     """Documents kept by datatrove's filters (its filtered JSONL) and by our heuristics stage in
     the sub-chain, and by both: how far apart the matched rules still are."""
@@ -474,7 +494,7 @@ def filters_agreement() -> dict:
 
 def merge_rows(previous: dict, new: dict) -> dict:
     """previous with new's stage and chain rows put in place of the rows of the same name."""
-    merged = dict(previous)
+    merged = {**{k: new[k] for k in ("machine", "docs")}, **previous}
     for key, name in (("stages", "stage"), ("chains", "chain")):
         rows = list(previous.get(key, []))
         for row in new[key]:
@@ -501,6 +521,14 @@ def print_table(r: dict) -> None:
             continue
         print(f"| {s['stage']} | {s['docs']:,} | {s['docs_per_cpu_s']:,} | {s['MB_per_cpu_s']} | {s['peak_rss_mb']:,} | "
               f"{s.get('engine', '-')} | {s.get('engine_docs_per_cpu_s', '-')} | {s.get('stage_vs_engine', '-')} |")
+    # Second engine figures beside some rows (perplexity: KenLM on the raw text; signatures:
+    # MinHash.bulk without its shingling).
+    for s in r["stages"]:
+        for key in [k for k in s if k.startswith("stage_vs_engine_")]:
+            other = key.removeprefix("stage_vs_")
+            name = s.get(other, other.removeprefix("engine_").replace("_", " "))
+            print(f"  {s['stage']}: against {name}: {s.get(other + '_docs_per_cpu_s')} docs per CPU-second, "
+                  f"stage/engine {s[key]}")
     for c in r["chains"]:
         if "error" in c:
             print(f"\nchain {c['chain']}: failed: {c['error'][-200:]!r}")
