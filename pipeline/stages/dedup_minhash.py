@@ -1,19 +1,22 @@
 """dedup_minhash: near-duplicate removal with datasketch-identical MinHash signatures and LSH.
 
-Out of core: pass 1 computes signatures batch by batch, writes them to a file on disk, and
-appends each band's bucket key (with the row number) to one of `partitions` files chosen by
-the key's top bits. Pass 2 loads one partition at a time, sorts it, and turns each bucket
-into candidate pairs (first member, other member); candidates are verified by estimated
-Jaccard >= threshold (reading only their signatures from the memory-mapped file) and become
-clusters: `star` (default) checks each document against its cluster's representative, the
-first document of the cluster in input order; `components` merges connected components.
-Pass 3 streams the input again: each representative is kept, the others are removed with
+Out of core, and every part but a small driver step on the executor's workers: pass 1 (a task
+per shard) computes signatures batch by batch, writes them to a file on disk, and appends
+each band's bucket key (with the row number) to one of `partitions` files chosen by the key's
+top bits. Pass 2 (a task per PARTITIONS_PER_TASK partitions) loads one partition at a time,
+sorts it, and turns each bucket into candidate pairs (first member, other member); candidates
+are verified by estimated Jaccard >= threshold (reading only their signatures from the
+memory-mapped files). On the driver they become clusters, for all rows at once: `star`
+(default) checks each document against its cluster's representative, the first document of
+the cluster in input order; `components` merges connected components. Pass 3 (a task per
+shard) streams the input again: each representative is kept, the others are removed with
 `duplicate_of`. Stats count removed documents far (below threshold - 0.2) from their
-representative.
+representative, and the wall and driver CPU seconds of each pass.
 
 Memory: about 12 bytes x bands / partitions per document for the largest partition, plus
 the cluster labels (8 bytes per document) and the verified pairs; signatures (4 x num_perm
-bytes per document) stay on disk and are mapped one verification chunk at a time."""
+bytes per document) stay on disk and are mapped, their pages dropped after each
+verification chunk."""
 from __future__ import annotations
 
 from collections import Counter
@@ -108,13 +111,13 @@ class MinHashDedup(GlobalStage):
 
     def run(self, inputs, output) -> dict:
         import time
-        phases, t0 = {}, time.perf_counter()
+        phases, driver_cpu, t0, c0 = {}, {}, time.perf_counter(), time.process_time()
 
         def phase(name):
-            nonlocal t0
-            t = time.perf_counter()
-            phases[name] = round(t - t0, 3)
-            t0 = t
+            nonlocal t0, c0
+            t, c = time.perf_counter(), time.process_time()
+            phases[name], driver_cpu[name] = round(t - t0, 3), round(c - c0, 3)
+            t0, c0 = t, c
         cfg = self.config
         bands, rows = cfg.bands()
         work = output.folder / "work"
@@ -161,9 +164,10 @@ class MinHashDedup(GlobalStage):
                 # threshold - 0.2: merged by a chain, not near duplicates of what was kept.
                 "removed_far_from_representative": {"below": far, "documents": int((similarity < far).sum())},
                 "largest_partition_pairs": int(largest),
-                # Wall seconds of each part: signatures, partitions and marks are shard tasks
-                # on the executor; clustering is the driver's.
-                "phase_seconds": phases}
+                # Wall seconds of each part (signatures, partitions and marks are shard tasks
+                # on the executor; clustering is the driver's), and the driver process's own
+                # CPU seconds in each (with worker processes, the part no worker shares).
+                "phase_seconds": phases, "driver_cpu_seconds": driver_cpu}
 
 
 def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> np.ndarray:
