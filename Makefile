@@ -9,7 +9,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write docs models kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -36,7 +36,7 @@ test: setup
 	touch $@
 
 # Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale") and
-# bench/heuristics.json; README's tables are checked against them by `make figures`.
+# bench/heuristics.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
@@ -56,12 +56,16 @@ bench-executor: setup
 bench-phi: setup
 	$(BIN)/python scripts/bench.py --only phi
 
-# README figures against the result files (`figures-write` regenerates them).
+# The figures in README.md and docs/*.md against the result files (`figures-write` regenerates them).
 figures:
 	$(PYTHON) scripts/readme_figures.py --check
 
 figures-write:
 	$(PYTHON) scripts/readme_figures.py --write
+
+# The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor is an error.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # philter-lite 0.6.0, an anchor for the PHI evaluation, in a virtualenv of its own
 # (bench/requirements-philter.txt); its NLTK tagger model comes from textblob-aptagger's weights.
@@ -92,4 +96,4 @@ report: setup
 	$(BIN)/python -m pipeline report $(RUN)
 
 clean:
-	rm -rf runs bench/work build
+	rm -rf runs bench/work build site

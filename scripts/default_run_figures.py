@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Copy the default run's figures from its manifest into bench/default_run.json, the result file
-README's "default run" and tokenizer figures are checked against (scripts/readme_figures.py).
+the default-run figures of README.md and docs/ (benchmarks, run folder, tokenizer) are checked
+against (scripts/readme_figures.py).
 
     make prepare CONFIG=configs/pubmed.yaml
     python scripts/default_run_figures.py runs/pubmed      # writes bench/default_run.json

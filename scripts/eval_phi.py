@@ -26,7 +26,7 @@ Scoring (`score()`, importable: score(originals, outputs, gold) -> dict):
   children, start-up (model loading) included; wall seconds beside it; and the same after
   start-up (the CPU time of a one-document run subtracted).
 
-bench/phi_eval.json (written only by this script; keys are stable, README quotes them):
+bench/phi_eval.json (written only by this script; keys are stable, docs/phi.md quotes them):
   command, date, git {commit, dirty}, versions {python, presidio_analyzer, spacy, faker, philter_lite}
   dev: {input, gold, config, docs, gold_mentions, systems: {medprep_phi | presidio | philter: SYSTEM}}
   synthetic_locales: {docs, seed, config, locales, structured_types, gold_values,

@@ -10,7 +10,7 @@ and sentence rules on (what a web-text config would add).
 
     python scripts/heuristics_table.py          # prints the table, writes bench/heuristics.json
 
-README's "Heuristics on biomedical text" table is rendered from bench/heuristics.json
+The rule-by-rule table of docs/filters.md ("heuristics") is rendered from bench/heuristics.json
 (scripts/readme_figures.py)."""
 from __future__ import annotations
 

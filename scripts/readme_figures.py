@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""README figures from the result files the benchmark and evaluation scripts write.
+"""Figures in README.md and the docs pages (docs/**/*.md), from the result files the benchmark
+and evaluation scripts write.
 
-    python scripts/readme_figures.py --check     # exit 1 naming each README figure that differs
-    python scripts/readme_figures.py --write     # regenerate them in README.md
+    python scripts/readme_figures.py --check     # exit 1 naming each figure that differs, page by page
+    python scripts/readme_figures.py --write     # regenerate them in place
+    python scripts/readme_figures.py --check FILE.md ...   # only these files
 
-Two kinds of marker tie a README figure to a result file:
+Without FILE arguments the pages are README.md and every `*.md` under docs/ (of `--root`, by
+default the repository): a new docs page is checked as soon as it exists.
+
+Two kinds of marker tie a figure to a result file:
 - a block, `<!-- figures:NAME -->` ... `<!-- /figures:NAME -->`: its lines are rendered by
   the function NAME in RENDERERS below (tables and the sentences that quote them);
 - an inline value, `<!-- fig FILE:PATH[ FORMAT] -->VALUE<!-- /fig -->`: VALUE is the number at
@@ -14,7 +19,9 @@ Two kinds of marker tie a README figure to a result file:
 
 The result files: bench/results.json (`make bench`: scripts/bench.py and
 scripts/bench_minhash_scale.py), bench/heuristics.json (scripts/heuristics_table.py),
-bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_executor.py). Standard library only: the check runs in a hook."""
+bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_executor.py),
+bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/default_run_figures.py).
+Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
 import argparse
@@ -26,8 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-BLOCK = re.compile(r"<!-- figures:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
-INLINE = re.compile(r"<!-- fig (?P<file>[\w.-]+):(?P<path>[\w.:-]+)(?: (?P<fmt>[^ ]+))? -->(?P<value>.*?)<!-- /fig -->")
+# A marker in backticks is an example in the text, not a figure.
+BLOCK = re.compile(r"(?<!`)<!-- figures:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
+INLINE = re.compile(r"(?<!`)<!-- fig (?P<file>[\w.-]+):(?P<path>[\w.:-]+)(?: (?P<fmt>[^ ]+))? -->(?P<value>.*?)<!-- /fig -->")
 LIST_KEYS = ("stage", "chain", "name", "rule", "key")
 
 
@@ -68,7 +76,7 @@ def docs_per_s(x: float) -> str:
     return n(x, 1) if x < 100 else n(x)
 
 
-# --- renderers: one per README block ------------------------------------------------------
+# --- renderers: one per figures block ------------------------------------------------------
 
 STAGE_LABELS = {
     "phi": "phi ({docs:,} abstracts)", "phi_notes": "phi ({docs:,} clinical notes)",
@@ -257,9 +265,16 @@ RENDERERS = {f.__name__.replace("_", "-"): f for f in
 
 # --- check / write --------------------------------------------------------------------------
 
-def render(readme: str) -> tuple[str, list[str]]:
-    """README with every figure regenerated, and a message per figure that differed."""
-    src: dict = {}
+def pages(root: Path) -> list[Path]:
+    """The files whose figures are checked: README.md and every docs page under root."""
+    readme = root / "README.md"
+    return ([readme] if readme.exists() else []) + sorted((root / "docs").rglob("*.md"))
+
+
+def render(text: str, src: dict | None = None) -> tuple[str, list[str]]:
+    """The page with every figure regenerated, and a message per figure that differed. `src`
+    caches the result files across pages."""
+    src = {} if src is None else src
     problems: list[str] = []
 
     def block(m: re.Match) -> str:
@@ -273,7 +288,7 @@ def render(readme: str) -> tuple[str, list[str]]:
             problems.append(f"figures block '{name}': cannot render from the result files ({type(exc).__name__}: {exc})")
             return m[0]
         if want != body:
-            diff = [ln for ln in difflib.unified_diff(body.splitlines(), want.splitlines(), "README", "results", n=0, lineterm="")
+            diff = [ln for ln in difflib.unified_diff(body.splitlines(), want.splitlines(), "page", "results", n=0, lineterm="")
                     if ln[:1] in "+-" and not ln.startswith(("---", "+++"))]
             problems.append(f"figures block '{name}' is stale:\n  " + "\n  ".join(diff))
         return f"<!-- figures:{name} -->\n{want}<!-- /figures:{name} -->"
@@ -286,11 +301,11 @@ def render(readme: str) -> tuple[str, list[str]]:
             problems.append(f"figure {m['file']}:{m['path']}: cannot read it ({type(exc).__name__}: {exc})")
             return m[0]
         if want != m["value"]:
-            problems.append(f"figure {m['file']}:{m['path']} is stale: README has {m['value']!r}, the result file gives {want!r}")
+            problems.append(f"figure {m['file']}:{m['path']} is stale: the page has {m['value']!r}, the result file gives {want!r}")
         fmt = f" {m['fmt']}" if m["fmt"] else ""
         return f"<!-- fig {m['file']}:{m['path']}{fmt} -->{want}<!-- /fig -->"
 
-    out = BLOCK.sub(block, readme)
+    out = BLOCK.sub(block, text)
     out = INLINE.sub(inline, out)
     return out, problems
 
@@ -300,25 +315,29 @@ def main() -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true")
     mode.add_argument("--write", action="store_true")
-    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    ap.add_argument("files", nargs="*", type=Path, help="pages to check (default: README.md and docs/**/*.md)")
+    ap.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are (result files stay in bench/)")
+    ap.add_argument("--readme", type=Path, action="append", default=[], help=argparse.SUPPRESS)   # older name of FILE
     args = ap.parse_args()
-    path = Path(args.readme)
-    text = path.read_text(encoding="utf-8")
-    new, problems = render(text)
-    if args.write:
-        if new != text:
-            path.write_text(new, encoding="utf-8")
-        unrenderable = [p for p in problems if "is stale" not in p]
-        for p in unrenderable:
-            print(f"{path.name}: {p}", file=sys.stderr)
-        return 1 if unrenderable else 0
-    for p in problems:
-        print(f"{path.name}: {p}", file=sys.stderr)
-    if problems:
-        print(f"{len(problems)} README figure(s) differ from the result files: run the commands named beside them, "
+    root = args.root.resolve()
+    files = args.files + args.readme or pages(root)
+    src: dict = {}
+    failed = 0
+    for path in files:
+        label = path.resolve().relative_to(root) if path.resolve().is_relative_to(root) else path
+        text = path.read_text(encoding="utf-8")
+        new, problems = render(text, src)
+        if args.write:
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+            problems = [p for p in problems if "is stale" not in p]
+        for p in problems:
+            print(f"{label}: {p}", file=sys.stderr)
+        failed += len(problems)
+    if failed and args.check:
+        print(f"{failed} figure(s) differ from the result files: run the commands named beside them, "
               f"then `python scripts/readme_figures.py --write`", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

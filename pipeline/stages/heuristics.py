@@ -1,6 +1,6 @@
 """heuristics: the seeds' rules, Gopher quality, Gopher repetition and C4 rules, each its own
 removal reason. Defaults are datatrove's (and the seeds' 200-word minimum); configs/pubmed.yaml
-loosens the ones biomedical text trips (see README: "Heuristics on biomedical text").
+loosens the ones biomedical text trips (see docs/filters.md: "heuristics: rules for biomedical text").
 
 Vectorized over the batch: words come from Arrow's list kernels, word n-grams are hashed in
 numpy over the flattened batch (rolling hashes, one pass per n), and repeats are found by one

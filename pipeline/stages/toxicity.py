@@ -13,7 +13,7 @@ from pipeline.stages.base import DocumentStage, StageConfig
 
 
 class ToxicityConfig(StageConfig):
-    # Picked from what the model flags on real abstracts: see README "Toxicity threshold".
+    # Picked from what the model flags on real abstracts: see docs/filters.md, "toxicity", "The threshold".
     max_score: float = Field(default=0.9, ge=0.0, le=1.0)
 
 
