@@ -3,6 +3,7 @@ chain, on a corpus built from the real MEDLINE abstracts (replicated with plante
 
     python scripts/bench.py --docs 20000 --phi-scaling     # what `make bench` runs
     python scripts/bench.py --only phi                     # refresh only the phi rows in bench/results.json
+    python scripts/bench.py --only stages --stages perplexity,minhash_signatures_xxh32   # only these rows
     python scripts/bench.py [--stages langid,phi,...] [--skip-chain] [--skip-datatrove]
 
 Each measurement runs in its own process (wall time, CPU time and peak RSS are process-level);
@@ -362,17 +363,19 @@ def main() -> int:
     ap.add_argument("--skip-chain", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--phi-scaling", action="store_true", help="also time the phi stage alone at num_proc 1 and 2")
-    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement"],
+    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement", "stages"],
                     help="rerun only some rows and replace them in the existing bench/results.json. phi: phi, "
                          "phi_notes and the phi scaling chains; datatrove: the heuristics row, our sub-chain and "
                          "datatrove's chain; filters-agreement: recount which documents each side's filters kept "
-                         "in the last run's bench/work folders")
+                         "in the last run's bench/work folders; stages: the per-stage rows named by --stages")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only == "phi":
         args.stages, args.skip_chain, args.skip_datatrove, args.phi_scaling = "phi,phi_notes", True, True, True
     if args.only == "datatrove":
         args.stages, args.phi_scaling = "heuristics", False
+    if args.only == "stages":
+        args.skip_chain, args.skip_datatrove, args.phi_scaling = True, True, False
     if args.only == "filters-agreement":
         path = ROOT / "bench/results.json"
         results = json.loads(path.read_text())

@@ -162,7 +162,7 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
     cpu = usage.ru_utime + usage.ru_stime
     import hashlib
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted((out / "removed").glob("*.arrow")))).hexdigest()
-    run = {"executor": executor, "num_proc": num_proc,
+    run = {"name": f"{executor}_{num_proc}", "executor": executor, "num_proc": num_proc,
            "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
            "planted_caught": caught, "recall": round(caught / max(len(planted_rows), 1), 4),
            "false_merges": int(len(removed_rows) - caught), "clustering": stats.get("clustering"),
