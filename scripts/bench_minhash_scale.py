@@ -176,6 +176,7 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
            "largest_partition_pairs": stats["largest_partition_pairs"],
            "stage_seconds": {k: stats[k] for k in ("seconds_ingest", "seconds_tasks") if k in stats} | stats.get("phase_seconds", {}),
            "driver_cpu_seconds": stats.get("driver_cpu_seconds", {}),
+           "peak_rss_MB_by_pass": stats.get("peak_rss_mb", {}),
            "load_average_after": [round(x, 1) for x in os.getloadavg()]}
     return run, digest
 

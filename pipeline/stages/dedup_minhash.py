@@ -86,7 +86,7 @@ class MinHashDedup(GlobalStage):
         save_npy(work / f"sig-{task['name']}.npy", sigs)
         index = write_band_partitions(work / f"bands-{task['name']}", band_keys(sigs, bands, rows), task["row0"],
                                       cfg.partitions)
-        return {"rows": len(sigs), "partition_index": index.tolist()}
+        return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": _peak_rss_mb()}
 
     def partition_pairs(self, task: dict) -> dict:
         """Reduce, per bucket partition of the task's range: candidate pairs (first member of a
@@ -107,23 +107,26 @@ class MinHashDedup(GlobalStage):
                 save_npy(work / f"pairs-{partition:04d}.npy", np.stack([u, v]))
         finally:
             sigs.close()
-        return {"candidates": int(candidates), "largest": int(largest)}
+        return {"candidates": int(candidates), "largest": int(largest), "peak_rss_mb": _peak_rss_mb()}
 
     def run(self, inputs, output) -> dict:
         import time
-        phases, driver_cpu, t0, c0 = {}, {}, time.perf_counter(), time.process_time()
+        phases, driver_cpu, peak_rss, t0, c0 = {}, {}, {}, time.perf_counter(), time.process_time()
 
-        def phase(name):
+        def phase(name, results=()):
             nonlocal t0, c0
             t, c = time.perf_counter(), time.process_time()
             phases[name], driver_cpu[name] = round(t - t0, 3), round(c - c0, 3)
+            # High-water marks by the end of the pass: the driver's, and its tasks' processes'.
+            peak_rss[name] = {"driver": _peak_rss_mb(), "tasks": max((r["peak_rss_mb"] for r in results), default=None)}
             t0, c0 = t, c
         cfg = self.config
         bands, rows = cfg.bands()
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        index = [r["partition_index"] for r in inputs.map(self, "signature_shard")]
-        phase("signatures")
+        signed = inputs.map(self, "signature_shard")
+        index = [r["partition_index"] for r in signed]
+        phase("signatures", signed)
         names = inputs.names()
         offsets = inputs.row_offsets()
         n = sum(s.rows for s in inputs.shards)
@@ -132,7 +135,7 @@ class MinHashDedup(GlobalStage):
         spans = [(p, min(p + PARTITIONS_PER_TASK, cfg.partitions)) for p in range(0, cfg.partitions, PARTITIONS_PER_TASK)]
         results = inputs.map_tasks(self, "partition_pairs", [{"partitions": span, "names": names, "offsets": offsets,
                                                               "index": index} for span in spans])
-        phase("partitions")
+        phase("partitions", results)
         candidates = sum(r["candidates"] for r in results)
         largest = max((r["largest"] for r in results), default=0)
         found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
@@ -167,7 +170,12 @@ class MinHashDedup(GlobalStage):
                 # Wall seconds of each part (signatures, partitions and marks are shard tasks
                 # on the executor; clustering is the driver's), and the driver process's own
                 # CPU seconds in each (with worker processes, the part no worker shares).
-                "phase_seconds": phases, "driver_cpu_seconds": driver_cpu}
+                "phase_seconds": phases, "driver_cpu_seconds": driver_cpu, "peak_rss_mb": peak_rss}
+
+
+def _peak_rss_mb() -> int:
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> np.ndarray:
