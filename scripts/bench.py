@@ -212,72 +212,73 @@ def _with_engine(stage: str, texts: list[str], result: dict, wall: float, cpu: f
     return result
 
 
+def _alternate(runs: list, rounds: int) -> tuple[list[float], float]:
+    """Each callable in turn, for `rounds` rounds, in this process; each one's fastest CPU
+    time (a burst of load from another process slows a round, not a side), and the first's
+    fastest wall time."""
+    cpu = [[] for _ in runs]
+    walls = []
+    for _ in range(rounds):
+        for k, run in enumerate(runs):
+            w0, c0 = time.perf_counter(), time.process_time()
+            run()
+            cpu[k].append(time.process_time() - c0)
+            if k == 0:
+                walls.append(time.perf_counter() - w0)
+    return [min(c) for c in cpu], min(walls)
+
+
 def _bench_alternating(stage: str, obj, batches, texts: list[str], mb: float, setup_s: float, out_dir: Path,
                        rounds: int = 3) -> dict:
-    """A per-document stage and its engine, alternating for `rounds` rounds in this process,
-    each side keeping its fastest round (a burst of load elsewhere slows a round, not a side);
-    the engine also on the raw text where ALTERNATING names a second engine."""
+    """A per-document stage and its engines (ALTERNATING), alternating (_alternate)."""
     from pipeline.store import StageOutput
+    load = [round(x, 1) for x in os.getloadavg()]
     engines = [_raw_engine(e, texts) for e in ALTERNATING[stage]]
-    stage_cpu, walls, engine_cpu = [], [], [[] for _ in engines]
-    for _ in range(rounds):
+
+    def process():
         output = StageOutput(out_dir, shard_size=50_000, keep_removed_text=False)
-        w0, c0 = time.perf_counter(), time.process_time()
         for b in batches:
             output.write(obj.process(b))
-        walls.append(time.perf_counter() - w0)
-        stage_cpu.append(time.process_time() - c0)
         output.abort()
-        for (_, run), times in zip(engines, engine_cpu):
-            c0 = time.process_time()
-            run()
-            times.append(time.process_time() - c0)
-    n, cpu, wall = len(texts), min(stage_cpu), min(walls)
+    (cpu, *engine_cpu), wall = _alternate([process] + [run for _, run in engines], rounds)
+    n = len(texts)
     result = {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": round(setup_s, 2), "wall_s": round(wall, 3),
               "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
-              "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds}
+              "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds, "load_average_at_start": load}
     for k, ((name, _), times) in enumerate(zip(engines, engine_cpu)):
         key = "engine" if k == 0 else f"engine_{ALTERNATING[stage][k].removeprefix(stage + '_')}"
-        result.update({key: name, f"{key}_docs_per_cpu_s": round(n / min(times), 1)})
-        result["stage_vs_engine" if k == 0 else f"stage_vs_{key}"] = round(min(times) / cpu, 3)
+        result.update({key: name, f"{key}_docs_per_cpu_s": round(n / times, 1)})
+        result["stage_vs_engine" if k == 0 else f"stage_vs_{key}"] = round(times / cpu, 3)
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
 
 
 def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, rounds: int = 3) -> dict:
     """The signature path of dedup_minhash alone (shingle, hash, permute, min), batch by batch,
-    against datasketch on the same documents in the same process. The two sides alternate for
-    `rounds` rounds and each keeps its fastest: a burst of load from another process then
-    slows one round, not one side. Also timed: MinHash.bulk alone, fed shingle lists made
-    beforehand (its permutation-and-min cost without the shingling both sides pay)."""
+    against datasketch on the same documents in the same process, alternating (_alternate).
+    Also timed: MinHash.bulk alone, fed shingle lists made beforehand (its permutation-and-min
+    cost without the shingling both sides pay)."""
     from datasketch import MinHash
     from pipeline.minhash import HASHFUNCS, MinHasher, shingle_bytes
     hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
     hasher = MinHasher(128, 1, 5, True, hashfunc)
     name, engine = _raw_engine(stage, texts)
+    load = [round(x, 1) for x in os.getloadavg()]
 
     def ours():
         for i in range(0, len(texts), batch_size):
             hasher.signatures(texts[i:i + batch_size])
-    ours_cpu, engine_cpu, walls = [], [], []
-    for _ in range(rounds):
-        w0, c0 = time.perf_counter(), time.process_time()
-        ours()
-        walls.append(time.perf_counter() - w0)
-        ours_cpu.append(time.process_time() - c0)
-        c0 = time.process_time()
-        engine()
-        engine_cpu.append(time.process_time() - c0)
+    (cpu, engine_cpu), wall = _alternate([ours, engine], rounds)
     prebuilt = [shingle_bytes(t, 5) for t in texts]
     c0 = time.process_time()
     MinHash.bulk(prebuilt, num_perm=128, seed=1, hashfunc=HASHFUNCS[hashfunc])
     bulk_cpu = time.process_time() - c0
     del prebuilt
-    n, cpu = len(texts), min(ours_cpu)
-    return {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": 0.0, "wall_s": round(min(walls), 3),
-            "cpu_s": round(cpu, 3), "docs_per_s": round(n / min(walls), 1), "docs_per_cpu_s": round(n / cpu, 1),
-            "MB_per_cpu_s": round(mb / cpu, 2), "engine": name, "engine_docs_per_cpu_s": round(n / min(engine_cpu), 1),
-            "stage_vs_engine": round(min(engine_cpu) / cpu, 3), "rounds": rounds,
+    n = len(texts)
+    return {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": 0.0, "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
+            "MB_per_cpu_s": round(mb / cpu, 2), "engine": name, "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
+            "stage_vs_engine": round(engine_cpu / cpu, 3), "rounds": rounds, "load_average_at_start": load,
             "engine_bulk_only_docs_per_cpu_s": round(n / bulk_cpu, 1), "stage_vs_engine_bulk_only": round(bulk_cpu / cpu, 3),
             "comparison": ("same documents, word 5-grams lowercased, the same 32-bit hash (" + hashfunc + "), 128 "
                            "permutations, seed 1, identical signatures; both sides from text, in the same process, "
