@@ -118,11 +118,9 @@ _KIND[list(range(0x21)) + [0x7F]] = SEP                   # space and controls b
 _KIND[0x0A] = NEWLINE
 _KIND[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")] = WORD
 _KIND[list(b"0123456789")] = DIGIT
-# Each input byte's two output slots as one little-endian uint16: (a space, the byte written
-# for it, digits as 0); and which of the two are written, by kind (the space only before a
-# token that is not the first of its line, set apart).
+# Each input byte's two output slots as one little-endian uint16: a space, and the byte written
+# for it (digits as 0).
 _SLOTS = ((np.where(_KIND == DIGIT, ord("0"), np.arange(256)).astype("<u2") << 8) | ord(" ")).astype("<u2")
-_WRITTEN = (np.array([0, 1, 1, 1, 1, 1], "<u2") << 8).astype("<u2")
 # Bytes per piece of the token pass: its dozen temporaries stay in the caches.
 _PIECE = 1 << 18
 
@@ -180,7 +178,11 @@ def _token_pass(data: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     event = np.flatnonzero(starts | newline)
     is_start = ~newline[event]
     spaced = event[1:][is_start[1:] & is_start[:-1]]
-    written = np.take(_WRITTEN, kind).view(bool)
+    # Each byte's (space, byte) slots as one little-endian uint16: the byte is written unless a
+    # space, the space only where set apart.
+    written = (kind != SEP).astype("<u2")
+    written <<= 8
+    written = written.view(bool)
     written[2 * spaced] = True
     out = np.compress(written, np.take(_SLOTS, data).view(np.uint8))   # 3x faster than a mask index
     starts_before = np.cumsum(is_start)[~is_start]          # tokens up to each line end
