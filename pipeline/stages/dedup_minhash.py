@@ -319,34 +319,41 @@ def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, 
     min_similarity, else it represents itself. So a removed row is always within the
     threshold of the row kept for it, never merged through a chain.
 
-    Computed for all rows at once, not row by row: each round decides every row from the
-    representatives the previous round gave its candidates (each candidate pair is (earlier,
-    later)), and rounds repeat until nothing changes. A row's choice depends only on earlier
-    rows, so the rounds settle on the row-by-row result (after as many rounds as the longest
-    chain of rows that depend on each other, a few); only the pairs whose candidate changed
-    representative are compared again."""
+    Computed for many rows at once, not row by row: a round decides rows from the
+    representatives their candidates have (each candidate pair is (earlier, later)); the next
+    round decides again the rows with a candidate whose representative changed, until none
+    did. A row's choice depends only on earlier rows, so the rounds settle on the row-by-row
+    result (after as many rounds as the longest chain of rows that depend on each other, a
+    few); only pairs whose candidate changed representative are compared again."""
     rep = np.arange(n)
     if not len(u):
         return rep
-    # Each (earlier, later) pair once, grouped by the later row.
+    # Each (earlier, later) pair once, in order of the later row.
     key = np.unique(v.astype(np.int64) * n + u)
     u, v = key % n, key // n
-    group_start = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
-    rows = v[group_start]
     compared = np.full(len(u), -1, np.int64)          # the representative each similarity is for
     similarity = np.zeros(len(u))
-    while True:
-        candidate = rep[u]
-        stale = np.flatnonzero(candidate != compared)
-        similarity[stale] = _estimated_jaccard(sigs, candidate[stale], v[stale])
-        compared[stale] = candidate[stale]
+    todo = np.arange(len(u))                            # the pairs of the rows to decide
+    while len(todo):
+        pu, pv = u[todo], v[todo]
+        candidate = rep[pu]
+        stale = np.flatnonzero(candidate != compared[todo])
+        similarity[todo[stale]] = _estimated_jaccard(sigs, candidate[stale], pv[stale])
+        compared[todo[stale]] = candidate[stale]
         # Per row: the most similar candidate representative, the smallest on a tie.
-        order = np.lexsort((candidate, -similarity, v))
-        best = order[np.searchsorted(v[order], rows)]
-        chosen = np.where(similarity[best] >= min_similarity, candidate[best], rows)
-        if np.array_equal(rep[rows], chosen):
-            return rep
+        sim = similarity[todo]
+        order = np.lexsort((candidate, -sim, pv))
+        rows = np.unique(pv)
+        best = order[np.searchsorted(pv[order], rows)]
+        chosen = np.where(sim[best] >= min_similarity, candidate[best], rows)
+        changed = np.zeros(n, bool)
+        changed[rows[rep[rows] != chosen]] = True
         rep[rows] = chosen
+        # Next: the rows with a candidate that changed representative.
+        again = np.zeros(n, bool)
+        again[v[changed[u]]] = True
+        todo = np.flatnonzero(again[v])
+    return rep
 
 
 def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
