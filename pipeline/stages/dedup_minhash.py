@@ -143,14 +143,17 @@ class MinHashDedup(GlobalStage):
         v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         del found
         sigs = ShardSignatures(work, names, offsets, cfg.num_perm)
+        # Each row's representative, and how far removed documents are from the document kept
+        # in their place.
         if cfg.clustering == "star":
-            rep_of_row = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin)
+            rep_of_row, to_rep = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin, with_similarity=True)
+            removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+            similarity = to_rep[removed_rows]
         else:
             labels, rep = _clusters(n, u, v)
             rep_of_row = rep[labels]
-        # How far removed documents are from the document kept in their place.
-        removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
-        similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+            removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+            similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
         sigs.close()
         phase("clustering")
         mark_duplicates(self, inputs, rep_of_row, "near_duplicate")
@@ -224,87 +227,82 @@ def candidate_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class ShardSignatures:
-    """Signatures by global row, from the shards' work/sig-NAME.npy files. Local files are
-    memory-mapped once (on first use) and stay mapped until `close()`; `release()` drops the
-    pages read so far from this process's memory (pages a mapping touched count in RSS), so a
-    task can read rows of every shard, chunk after chunk, in bounded memory without mapping
-    them again. Files elsewhere (an object store) are read whole, a few kept at a time."""
+    """Signatures by global row, from the shards' work/sig-NAME.npy files. Local files are read
+    row by row (os.pread, a few hundred files kept open), not memory-mapped: on this kind of
+    kernel a page fault maps a large folio of the file around the row (megabytes), so a few
+    thousand rows read from mappings held most of the files in RSS. Files elsewhere (an
+    object store) are read whole, a few kept at a time. `release()` drops those, `close()`
+    closes the files."""
+
+    OPEN_FILES = 256
 
     def __init__(self, work, names: list[str], offsets: list[int], num_perm: int):
         self.work = as_run_path(work)
         self.names = list(names)
         self.offsets = np.asarray(offsets, np.int64)
         self.num_perm = num_perm
-        self._maps: dict[int, np.ndarray] = {}
-        self._mmaps: dict[int, object] = {}
-        self._touched: set[int] = set()
+        self._whole: dict[int, np.ndarray] = {}
+        self._files: dict[int, tuple[int, int]] = {}        # shard -> (fd, data offset)
 
-    def _shard(self, s: int) -> np.ndarray:
-        if s not in self._maps:
-            path = self.work / f"sig-{self.names[s]}.npy"
-            if path.local is None:
-                if len(self._maps) >= 64:
-                    self._maps.pop(next(iter(self._maps)))    # read whole, not mapped: keep a few
-                self._maps[s] = load_npy(path)
-            else:
-                self._maps[s], self._mmaps[s] = _map_npy(path.local, self.num_perm)
-        return self._maps[s]
+    def _file(self, s: int) -> tuple[int, int]:
+        import os
+        if s not in self._files:
+            if len(self._files) >= self.OPEN_FILES:
+                os.close(self._files.pop(next(iter(self._files)))[0])
+            path = (self.work / f"sig-{self.names[s]}.npy").local
+            self._files[s] = (os.open(path, os.O_RDONLY), _npy_data_offset(path, self.num_perm))
+        return self._files[s]
+
+    def _rows(self, s: int, rows: np.ndarray) -> np.ndarray:
+        """Rows (shard-local, sorted, distinct) of shard s."""
+        if self.work.local is None:
+            if s not in self._whole:
+                if len(self._whole) >= 64:
+                    self._whole.pop(next(iter(self._whole)))
+                self._whole[s] = load_npy(self.work / f"sig-{self.names[s]}.npy")
+            return self._whole[s][rows]
+        import os
+        fd, start = self._file(s)
+        size = 4 * self.num_perm
+        data = b"".join([os.pread(fd, size, start + r * size) for r in rows.tolist()])
+        return np.frombuffer(data, np.uint32).reshape(len(rows), self.num_perm)
 
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.atleast_1d(np.asarray(rows, np.int64))
-        out = np.empty((len(rows), self.num_perm), np.uint32)
-        shard = np.searchsorted(self.offsets, rows, side="right") - 1
-        for s in np.unique(shard).tolist():
-            sel = shard == s
-            out[sel] = self._shard(s)[rows[sel] - self.offsets[s]]
-            self._touched.add(s)
-        return out
+        distinct, where = np.unique(rows, return_inverse=True)
+        block = np.empty((len(distinct), self.num_perm), np.uint32)
+        shard = np.searchsorted(self.offsets, distinct, side="right") - 1
+        bounds = np.flatnonzero(np.diff(shard, prepend=-1, append=len(self.offsets)))
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            s = int(shard[lo])
+            block[lo:hi] = self._rows(s, distinct[lo:hi] - self.offsets[s])
+        return block[where]
 
     def release(self) -> None:
-        import mmap
-        for s in self._touched:
-            if s in self._mmaps:
-                self._mmaps[s].madvise(mmap.MADV_DONTNEED)
-        self._touched.clear()
-        if self.work.local is None:
-            self._maps.clear()
+        self._whole.clear()
 
     def close(self) -> None:
-        self._maps.clear()
-        for m in self._mmaps.values():
-            m.close()
-        self._mmaps.clear()
+        import os
+        self._whole.clear()
+        for fd, _ in self._files.values():
+            os.close(fd)
+        self._files.clear()
 
 
-def _map_npy(path, num_perm: int) -> tuple[np.ndarray, object]:
-    """A (rows, num_perm) uint32 .npy file as an array over a read-only mmap (and the mmap)."""
-    import mmap
+def _npy_data_offset(path, num_perm: int) -> int:
+    """Where the rows start in a (rows, num_perm) uint32 .npy file."""
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         shape, fortran, dtype = read_header(f)
-        offset = f.tell()
         if dtype != np.dtype("<u4") or fortran or len(shape) != 2 or shape[1] != num_perm:
             raise ValueError(f"{path}: not a ({num_perm}-column) uint32 signature file")
-        if shape[0] == 0:
-            return np.zeros((0, num_perm), np.uint32), _NoMap()
-        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(m, np.uint32, shape[0] * num_perm, offset).reshape(shape), m
+        return f.tell()
 
 
-class _NoMap:
-    def madvise(self, *args) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chunk: int = 512) -> np.ndarray:
-    """Fraction of equal signature values per pair, a chunk of pairs at a time; the pages read
-    are dropped after each chunk, so over all candidates RSS stays bounded. The chunk is small
-    because reading one row of a mapped file maps its neighbours too (the kernel maps up to
-    64 kB around a page fault): 1,024 rows read can hold 64 MB."""
+def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """Fraction of equal signature values per pair, a chunk of pairs at a time (4 MB of rows),
+    so over all candidates RSS stays bounded."""
     out = np.empty(len(u))
     for i in range(0, len(u), chunk):
         out[i:i + chunk] = (sigs[u[i:i + chunk]] == sigs[v[i:i + chunk]]).mean(axis=1)
@@ -312,7 +310,8 @@ def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chun
     return out
 
 
-def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
+def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float,
+                   with_similarity: bool = False):
     """Each row's representative, star-shaped: rows in input order; a row with earlier
     candidates joins the representative of one of them (the most similar, the first such in
     row order on a tie) if its estimated Jaccard to that representative reaches
@@ -324,10 +323,12 @@ def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, 
     round decides again the rows with a candidate whose representative changed, until none
     did. A row's choice depends only on earlier rows, so the rounds settle on the row-by-row
     result (after as many rounds as the longest chain of rows that depend on each other, a
-    few); only pairs whose candidate changed representative are compared again."""
+    few); only pairs whose candidate changed representative are compared again.
+    with_similarity: also each row's estimated Jaccard to its representative (1 for itself)."""
     rep = np.arange(n)
+    to_rep = np.ones(n)
     if not len(u):
-        return rep
+        return (rep, to_rep) if with_similarity else rep
     # Each (earlier, later) pair once, in order of the later row.
     key = np.unique(v.astype(np.int64) * n + u)
     u, v = key % n, key // n
@@ -345,15 +346,17 @@ def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, 
         order = np.lexsort((candidate, -sim, pv))
         rows = np.unique(pv)
         best = order[np.searchsorted(pv[order], rows)]
-        chosen = np.where(sim[best] >= min_similarity, candidate[best], rows)
+        joins = sim[best] >= min_similarity
+        chosen = np.where(joins, candidate[best], rows)
         changed = np.zeros(n, bool)
         changed[rows[rep[rows] != chosen]] = True
         rep[rows] = chosen
+        to_rep[rows] = np.where(joins, sim[best], 1.0)
         # Next: the rows with a candidate that changed representative.
         again = np.zeros(n, bool)
         again[v[changed[u]]] = True
         todo = np.flatnonzero(again[v])
-    return rep
+    return (rep, to_rep) if with_similarity else rep
 
 
 def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
