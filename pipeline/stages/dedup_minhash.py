@@ -5,18 +5,17 @@ per shard) computes signatures batch by batch, writes them to a file on disk, an
 each band's bucket key (with the row number) to one of `partitions` files chosen by the key's
 top bits. Pass 2 (a task per PARTITIONS_PER_TASK partitions) loads one partition at a time,
 sorts it, and turns each bucket into candidate pairs (first member, other member); candidates
-are verified by estimated Jaccard >= threshold (reading only their signatures from the
-memory-mapped files). On the driver they become clusters, for all rows at once: `star`
+are verified by estimated Jaccard >= threshold (reading only their signatures' rows from the
+files). On the driver they become clusters, for many rows at once: `star`
 (default) checks each document against its cluster's representative, the first document of
 the cluster in input order; `components` merges connected components. Pass 3 (a task per
 shard) streams the input again: each representative is kept, the others are removed with
 `duplicate_of`. Stats count removed documents far (below threshold - 0.2) from their
-representative, and the wall and driver CPU seconds of each pass.
+representative, and the wall and driver CPU seconds and peak RSS of each pass.
 
 Memory: about 12 bytes x bands / partitions per document for the largest partition, plus
 the cluster labels (8 bytes per document) and the verified pairs; signatures (4 x num_perm
-bytes per document) stay on disk and are mapped, their pages dropped after each
-verification chunk."""
+bytes per document) stay on disk, read a chunk of rows at a time."""
 from __future__ import annotations
 
 from collections import Counter
