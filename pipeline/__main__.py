@@ -1,4 +1,4 @@
-"""python -m pipeline run|stages|report|cache
+"""python -m pipeline run|stages|report|inspect|cache
 
 To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
 python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
@@ -40,6 +40,17 @@ def main(argv: list[str] | None = None) -> None:
     cache.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
     cache.add_argument("--output", help="run folder instead of the config's output_dir")
     cache.add_argument("--prune", action="store_true", help="remove unused namespaces, then trim to cache.max_mb")
+    insp = sub.add_parser("inspect", help="list the documents a run removed, by stage and reason (or --summary)",
+                          description="Removed documents of a run folder with their reason, the stage's score "
+                                      "columns and, where the run kept it, their text; --summary prints the funnel. "
+                                      "In a clinical run nothing of phi or the stages before it is shown.")
+    insp.add_argument("run_dir", metavar="RUN")
+    insp.add_argument("--stage", help="a stage name (or its NN_name folder)")
+    insp.add_argument("--reason", help="a removal reason (as --summary lists them)")
+    insp.add_argument("--limit", type=int, default=20, help="documents to list in all (default 20)")
+    insp.add_argument("--chars", type=int, default=300, help="characters of text per document (0: all)")
+    insp.add_argument("--summary", action="store_true", help="the funnel: per stage in, out, removed by reason")
+    insp.add_argument("--json", action="store_true", help="one JSON document on stdout, for scripts")
     args = parser.parse_args(argv)
 
     with user_errors():
@@ -73,6 +84,9 @@ def main(argv: list[str] | None = None) -> None:
             total = sum(e["bytes"] for e in entries)
             print(f"{cache_root(config) / 'cache'}: {total / 2**20:.1f} MB of {config.run.cache.max_mb} MB",
                   file=sys.stderr)
+        elif args.command == "inspect":
+            from pipeline.inspect import main as inspect_main
+            inspect_main(args)
         elif args.command == "report":
             from pipeline.errors import UserError
             from pipeline.report import write_report

@@ -16,6 +16,12 @@ def user_errors():
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:
+        from pipeline.diskspace import disk_full_line, is_disk_full
+        if not is_disk_full(exc):
+            raise
+        print(f"error: {disk_full_line(exc)}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted: unfinished stages will restart from scratch on the next run", file=sys.stderr)
         sys.exit(130)

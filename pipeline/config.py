@@ -6,7 +6,7 @@ import glob
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -60,6 +60,18 @@ class CacheConfig(Strict):
     max_mb: int = Field(default=4096, ge=0)
 
 
+class CardConfig(Strict):
+    """The YAML header of final/README.md, the dataset card (pipeline/card.py)."""
+    # A license id as the Hugging Face Hub writes them (cc-by-4.0, apache-2.0, other, unknown).
+    license: str = Field(default="unknown", pattern=r"^[a-z0-9][a-z0-9.+-]*$")
+    # Default: "medprep: <output folder name>".
+    pretty_name: str | None = Field(default=None, min_length=1, max_length=200)
+    # Default: the input files' names.
+    source_datasets: list[str] | None = None
+    # ISO 639 codes; default: the language filter's `keep` list (none claimed without one).
+    languages: list[Annotated[str, Field(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]+)?$")]] | None = None
+
+
 class RunConfig(Strict):
     input: InputConfig
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
@@ -93,6 +105,7 @@ class RunConfig(Strict):
     # after the files they vouch for.
     commit: Literal["auto", "direct"] = "auto"
     cache: CacheConfig = Field(default_factory=CacheConfig)
+    card: CardConfig = Field(default_factory=CardConfig)
     stages: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("stages", mode="before")
@@ -295,10 +308,13 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
             problems.append(f"input.paths: not found: {', '.join(missing[:5])}")
         elif not files:
             problems.append(f"input.paths: no input files matched: {', '.join(locate(p) for p in run.input.paths)}")
+    from pipeline.preflight import missing_model_files
+    missing, reported = missing_model_files(specs)
+    problems.extend(missing)
     for spec in specs:
         for key, value in spec.config.model_dump().items():
             # Stage options that name a model or file must exist before the run starts.
-            if key.endswith("_path") and value and not Path(value).exists():
+            if key.endswith("_path") and value and value not in reported and not Path(value).exists():
                 problems.append(f"stages[{spec.position - 1}].{spec.name}.{key}: file not found: {locate(value)}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))

@@ -172,6 +172,11 @@ def write_report(run_dir) -> RunPath:
                         [[s["stage"], s["docs_in"], s["docs_out"], sum(s["removed"].values()),
                           ", ".join(f"{k}: {v}" for k, v in s["removed"].items()) or "-", s["seconds"],
                           f"{s['docs_in'] / s['seconds']:,.0f}" if s["seconds"] else "-"] for s in stats]))
+    from pipeline.inspect import reason_commands
+    commands = reason_commands(run_dir, stats, manifest)
+    if commands:
+        parts.append("<h3>Removed documents by reason, and the command that lists them</h3>"
+                     + _table(["stage", "reason", "documents", "command"], commands))
 
     last_docs = next((_stage_dir(run_dir, s) for s in reversed(stats) if s["stage"] in ("split", "dedup_minhash",
                       "dedup_exact", "phi", "toxicity", "heuristics")), None)

@@ -276,6 +276,8 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                         f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
                         "first, or give --input")
     prev_stats = read_json(prev_dir / STATS)
+    from pipeline.preflight import check_input_version
+    check_input_version(spec.name, prev.name, prev_dir, prev_stats, config.source)
     shards_in = [InputShard(name, path, rows, persistent=True) for name, path, rows in stage_shards(prev_dir)]
     return (lambda output, executor: StageInputs(shards=shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
 
@@ -316,6 +318,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     if own_executor:
         from pipeline.executor import make_executor
         executor = make_executor(config.run.executor, config.run.num_proc)
+    inputs = None
     try:
         inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
@@ -330,8 +333,10 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
                                        cache_root=cache_root(config), reuse_scores=not force)
         else:
             extra = stage.run(inputs, output)
-    except BaseException:
+    except BaseException as exc:
         output.abort()
+        from pipeline.diskspace import raise_if_disk_full
+        raise_if_disk_full(exc, spec.name, output, len(inputs.shards) if inputs else None, resumes=document)
         raise
     finally:
         executor.end_stage()
@@ -352,7 +357,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
             print(f"[{spec.folder}] warning: {duplicate_ids['documents']} documents reuse the id of an earlier "
                   f"document ({duplicate_ids['ids']} distinct ids); removed/ and duplicate_of name documents "
                   "by id, so give every document its own id", file=sys.stderr)
-    stats = output.commit({"stage": spec.name, "position": spec.position, "fingerprint": fingerprint,
+    stats = output.commit({"stage": spec.name, "position": spec.position, "medprep": pipeline.__version__,
+                           "fingerprint": fingerprint,
                            "seconds": round(seconds, 3), "executor": executor.kind, **extra},
                           input_shards=inputs.names())
     if output_dir is None:
@@ -411,6 +417,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         config.output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{config.output_dir}: cannot create the output folder ({exc.strerror})") from None
+    from pipeline.preflight import note_other_version
+    note_other_version(config.output_dir)
     stage_dirs = stage_dirs_for(config)
     from pipeline.phi.identifiers import check_private_files, purge_raw_phi
     check_private_files(config, [config.output_dir])
@@ -435,6 +443,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         manifest["privacy"] = privacy
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
+    from pipeline.card import write_card
+    write_card(config, manifest)
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest
@@ -566,7 +576,7 @@ def write_manifest(config: Config, all_stats: list[dict], seconds: float, execut
     }
     pack = by_name.get("pack")
     if pack:
-        for key in ("tokens", "sequences", "leftover_tokens", "seq_len", "batch_size", "steps_per_epoch",
+        for key in ("tokens", "sequences", "leftover_tokens", "seq_len", "row_len", "batch_size", "steps_per_epoch",
                     "splits"):
             if key in pack:
                 manifest[key] = pack[key]

@@ -5,6 +5,8 @@ gold spans, on multi-locale synthetic PHI, and on abstracts (precision).
                                                                   # = make eval-phi
     python scripts/eval_phi.py --dev --limit 200                  # the stage only, a quick look
     python scripts/eval_phi.py --input notes.jsonl --gold gold.json   # any set in the same format
+    python scripts/eval_phi.py --mimesis-formats 540 --planted-abstracts 400 --legal-ids 300 --update
+                                                                  # formats: test generator, planted abstracts, legal ids
 
 Every system runs as a subprocess on a JSON Lines file of {"id", "text"}; the stage runs exactly
 as the issue's judge runs it: `python -m pipeline.stage phi --config configs/clinical_notes.yaml
@@ -35,6 +37,8 @@ bench/phi_eval.json (written only by this script; keys are stable, docs/phi.md q
                       (the older template set, scripts/phi_synth.py; values verbatim)
   abstracts: {abstracts, config, eponym_mentions, eponym_mentions_after, eponym_survival,
               tokens, tokens_changed, token_change_rate, cpu_seconds, docs_per_cpu_second}
+  synthetic_mimesis_formats, planted_abstracts, legal_ids: the sets of scripts/eval_phi_formats.py
+                      (--mimesis-formats, --planted-abstracts, --legal-ids; its docstring says what each is)
   SYSTEM = {command, docs, docs_removed, cpu_seconds, wall_seconds, docs_per_cpu_second,
             startup_cpu_seconds, docs_per_cpu_second_after_startup (sets of >= 100 docs: the
             system run again on one document to measure its start-up),
@@ -179,19 +183,24 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def run_measured(cmd: list[str], log: Path, env: dict | None = None) -> dict:
-    """Run cmd (cwd = repo root); CPU seconds of it and its waited-for children, wall seconds."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def run_measured(cmd: list[str], log: Path, env: dict | None = None, cwd: Path = ROOT) -> dict:
+    """Run cmd (cwd = repo root); CPU seconds of it and its waited-for children (its own
+    rusage from wait4, so runs may go side by side: --jobs), wall seconds."""
     t0 = time.perf_counter()
     with open(log, "w") as logf:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu = usage.ru_utime + usage.ru_stime
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-6:]
         raise RuntimeError(f"exit {proc.returncode}: {' | '.join(tail)}")
     return {"cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2)}
+
+
+# Stage runs of the detector curves that may go side by side (--jobs).
+JOBS = 1
 
 
 def read_stage_output(out_dir: Path, docs: list[dict]) -> tuple[dict, int]:
@@ -223,17 +232,40 @@ def read_stage_output(out_dir: Path, docs: list[dict]) -> tuple[dict, int]:
     return outputs, len(removed)
 
 
-def run_stage(docs: list[dict], config: str, work: Path, name: str) -> tuple[dict, dict]:
+# Where the stage's code is: this checkout, or another one (--stage-root, e.g. `git archive main`).
+STAGE_ROOT = ROOT
+
+
+def stage_config(config: str, work: Path, name: str, phi_options: dict | None = None) -> Path:
+    """`config` as the stage reads it, with its own run folder under `work` (so the phi cache
+    of an earlier run is never read: every run is timed from an empty cache) and extra phi
+    options (the detector of a cross-validation fold, a threshold of the curve)."""
+    import yaml
+    raw = yaml.safe_load((STAGE_ROOT / config).read_text(encoding="utf-8"))
+    raw["output_dir"] = str(work / f"{name}.run")
+    for entry in raw["stages"]:
+        if isinstance(entry, dict) and "phi" in entry:
+            entry["phi"] = {**(entry["phi"] or {}), **(phi_options or {})}
+    path = work / f"{name}.config.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_stage(docs: list[dict], config: str, work: Path, name: str,
+              phi_options: dict | None = None) -> tuple[dict, dict]:
     src = work / f"{name}.jsonl"
     write_jsonl(src, docs)
     out_dir = work / f"{name}.stage"
-    cmd = [sys.executable, "-m", "pipeline.stage", "phi", "--config", config, "--input", str(src),
+    cfg = stage_config(config, work, name, phi_options)
+    cmd = [sys.executable, "-m", "pipeline.stage", "phi", "--config", str(cfg), "--input", str(src),
            "--output", str(out_dir)]
-    meta = run_measured(cmd, work / f"{name}.stage.log")
+    meta = run_measured(cmd, work / f"{name}.stage.log", cwd=STAGE_ROOT)
     outputs, removed = read_stage_output(out_dir, docs)
     shown = ["python", "-m", "pipeline.stage", "phi", "--config", config, "--input", f"{name}.jsonl",
              "--output", "DIR"]
-    return outputs, {"command": " ".join(shown), "docs_removed": removed, **meta}
+    extra = {"phi_options": {k: (Path(v).name if k.endswith("_path") else v) for k, v in phi_options.items()}} \
+        if phi_options else {}
+    return outputs, {"command": " ".join(shown), "docs_removed": removed, **extra, **meta}
 
 
 def run_presidio(docs: list[dict], work: Path, name: str) -> tuple[dict, dict]:
@@ -359,6 +391,124 @@ def synthetic_templates(n: int, seed: int, config: str, work: Path) -> dict:
         "by_type": {k: _rate(total[k], leaked[k]) for k in sorted(total)}}}}
 
 
+# ---------------------------------------------------------------- the learned detector, measured on text it was not fitted on
+
+ASQ_NOTES = ROOT / "data/asq-dev/notes.jsonl"
+ASQ_GOLD = ROOT / "data/asq-dev/gold.json"
+CURVE = (0.05, 0.1, 0.2, 0.35, 0.6)
+
+
+def detector_model(work: Path, name: str, **example_args) -> Path:
+    """A detector trained like the committed one (scripts/train_phi_detector.py) on
+    examples(**example_args), kept in work/models under a digest of its training text and code
+    (a rerun with --work reuses it)."""
+    import hashlib
+
+    from train_phi_detector import examples
+
+    from pipeline.phi.detector import TRAIN_PARAMS, train
+    ex = examples(**example_args)
+    h = hashlib.sha256(json.dumps(TRAIN_PARAMS, sort_keys=True).encode())
+    for f in ("pipeline/phi/detector.py", "pipeline/phi/lexicon.py", "scripts/train_phi_detector.py"):
+        h.update((ROOT / f).read_bytes())
+    for text, spans, _ in ex:
+        h.update(text.encode() + json.dumps(spans).encode())
+    path = work / "models" / f"{name}-{h.hexdigest()[:16]}.crfsuite"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"[detector] training {name} on {len(ex)} documents ...", file=sys.stderr, flush=True)
+        t0 = time.process_time()
+        train(ex, path.with_suffix(".tmp"))
+        os.replace(path.with_suffix(".tmp"), path)
+        print(f"[detector] {name}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
+    return path
+
+
+def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
+    return {"threshold": threshold, "mention_leak": s["mention_leak"], "value_leak": s["value_leak"],
+            "non_phi_tokens": s["non_phi_tokens"], "mention_leak_by_type": s["mention_leak_by_type"],
+            "value_leak_by_type": s["value_leak_by_type"], "cpu_seconds": round(cpu, 2),
+            "docs_per_cpu_second": round(docs / cpu, 2) if cpu else None}
+
+
+def detector_curve(docs: list[dict], gold: dict, parts: list[tuple[set[str], Path]], thresholds, config: str,
+                   work: Path, name: str, options: dict | None = None) -> list[dict]:
+    """The stage at each threshold, each part of the documents (a fold) with its own model,
+    scored over all documents together."""
+    from concurrent.futures import ThreadPoolExecutor
+    originals = {d["id"]: d["text"] for d in docs}
+    runs = [(thr, i, [d for d in docs if d["id"] in ids], model) for thr in thresholds
+            for i, (ids, model) in enumerate(parts)]
+
+    def one(run):
+        thr, i, part, model = run
+        print(f"[{name}] part {i + 1}/{len(parts)}, threshold {thr}: {len(part)} docs ...", file=sys.stderr, flush=True)
+        return run_stage(part, config, work, f"{name}-{i}-t{thr}" + ("-options" if options else ""),
+                         {"detector_path": str(model), "detector_threshold": thr, **(options or {})})
+
+    with ThreadPoolExecutor(JOBS) as pool:
+        results = list(pool.map(one, runs))
+    curve = []
+    for thr in thresholds:
+        outputs, cpu = {}, 0.0
+        for (t, _, _, _), (out, meta) in zip(runs, results):
+            if t == thr:
+                outputs.update(out)
+                cpu += meta["cpu_seconds"]
+        curve.append(_curve_point(thr, score(originals, outputs, gold), cpu, len(docs)))
+    return curve
+
+
+def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
+    """Patient-level k-fold CV on deid-dev: each fold's detector is trained on the other folds'
+    notes (with asq-dev and the generated text), and the stage with it scores the fold."""
+    from train_phi_detector import patient_folds
+
+    from pipeline.phi.detector import DEFAULT_THRESHOLD
+    docs, gold = load_set(DEV_NOTES, DEV_GOLD, None)
+    ids = [d["id"] for d in docs]
+    folds = patient_folds(ids, k)
+    parts = [(fold, detector_model(work, f"cv{k}-fold{i}", deid_ids=set(ids) - fold)) for i, fold in enumerate(folds)]
+    thresholds = sorted(set(thresholds) | {DEFAULT_THRESHOLD})
+    curve = detector_curve(docs, gold, parts, thresholds, config, work, f"cv{k}")
+    alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, f"cv{k}", {"name_rules": False})
+    return {"k": k, "detector_only_at_default": alone[0], "input": _rel(DEV_NOTES), "docs": len(docs), "config": config,
+            "folds": [{"docs": len(f), "patients": len({i.split("-")[0] for i in f})} for f in folds],
+            "trained_on": "the other folds' notes + data/asq-dev + scripts/phi_train_synth.py",
+            "default_threshold": DEFAULT_THRESHOLD, "curve": curve,
+            "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
+
+
+def cross_style(thresholds, config: str, work: Path) -> dict:
+    """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev."""
+    from pipeline.phi.detector import DEFAULT_THRESHOLD
+    out = {}
+    for name, notes, gold_path, args in (("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
+                                         ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()})):
+        docs, gold = load_set(notes, gold_path, None)
+        model = detector_model(work, name, **args)
+        parts = [({d["id"] for d in docs}, model)]
+        curve = detector_curve(docs, gold, parts, sorted(set(thresholds) | {DEFAULT_THRESHOLD}), config, work, name)
+        alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, name, {"name_rules": False})
+        out[name] = {"detector_only_at_default": alone[0],"input": _rel(notes), "docs": len(docs), "config": config, "default_threshold": DEFAULT_THRESHOLD,
+                     "trained_on": ("data/deid-dev" if "asq" in name else "data/asq-dev")
+                     + " + scripts/phi_train_synth.py", "curve": curve,
+                     "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
+    return out
+
+
+def synthetic_mimesis(n: int, seed: int, systems: list[str], config: str, work: Path, leaks_dir) -> dict:
+    """Persons, places and facilities of mimesis (scripts/phi_synth_mimesis.py): a generator
+    the detector was not fitted on (its generated training text is Faker's)."""
+    from phi_synth_mimesis import LOCALES, make_mimesis_documents
+    docs = make_mimesis_documents(n, seed)
+    gold = {d["id"]: d["gold"] for d in docs}
+    return {"docs": len(docs), "seed": seed, "generator": "mimesis", "locales": LOCALES, "config": config,
+            "gold_values": sum(len(v) for v in gold.values()),
+            "systems": evaluate_systems(docs, gold, systems, config, work, "synthetic_mimesis", group_by=("locale",),
+                                        leaks_dir=leaks_dir)}
+
+
 def real_abstracts(n: int) -> list[str]:
     sys.path.insert(0, str(ROOT))
     from pipeline.config import InputConfig
@@ -402,7 +552,7 @@ def _pct(entry: dict | None, key: str = "rate") -> str:
 
 def markdown(report: dict) -> str:
     lines = []
-    for set_name in ("dev", "synthetic_locales"):
+    for set_name in ("dev", "asq_dev", "synthetic_mimesis", "synthetic_locales", "synthetic_mimesis_formats"):
         sec = report.get(set_name)
         if not sec:
             continue
@@ -449,6 +599,31 @@ def markdown(report: dict) -> str:
                     n = systems[ok[0]]["value_leak_by_locale"][loc]["n"]
                     lines.append(f"| {loc} | {n} | " + " | ".join(_pct(systems[s]["value_leak_by_locale"].get(loc))
                                                              for s in ok) + " |")
+    curves = [(f"{report['cv']['k']}-fold patient cross-validation on deid-dev", report["cv"])] if "cv" in report else []
+    curves += [(f"cross-style: {name}", sec) for name, sec in report.get("cross_style", {}).items()]
+    for title, sec in curves:
+        types = sorted({t for c in sec["curve"] for t in c["mention_leak_by_type"]})
+        lines += [f"\n### {title} ({sec['docs']} docs; detector trained on {sec['trained_on']})\n",
+                  "| threshold | mentions left | values left | non-PHI tokens changed | " + " | ".join(types) + " |",
+                  "|---:|---:|---:|---:|" + "---:|" * len(types)]
+        rows = sec["curve"] + ([{**sec["detector_only_at_default"], "alone": True}]
+                               if "detector_only_at_default" in sec else [])
+        for c in rows:
+            mark = " (default)" if c["threshold"] == sec["default_threshold"] else ""
+            mark += ", detector without the name rules" if c.get("alone") else ""
+            lines.append(f"| {c['threshold']}{mark} | {_pct(c['mention_leak'])} | {_pct(c['value_leak'])} | "
+                         f"{_pct(c['non_phi_tokens'])} | " + " | ".join(
+                             f"{_pct(c['mention_leak_by_type'].get(t))} / {_pct(c['value_leak_by_type'].get(t))}"
+                             for t in types) + " |")
+        # The anchors fit nothing on these notes: their figure on the whole set is their held-out one.
+        same_set = report.get("asq_dev" if sec["input"] == _rel(ASQ_NOTES) else "dev", {})
+        for anchor in ("presidio", "philter"):
+            r = same_set.get("systems", {}).get(anchor)
+            if r and "error" not in r and same_set.get("input") == sec["input"]:
+                lines.append(f"| {anchor} (one setting) | {_pct(r['mention_leak'])} | {_pct(r['value_leak'])} | "
+                             f"{_pct(r['non_phi_tokens'])} | " + " | ".join(
+                                 f"{_pct(r['mention_leak_by_type'].get(t))} / {_pct(r['value_leak_by_type'].get(t))}"
+                                 for t in types) + " |")
     syn = report.get("synthetic_templates")
     if syn and "error" in syn["systems"]["medprep_phi"]:
         lines.append(f"\nsynthetic templates: error: {syn['systems']['medprep_phi']['error'][:200]}")
@@ -463,7 +638,32 @@ def markdown(report: dict) -> str:
         lines.append(f"\nabstracts ({ab['abstracts']}, {ab['config']}): eponym mentions kept "
                      f"{100 * ab['eponym_survival']:.2f} % ({ab['eponym_mentions_after']}/{ab['eponym_mentions']}), "
                      f"tokens changed {100 * ab['token_change_rate']:.3f} %, {ab['docs_per_cpu_second']} docs/CPU-s")
+    from eval_phi_formats import markdown as formats_markdown
+    lines += formats_markdown(report)
     return "\n".join(lines)
+
+
+def formats_sets(args, systems: list[str], report: dict, work: Path) -> None:
+    """The sets of scripts/eval_phi_formats.py (test generator, planted abstracts, legal ids)."""
+    from eval_phi_formats import legal_ids, planted_abstracts
+    if args.mimesis_formats:
+        from phi_synth_mimesis_formats import LOCALES, STRUCTURED, make_format_documents
+        docs = make_format_documents(args.mimesis_formats, args.seed)
+        gold = {d["id"]: d["gold"] for d in docs}
+        report["synthetic_mimesis_formats"] = {
+            "docs": len(docs), "seed": args.seed, "generator": "mimesis (test; the development generator is Faker)",
+            "locales": LOCALES, "structured_types": STRUCTURED, "gold_values": sum(len(v) for v in gold.values()),
+            "config": args.config,
+            "systems": evaluate_systems(docs, gold, systems, args.config, work, "synthetic_mimesis_formats",
+                                        group_by=("locale",), leaks_dir=args.leaks)}
+    for flag, key, run in (("planted_abstracts", "planted_abstracts", lambda n: planted_abstracts(n, args.seed, work)),
+                           ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work))):
+        n = getattr(args, flag)
+        if n:
+            try:
+                report[key] = run(n)
+            except RuntimeError as e:      # a stage crash on one set must not lose the others
+                report[key] = {"docs": n, "seed": args.seed, "error": str(e)}
 
 
 def _rel(path: Path) -> str:
@@ -512,6 +712,27 @@ def main() -> int:
     ap.add_argument("--synthetic-templates", type=int, default=0, metavar="N",
                     help="N docs of the older template set (scripts/phi_synth.py)")
     ap.add_argument("--abstracts", type=int, default=0, metavar="N", help="N real abstracts, pubmed config")
+    ap.add_argument("--asq", action="store_true", help="score data/asq-dev (526 clinical queries), as --dev does")
+    ap.add_argument("--cv", type=int, default=0, metavar="K",
+                    help="patient-level K-fold cross-validation of the detector on data/deid-dev (the curve's thresholds)")
+    ap.add_argument("--cross-style", action="store_true",
+                    help="detector fitted without asq-dev scored on it, and without deid-dev scored on it")
+    ap.add_argument("--curve", default=",".join(map(str, CURVE)),
+                    help="detector thresholds for --cv and --cross-style (default %(default)s, plus the default)")
+    ap.add_argument("--mimesis", type=int, default=0, metavar="N",
+                    help="N documents of persons and places from mimesis (scripts/phi_synth_mimesis.py)")
+    ap.add_argument("--stage-root", type=Path,
+                    help="run the stage of another checkout (e.g. an export of main) to compare engines")
+    ap.add_argument("--jobs", type=int, default=1, metavar="N",
+                    help="stage runs of the --cv / --cross-style curves side by side (CPU seconds stay per run)")
+    # scripts/eval_phi_formats.py: sets from generators and templates the rules were not fitted on
+    ap.add_argument("--mimesis-formats", type=int, default=0, metavar="N",
+                    help="N multi-locale docs of structured PHI from the test generator (mimesis, "
+                         "scripts/phi_synth_mimesis_formats.py)")
+    ap.add_argument("--planted-abstracts", type=int, default=0, metavar="N",
+                    help="N real abstracts with planted PHI sentences, pubmed config")
+    ap.add_argument("--legal-ids", type=int, default=0, metavar="N",
+                    help="N legal/administrative template docs (case and application numbers)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--leaks", type=Path, help="write leaked mentions (with context) per system to this folder")
     ap.add_argument("--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; "
@@ -522,8 +743,24 @@ def main() -> int:
     args = ap.parse_args()
     if args.input and not args.gold:
         ap.error("--input needs --gold")
-    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts):
-        ap.error("nothing to do: give --dev, --input, --synthetic-locales, --synthetic-templates or --abstracts")
+    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts
+            or args.asq or args.cv or args.cross_style or args.mimesis
+            or args.mimesis_formats or args.planted_abstracts or args.legal_ids):
+        ap.error("nothing to do: give --dev, --asq, --cv, --cross-style, --input, --synthetic-locales, --mimesis, "
+                 "--synthetic-templates, --abstracts, --mimesis-formats, --planted-abstracts or --legal-ids")
+    try:
+        thresholds = [float(t) for t in args.curve.split(",") if t.strip()]
+    except ValueError:
+        ap.error(f"--curve: not a list of numbers: {args.curve!r}")
+    if any(not 0 < t < 1 for t in thresholds):
+        ap.error("--curve: thresholds lie strictly between 0 and 1")
+    global JOBS
+    JOBS = max(1, args.jobs)
+    if args.stage_root:
+        global STAGE_ROOT
+        STAGE_ROOT = args.stage_root.resolve()
+        if args.cv or args.cross_style:
+            ap.error("--stage-root compares engines as they are: --cv and --cross-style train this checkout's detector")
     systems = args.systems.split(",") if args.systems else (list(SYSTEMS) if args.anchors else ["medprep_phi"])
     for s in systems:
         if s not in SYSTEMS:
@@ -536,13 +773,21 @@ def main() -> int:
     work = args.work or Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
     try:
-        if args.dev or args.input:
-            notes, gold_path = (args.input, args.gold) if args.input else (DEV_NOTES, DEV_GOLD)
+        labelled = [("dev", args.input or DEV_NOTES, args.gold or DEV_GOLD)] if args.dev or args.input else []
+        labelled += [("asq_dev", ASQ_NOTES, ASQ_GOLD)] if args.asq else []
+        for name, notes, gold_path in labelled:
             docs, gold = load_set(notes, gold_path, args.limit)
-            report["dev"] = {"input": _rel(notes), "gold": _rel(gold_path), "docs": len(docs),
-                             "gold_mentions": sum(len(v) for v in gold.values()), "config": args.config,
-                             "systems": evaluate_systems(docs, gold, systems, args.config, work, "dev",
-                                                         leaks_dir=args.leaks)}
+            report[name] = {"input": _rel(notes), "gold": _rel(gold_path), "docs": len(docs),
+                            "gold_mentions": sum(len(v) for v in gold.values()), "config": args.config,
+                            "systems": evaluate_systems(docs, gold, systems, args.config, work, name,
+                                                        leaks_dir=args.leaks)}
+        if args.cv:
+            report["cv"] = cross_validation(args.cv, thresholds, args.config, work)
+        if args.cross_style:
+            report["cross_style"] = cross_style(thresholds, args.config, work)
+        if args.mimesis:
+            report["synthetic_mimesis"] = synthetic_mimesis(args.mimesis, args.seed, systems, args.config, work,
+                                                            args.leaks)
         if args.synthetic_locales:
             from phi_synth_locales import LOCALES, STRUCTURED, make_locale_documents
             docs = make_locale_documents(args.synthetic_locales, args.seed)
@@ -565,19 +810,27 @@ def main() -> int:
                 report["abstracts"] = abstract_effects(args.abstracts, work)
             except RuntimeError as e:
                 report["abstracts"] = {"abstracts": args.abstracts, "config": ABSTRACTS_CONFIG, "error": str(e)}
+        formats_sets(args, systems, report, work)
     finally:
         if tmp:
             tmp.cleanup()
     out = args.out or (None if args.limit else RESULT)
     # every system result says which run measured it (the engine changes between runs)
-    for sec in ("dev", "synthetic_locales", "synthetic_templates"):
+    if args.stage_root:
+        run_info["stage_root"] = str(args.stage_root)
+    for sec in ("dev", "asq_dev", "synthetic_locales", "synthetic_mimesis", "synthetic_templates",
+                "synthetic_mimesis_formats"):
         for r in report.get(sec, {}).get("systems", {}).values():
             r["measured"] = run_info
-    if "abstracts" in report:
-        report["abstracts"]["measured"] = run_info
+    for sec in ("abstracts", "cv", "planted_abstracts", "legal_ids"):
+        if sec in report:
+            report[sec]["measured"] = run_info
+    for r in report.get("cross_style", {}).values():
+        r["measured"] = run_info
     if args.update and out and out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
-        for sec in ("dev", "synthetic_locales", "synthetic_templates", "abstracts"):
+        for sec in ("dev", "asq_dev", "cv", "cross_style", "synthetic_locales", "synthetic_mimesis",
+                    "synthetic_templates", "abstracts", "synthetic_mimesis_formats", "planted_abstracts", "legal_ids"):
             if sec not in report and sec in old:
                 report[sec] = old[sec]
             elif sec in report and sec in old and "systems" in old[sec]:

@@ -5,8 +5,9 @@ normalized, then `langid` as configs/pubmed.yaml sets it (English kept). For eac
 counts the documents the rule alone would remove (rules are independent; a document failing
 two rules counts in both), under the stage defaults with datatrove's 50-word minimum
 ("datatrove defaults") and under configs/pubmed.yaml; then the documents any rule removes
-under the stage defaults, datatrove defaults, pubmed.yaml, and pubmed.yaml with C4's line
-and sentence rules on (what a web-text config would add).
+under the stage defaults, datatrove defaults, pubmed.yaml, pubmed.yaml with C4's line
+and sentence rules on (what a web-text config would add), and datatrove defaults and
+pubmed.yaml measured as datatrove measures (compat: datatrove; the others are compat: medprep).
 
     python scripts/heuristics_table.py          # prints the table, writes bench/heuristics.json
 
@@ -101,8 +102,15 @@ def main() -> int:
         "datatrove_defaults": HeuristicsConfig(min_words=50),
         "pubmed_yaml": pubmed,
         "pubmed_yaml_with_c4_lines": pubmed.model_copy(update={"c4_lines": True, "c4_min_sentences": 5}),
+        # The same thresholds measured as datatrove measures them (compat: datatrove).
+        "datatrove_defaults_compat_datatrove": HeuristicsConfig(min_words=50, compat="datatrove"),
+        "pubmed_yaml_compat_datatrove": pubmed.model_copy(update={"compat": "datatrove"}),
     }
-    runs = {name: fire(Heuristics(cfg, None), text) for name, cfg in configs.items()}
+    runs = {}
+    for name, cfg in configs.items():
+        stage = Heuristics(cfg, None)
+        stage.setup()
+        runs[name] = fire(stage, text)
     dt_alone, pm_alone = runs["datatrove_defaults"][0], runs["pubmed_yaml"][0]
     rows = []
     for rule in dt_alone:

@@ -20,7 +20,8 @@ Two kinds of marker tie a figure to a result file:
 The result files: bench/results.json (`make bench`: scripts/bench.py and
 scripts/bench_minhash_scale.py), bench/heuristics.json (scripts/heuristics_table.py),
 bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_executor.py),
-bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/default_run_figures.py).
+bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/default_run_figures.py),
+bench/heuristics_compat.json (scripts/bench_heuristics_compat.py).
 Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
@@ -258,9 +259,39 @@ def retune(src: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def heuristics_compat(src: dict) -> str:
+    h = load("heuristics_compat.json", src)
+    dt, med = h["compat_datatrove"], h["compat_medprep"]
+    names = {"gopher_quality": "GopherQualityFilter", "gopher_repetition": "GopherRepetitionFilter",
+             "c4": "C4QualityFilter", "fineweb": "FineWebQualityFilter"}
+    lines = ["| datatrove's filter, or one rule alone | agree, compat: datatrove | datatrove removes, we keep "
+             "| we remove, datatrove keeps | agree, compat: medprep |", "|---|---:|---:|---:|---:|"]
+    for kind in ("per_filter", "per_rule"):
+        for name, row in dt[kind].items():
+            label = f"**{names[name]}** (defaults)" if kind == "per_filter" else f"`{name}`"
+            lines.append(f"| {label} | {row['agree_percent']:.2f} % | {row['datatrove_removes_we_keep']:,} | "
+                         f"{row['we_remove_datatrove_keeps']:,} | {med[kind][name]['agree_percent']:.2f} % |")
+    corpus = h["corpus"]
+    n, abstracts = corpus["documents"], corpus["by_source"]["medline"]
+    c4 = dt["per_filter"]["c4"]
+    lines.append("")
+    lines.append(f"{n:,} documents: {abstracts:,} MEDLINE abstracts and {n - abstracts:,} pages of software documentation. "
+                 f"Where both keep a document, C4's kept text is identical on {c4['kept_text_identical']:,} of "
+                 f"{c4['kept_by_both']:,} (compat: datatrove). datatrove {h['versions']['datatrove']}, "
+                 f"spaCy {h['versions']['spacy_datatrove']} on both sides.")
+    sp = h.get("speed_abstracts")
+    if sp:
+        lines.append("")
+        lines.append(f"The stage alone on {sp['pubmed_yaml_medprep']['docs']:,} abstracts, one process: configs/pubmed.yaml's "
+                     f"heuristics {sp['pubmed_yaml_medprep']['docs_per_cpu_s']:,.0f} docs per CPU-second in compat: medprep "
+                     f"and {sp['pubmed_yaml_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove; datatrove's defaults "
+                     f"(FineWeb's rules on) {sp['datatrove_defaults_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove.")
+    return "\n".join(lines) + "\n"
+
+
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling, retune)}
+              executor_scaling, retune, heuristics_compat)}
 
 
 # --- check / write --------------------------------------------------------------------------

@@ -56,6 +56,21 @@ def run_cli(*args, check=True, cwd=ROOT, timeout=900):
     return proc
 
 
+def run_in_process(*args) -> tuple[int, str, str]:
+    """`python -m pipeline ARGS` in this process (no interpreter start-up): exit code, stdout, stderr."""
+    import contextlib
+    import io
+
+    from pipeline.__main__ import main
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
 def read_arrow_dir(folder: Path) -> pa.Table | None:
     """A stage's data/ or removed/ folder as one table, through the store's one reader."""
     from pipeline.store import read_table

@@ -124,3 +124,36 @@ def test_locale_set_is_deterministic_with_exact_offsets():
     s = score({d["id"]: d["text"] for d in docs}, {d["id"]: d["text"] for d in docs},
               {d["id"]: d["gold"] for d in docs}, group_by=("locale",))
     assert s["value_leak"]["rate"] == 1.0 and s["value_leak_by_locale"]["de_CH"]["rate"] == 1.0
+
+
+def test_patient_folds_keep_each_patient_in_one_fold(dev):
+    from train_phi_detector import patient, patient_folds
+    notes, _ = dev
+    ids = sorted(notes)
+    folds = patient_folds(ids, 5)
+    assert folds == patient_folds(list(reversed(ids)), 5)           # not the order of the input
+    assert sorted(i for f in folds for i in f) == ids
+    patients = [{patient(i) for i in f} for f in folds]
+    assert all(not (patients[a] & patients[b]) for a in range(5) for b in range(a + 1, 5))
+    sizes = [len(f) for f in folds]
+    assert max(sizes) - min(sizes) <= 141                           # the largest patient has 141 notes
+
+
+def test_mimesis_set_is_deterministic_with_exact_offsets():
+    from phi_synth_mimesis import make_mimesis_documents
+    docs = make_mimesis_documents(30, 2)
+    assert docs == make_mimesis_documents(30, 2) and docs != make_mimesis_documents(30, 3)
+    for d in docs:
+        for g in d["gold"]:
+            assert d["text"][g["start"]:g["end"]] == g["value"]
+    assert {"PERSON", "LOCATION", "FACILITY"} == {g["type"] for d in docs for g in d["gold"]}
+    assert any(d["text"].isupper() for d in docs) and any(d["text"].islower() for d in docs)
+
+
+def test_gold_spans_for_training_drop_titles_and_take_facility_words():
+    from train_phi_detector import gold_spans
+    text = "seen by Dr. Samantha Brown at Holy Cross Hospital today"
+    gold = [{"type": "NAME", "start": 8, "end": 26}, {"type": "Location", "start": 30, "end": 34},
+            {"type": "Location", "start": 35, "end": 40}, {"type": "Date", "start": 50, "end": 55}]
+    assert [(text[s:e], label) for s, e, label in gold_spans(text, gold)] == [
+        ("Samantha Brown", "PER"), ("Holy", "LOC"), ("Cross Hospital", "LOC")]

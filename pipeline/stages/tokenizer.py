@@ -18,8 +18,13 @@ from pydantic import Field, model_validator
 
 from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.store import write_json
 
 TOKENIZER_FILE = "tokenizer.json"
+# Beside tokenizer.json, so transformers' AutoTokenizer.from_pretrained(folder) knows the class,
+# eos/bos/unk/pad and the context length (transformers 4.x refuses a folder without them).
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 # What the run's own tokenizer is called in the comparison, by mode.
 RUN_NAME = {"train": "trained", "load": "loaded", "extend": "extended"}
 # Extension learns merges over base-token symbols: base id i is the character chr(SYMBOL_BASE + i),
@@ -36,6 +41,15 @@ class TokenizerConfig(StageConfig):
     min_frequency: int = Field(default=2, ge=1)
     special_tokens: list[str] = ["<|endoftext|>"]
     eos_token: str = "<|endoftext|>"
+    # What tokenizer_config.json names bos and unk (null: the eos token, as GPT-2's does; pack
+    # adds no BOS and byte-level BPE never needs unk).
+    bos_token: str | None = None
+    unk_token: str | None = None
+    # A padding token of its own, added after every existing id when the tokenizer lacks it (no
+    # id changes; packed rows never hold it). Not eos: a collator that masks pad labels would
+    # then mask every EOS. null: no pad token. Default: <|pad|>, except in mode load, which keeps
+    # the file as it is unless told.
+    pad_token: str | None = "<|pad|>"
     # The tokenizer.json that `load` uses and `extend` starts from.
     tokenizer_path: str | None = None
     extend_tokens: int = Field(default=8192, ge=1, le=1_000_000)
@@ -54,6 +68,8 @@ class TokenizerConfig(StageConfig):
     def _default_mode(cls, data):
         if isinstance(data, dict) and "mode" not in data:
             data = {**data, "mode": "load" if data.get("tokenizer_path") else "train"}
+        if isinstance(data, dict) and data.get("mode") == "load" and "pad_token" not in data:
+            data = {**data, "pad_token": None}
         return data
 
     @model_validator(mode="after")
@@ -63,6 +79,9 @@ class TokenizerConfig(StageConfig):
                 raise ValueError("tokenizer_path is read in mode load or extend, not train")
             if self.eos_token not in self.special_tokens:
                 raise ValueError(f"eos_token {self.eos_token!r} must be one of special_tokens")
+            for key in ("bos_token", "unk_token"):
+                if getattr(self, key) is not None and getattr(self, key) not in self.special_tokens:
+                    raise ValueError(f"{key} {getattr(self, key)!r} must be one of special_tokens")
         elif self.tokenizer_path is None:
             raise ValueError(f"mode {self.mode} needs tokenizer_path")
         clash = set(self.compare_files) & (set(RUN_NAME.values()) | {"base"} | set(self.compare))
@@ -175,12 +194,36 @@ def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: i
                  "extend_merges_added": added_merges, "base_vocab_size": base_vocab_size}
 
 
+def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_len: int | None) -> dict[str, dict]:
+    """tokenizer_config.json and special_tokens_map.json for `tok` (as transformers'
+    save_pretrained writes them for a PreTrainedTokenizerFast): eos, bos, unk, pad, the PHI
+    placeholders as additional special tokens, and model_max_length = pack's seq_len."""
+    special = {"bos_token": cfg.bos_token or cfg.eos_token, "eos_token": cfg.eos_token,
+               "unk_token": cfg.unk_token or cfg.eos_token}
+    if cfg.pad_token is not None:
+        special["pad_token"] = cfg.pad_token
+    extra = [t for t in placeholders if tok.token_to_id(t) is not None]
+    added = json.loads(tok.to_str())["added_tokens"]
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **special,
+        "additional_special_tokens": extra,
+        "added_tokens_decoder": {str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                                                  "single_word", "special")} for a in added},
+        "clean_up_tokenization_spaces": False,
+    }
+    if seq_len is not None:
+        config["model_max_length"] = seq_len
+    return {TOKENIZER_CONFIG_FILE: config, SPECIAL_TOKENS_MAP_FILE: {**special, "additional_special_tokens": extra}}
+
+
 class TrainTokenizer(GlobalStage):
     name = "tokenizer"
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
     needs = ("phi", "pack")          # placeholders when phi runs; pack's seq_len for the comparison
-    artifacts = {TOKENIZER_FILE: f"tokenizer/{TOKENIZER_FILE}"}
+    artifacts = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
+                                                        SPECIAL_TOKENS_MAP_FILE)}
 
     def fingerprint_files(self) -> list[Path]:
         # The compared tokenizer.json files change the stats, so their content counts too.
@@ -239,12 +282,21 @@ class TrainTokenizer(GlobalStage):
                             cfg.min_frequency)
         if cfg.mode != "train":
             stats["special_tokens_added"] = add_special_tokens(tok, placeholders)
-        if tok.token_to_id(cfg.eos_token) is None:
-            raise UserError(f"stages.tokenizer.eos_token: {cfg.eos_token!r} is not in the tokenizer's vocabulary")
+        if cfg.pad_token is not None:
+            added = add_special_tokens(tok, [cfg.pad_token])
+            if cfg.mode != "train":
+                stats["special_tokens_added"] += added
+        for key in ("eos_token", "bos_token", "unk_token"):
+            value = getattr(cfg, key)
+            if value is not None and tok.token_to_id(value) is None:
+                raise UserError(f"stages.tokenizer.{key}: {value!r} is not in the tokenizer's vocabulary")
         if cfg.mode == "load" and not stats["special_tokens_added"]:
             target.write_bytes(Path(cfg.tokenizer_path).read_bytes())     # used as it is: the same bytes
         else:
             target.write_text(tok.to_str(pretty=True))      # what Tokenizer.save writes
+        pack = self.ctx.upstream.get("pack")
+        for name, content in transformers_files(tok, cfg, placeholders, pack.seq_len if pack else None).items():
+            write_json(output.folder / name, content)
         stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 

@@ -24,6 +24,12 @@ class Toxicity(DocumentStage):
     threshold_options = ("max_score",)
     score_columns = ("toxicity",)
 
+    @classmethod
+    def model_files(cls, config: ToxicityConfig) -> dict[str, str]:
+        from pipeline.preflight import package_file, reinstall
+        return {str(package_file("profanity_check", "data", name) or f"profanity_check/data/{name}"):
+                reinstall("alt-profanity-check") for name in ("model.joblib", "vectorizer.joblib")}
+
     def setup(self):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")     # sklearn version notes on unpickling

