@@ -3,6 +3,7 @@ chain, on a corpus built from the real MEDLINE abstracts (replicated with plante
 
     python scripts/bench.py --docs 20000 --phi-scaling     # what `make bench` runs
     python scripts/bench.py --only phi                     # refresh only the phi rows in bench/results.json
+    python scripts/bench.py --only stages --stages perplexity,minhash_signatures_xxh32   # only these rows
     python scripts/bench.py [--stages langid,phi,...] [--skip-chain] [--skip-datatrove]
 
 Each measurement runs in its own process (wall time, CPU time and peak RSS are process-level);
@@ -40,6 +41,9 @@ NOTES = ROOT / "data/deid-dev/notes.jsonl"
 # decisions on real text), so both chains keep the same documents.
 DATATROVE_HEURISTICS = {"compat": "datatrove", "min_words": 50, "max_punctuation_fraction": 1.0,
                         "c4_boilerplate_lines": False, "c4_lines": True, "c4_min_sentences": 5}
+# Stages timed in alternating rounds against their engines (first: the row's engine; others
+# are reported beside it): the ratio to the engine is a bar for these.
+ALTERNATING = {"perplexity": ["perplexity", "perplexity_raw_text"]}
 # Keys of bench/results.json written by other scripts of `make bench`, kept when this one rewrites it.
 OTHER_SCRIPTS_KEYS = ["minhash_scale"]
 
@@ -92,10 +96,20 @@ def _raw_engine(stage: str, texts: list[str]):
         lines = [t.replace("\n", " ") + "\n" for t in texts]
         return "fastText predict", lambda: [predict(t, 1, 0.0, "replace") for t in lines]
     if stage == "perplexity":
+        # KenLM scoring the lines the stage scores (its normalized lines, made beforehand).
+        import kenlm
+        import pyarrow as pa
+        from pipeline.ccnet_norm import scored_lines
+        model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
+        lines = [line for i in range(0, len(texts), 1000) for line in scored_lines(pa.array(texts[i:i + 1000]))[0]]
+        return "kenlm score (normalized lines)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
+    if stage == "perplexity_raw_text":
+        # KenLM scoring the raw text, one line per document: fewer tokens than the normalized
+        # lines (punctuation stays on the words), so less work than the stage gives it.
         import kenlm
         model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
         lines = [t.replace("\n", " ") for t in texts]
-        return "kenlm score", lambda: [model.score(t, bos=True, eos=True) for t in lines]
+        return "kenlm score (raw text)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
     if stage == "toxicity":
         from profanity_check import predict_prob
         return "predict_prob", lambda: predict_prob(texts)
@@ -105,13 +119,15 @@ def _raw_engine(stage: str, texts: list[str]):
         nlp = spacy.load(SPACY_MODEL, exclude=NOT_NEEDED)
         return "spaCy NER-only nlp.pipe", lambda: list(nlp.pipe(texts, batch_size=32))
     if stage in ("dedup_minhash", "minhash_signatures_xxh32", "minhash_signatures_sha1"):
-        # The same shingles and the same 32-bit hash function on both sides: xxh32 (the stage's
-        # default) or sha1 (datasketch's default).
+        # The same shingles, the same 32-bit hash function (xxh32, the stage's default, or
+        # sha1, datasketch's default) and the same permutations on both sides, from text to
+        # signatures: datasketch is fed each document's shingles made the cheapest way Python
+        # makes them (bytes.split and join, no decode), then MinHash.bulk.
         from datasketch import MinHash
-        from pipeline.minhash import HASHFUNCS, shingles
+        from pipeline.minhash import HASHFUNCS, shingle_bytes
         hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
         return (f"datasketch MinHash.bulk, {hashfunc}",
-                lambda: MinHash.bulk([[s.encode() for s in shingles(t, 5)] for t in texts], num_perm=128,
+                lambda: MinHash.bulk([shingle_bytes(t, 5) for t in texts], num_perm=128, seed=1,
                                      hashfunc=HASHFUNCS[hashfunc]))
     if stage == "dedup_exact":
         import xxhash
@@ -171,6 +187,8 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     if document:
         obj.setup()
     setup_s = time.perf_counter() - t_setup
+    if stage in ALTERNATING:
+        return _bench_alternating(stage, obj, inputs, texts, mb, setup_s, out_dir)
     output = StageOutput(out_dir, keep_removed_text=False)
     inputs.bind(output)
     w0, c0 = time.perf_counter(), time.process_time()
@@ -203,16 +221,81 @@ def _with_engine(stage: str, texts: list[str], result: dict, wall: float, cpu: f
     return result
 
 
-def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int) -> dict:
-    """The signature path of dedup_minhash alone (shingle, hash, permute, min), batch by batch."""
-    from pipeline.minhash import MinHasher
-    hasher = MinHasher(128, 1, 5, True, "sha1" if stage.endswith("sha1") else "xxh32")
-    w0, c0 = time.perf_counter(), time.process_time()
-    for i in range(0, len(texts), batch_size):
-        hasher.signatures(texts[i:i + batch_size])
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return _with_engine(stage, texts, {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": 0.0},
-                        wall, cpu, mb)
+def _alternate(runs: list, rounds: int) -> tuple[list[float], float]:
+    """Each callable in turn, for `rounds` rounds, in this process; each one's fastest CPU
+    time (a burst of load from another process slows a round, not a side), and the first's
+    fastest wall time."""
+    cpu = [[] for _ in runs]
+    walls = []
+    for _ in range(rounds):
+        for k, run in enumerate(runs):
+            w0, c0 = time.perf_counter(), time.process_time()
+            run()
+            cpu[k].append(time.process_time() - c0)
+            if k == 0:
+                walls.append(time.perf_counter() - w0)
+    return [min(c) for c in cpu], min(walls)
+
+
+def _bench_alternating(stage: str, obj, inputs, texts: list[str], mb: float, setup_s: float, out_dir: Path,
+                       rounds: int = 3) -> dict:
+    """A per-document stage and its engines (ALTERNATING), alternating (_alternate)."""
+    import shutil
+    from pipeline.shards import StageOutput
+    load = [round(x, 1) for x in os.getloadavg()]
+    engines = [_raw_engine(e, texts) for e in ALTERNATING[stage]]
+
+    def process():
+        # The shard task a worker runs (read, process batch by batch, write), into a fresh folder.
+        shutil.rmtree(out_dir, ignore_errors=True)
+        inputs.bind(StageOutput(out_dir, keep_removed_text=False))
+        obj.process_shard(inputs.shard_tasks()[0])
+    (cpu, *engine_cpu), wall = _alternate([process] + [run for _, run in engines], rounds)
+    n = len(texts)
+    result = {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": round(setup_s, 2), "wall_s": round(wall, 3),
+              "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
+              "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds, "load_average_at_start": load}
+    for k, ((name, _), times) in enumerate(zip(engines, engine_cpu)):
+        key = "engine" if k == 0 else f"engine_{ALTERNATING[stage][k].removeprefix(stage + '_')}"
+        result.update({key: name, f"{key}_docs_per_cpu_s": round(n / times, 1)})
+        result["stage_vs_engine" if k == 0 else f"stage_vs_{key}"] = round(times / cpu, 3)
+    result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    return result
+
+
+def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, rounds: int = 3) -> dict:
+    """The signature path of dedup_minhash alone (shingle, hash, permute, min), batch by batch,
+    against datasketch on the same documents in the same process, alternating (_alternate).
+    Also timed: MinHash.bulk alone, fed shingle lists made beforehand (its permutation-and-min
+    cost without the shingling both sides pay)."""
+    from datasketch import MinHash
+    from pipeline.minhash import HASHFUNCS, MinHasher, shingle_bytes
+    hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
+    hasher = MinHasher(128, 1, 5, True, hashfunc)
+    name, engine = _raw_engine(stage, texts)
+    load = [round(x, 1) for x in os.getloadavg()]
+
+    def ours():
+        for i in range(0, len(texts), batch_size):
+            hasher.signatures(texts[i:i + batch_size])
+    (cpu, engine_cpu), wall = _alternate([ours, engine], rounds)
+    prebuilt = [shingle_bytes(t, 5) for t in texts]
+    c0 = time.process_time()
+    MinHash.bulk(prebuilt, num_perm=128, seed=1, hashfunc=HASHFUNCS[hashfunc])
+    bulk_cpu = time.process_time() - c0
+    del prebuilt
+    n = len(texts)
+    return {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": 0.0, "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
+            "MB_per_cpu_s": round(mb / cpu, 2), "engine": name, "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
+            "stage_vs_engine": round(engine_cpu / cpu, 3), "rounds": rounds, "load_average_at_start": load,
+            "engine_bulk_only_docs_per_cpu_s": round(n / bulk_cpu, 1), "stage_vs_engine_bulk_only": round(bulk_cpu / cpu, 3),
+            "comparison": ("same documents, word 5-grams lowercased, the same 32-bit hash (" + hashfunc + "), 128 "
+                           "permutations, seed 1, identical signatures; both sides from text, in the same process, "
+                           "alternating, fastest of " + str(rounds) + " rounds each; ours in batches of "
+                           f"{batch_size} documents (numpy), datasketch one MinHash per document (MinHash.bulk); "
+                           "bulk_only: datasketch without its shingling, once"),
+            "peak_rss_mb": round(_peak_rss_mb(), 1)}
 
 
 def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -> tuple[dict | None, float, float, float]:
@@ -292,17 +375,19 @@ def main() -> int:
     ap.add_argument("--skip-chain", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--phi-scaling", action="store_true", help="also time the phi stage alone at num_proc 1 and 2")
-    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement"],
+    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement", "stages"],
                     help="rerun only some rows and replace them in the existing bench/results.json. phi: phi, "
                          "phi_notes and the phi scaling chains; datatrove: the heuristics row, our sub-chain and "
                          "datatrove's chain; filters-agreement: recount which documents each side's filters kept "
-                         "in the last run's bench/work folders")
+                         "in the last run's bench/work folders; stages: the per-stage rows named by --stages")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only == "phi":
         args.stages, args.skip_chain, args.skip_datatrove, args.phi_scaling = "phi,phi_notes", True, True, True
     if args.only == "datatrove":
         args.stages, args.phi_scaling = "heuristics", False
+    if args.only == "stages":
+        args.skip_chain, args.skip_datatrove, args.phi_scaling = True, True, False
     if args.only == "filters-agreement":
         path = ROOT / "bench/results.json"
         results = json.loads(path.read_text())
@@ -336,6 +421,10 @@ def main() -> int:
         else:
             print(f"  {stage}: {data['docs_per_cpu_s']:,} docs per CPU-second", file=sys.stderr)
         results["stages"].append(data)
+    if not args.skip_chain or not args.skip_datatrove:
+        # The sub-chain and datatrove pack with the tokenizer a full run trains (its tokenizer
+        # row); a partial run (--only datatrove, on a fresh clone) trains it the same way.
+        ensure_tokenizer(args)
     if not args.skip_chain:
         chain = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "dedup_exact", "dedup_minhash", "split",
                  "tokenizer", "pack"]
@@ -359,6 +448,7 @@ def main() -> int:
                 results["chains"].append({"chain": f"phi_num_proc_{n}", "error": str(exc)[-500:]})
     if not args.skip_datatrove:
         try:
+            ensure_datatrove_venv()
             data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
                                            "--tokenizer", str(WORK / "tokenizer.json"),
                                            "--work", str(WORK / "datatrove")],
@@ -388,6 +478,21 @@ def main() -> int:
     return 0
 
 
+def ensure_tokenizer(args) -> None:
+    """WORK/tokenizer.json, as the tokenizer row leaves it (that row's own run, its figures not
+    kept), when no earlier run left one."""
+    if not (WORK / "tokenizer.json").exists():
+        print("  training the benchmark tokenizer (bench/work/tokenizer.json)", file=sys.stderr)
+        _child([__file__, "--docs", str(args.docs), "--one", "tokenizer", "--batch-size", str(args.batch_size)])
+
+
+def ensure_datatrove_venv() -> None:
+    """.venv-bench, datatrove's own virtualenv, through its Makefile target when missing."""
+    if not (ROOT / ".venv-bench/bin/python").exists():
+        print("  creating .venv-bench (datatrove, bench/requirements-datatrove.txt)", file=sys.stderr)
+        subprocess.run(["make", ".venv-bench/.installed"], cwd=ROOT, check=True)
+
+
 def filters_agreement() -> dict:
     """Documents kept by datatrove's filters (its filtered JSONL) and by our heuristics stage in
     the sub-chain, and by both: how far apart the matched rules still are."""
@@ -404,7 +509,7 @@ def filters_agreement() -> dict:
 
 def merge_rows(previous: dict, new: dict) -> dict:
     """previous with new's stage and chain rows put in place of the rows of the same name."""
-    merged = dict(previous)
+    merged = {**{k: new[k] for k in ("machine", "docs")}, **previous}
     for key, name in (("stages", "stage"), ("chains", "chain")):
         rows = list(previous.get(key, []))
         for row in new[key]:
@@ -431,6 +536,14 @@ def print_table(r: dict) -> None:
             continue
         print(f"| {s['stage']} | {s['docs']:,} | {s['docs_per_cpu_s']:,} | {s['MB_per_cpu_s']} | {s['peak_rss_mb']:,} | "
               f"{s.get('engine', '-')} | {s.get('engine_docs_per_cpu_s', '-')} | {s.get('stage_vs_engine', '-')} |")
+    # Second engine figures beside some rows (perplexity: KenLM on the raw text; signatures:
+    # MinHash.bulk without its shingling).
+    for s in r["stages"]:
+        for key in [k for k in s if k.startswith("stage_vs_engine_")]:
+            other = key.removeprefix("stage_vs_")
+            name = s.get(other, other.removeprefix("engine_").replace("_", " "))
+            print(f"  {s['stage']}: against {name}: {s.get(other + '_docs_per_cpu_s')} docs per CPU-second, "
+                  f"stage/engine {s[key]}")
     for c in r["chains"]:
         if "error" in c:
             print(f"\nchain {c['chain']}: failed: {c['error'][-200:]!r}")

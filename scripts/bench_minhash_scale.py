@@ -1,16 +1,23 @@
-"""dedup_minhash at scale: memory bounded by configuration, not corpus size.
+"""dedup_minhash at scale, as a user runs it: with 1 worker and with the workers the machine
+has (`num_proc`), memory bounded by configuration, not corpus size.
 
 Builds N documents (default 2,000,000) from real MEDLINE sentences: each distinct document is
 8 sentences drawn from the ~150k sentences of the default corpus (so distinct documents share
 almost no 5-grams), and a fraction (default 10 %) are near duplicates of an earlier document
-(a few words changed, or a copyright line appended). Writes them as Arrow shards, runs
-`python -m pipeline.stage dedup_minhash --input ... --output ...` in a child process, and
-reports wall time, docs/s, peak RSS, bytes per document, the planted duplicates caught
-(recall) and the documents removed that were not planted (false merges: every distinct
-document is its own 8 random sentences, so none of them should go). The result is stored
-under "minhash_scale" in bench/results.json (the rest of the file is left as it is).
+(a few words changed, or a copyright line appended). Writes them as Arrow shards, then, for
+each worker count in turn (default 1 and 2), runs `python -m pipeline.stage dedup_minhash
+--input ... --output ...` in a child process with `num_proc` set to it, and reports its wall
+time, CPU time (worker processes included), docs/s, the peak RSS of its largest process and
+the peak of all its processes together (summed PSS, sampled), the planted duplicates caught
+(recall), the documents removed that were not planted (false merges: every distinct document
+is its own 8 random sentences, so none of them should go), where the stage's time went
+(phase wall seconds, and the driver process's own CPU in each: the part no worker shares),
+and whether every run removed the same documents. With --ray, also one run under Ray with the
+largest worker count. The result is stored under "minhash_scale" in bench/results.json (the
+rest of the file is left as it is); its top-level figures are the first run's (1 worker), and
+`wall_local_2_vs_local_1` is the 2-worker wall over the 1-worker wall.
 
-    python scripts/bench_minhash_scale.py [--docs 2000000] [--dup-fraction 0.1]
+    python scripts/bench_minhash_scale.py [--docs 2000000] [--dup-fraction 0.1] [--workers 1,2] [--ray]
 """
 from __future__ import annotations
 
@@ -18,7 +25,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -84,6 +90,8 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=2_000_000)
     ap.add_argument("--dup-fraction", type=float, default=0.1)
     ap.add_argument("--partitions", type=int, default=256)
+    ap.add_argument("--workers", default="1,2", help="worker counts to run the stage with (num_proc), in turn")
+    ap.add_argument("--ray", action="store_true", help="also run under Ray (executor: ray) with the largest worker count")
     args = ap.parse_args()
     data = WORK / f"input-{args.docs}"
     meta = data / "planted.npy"        # row numbers of the planted near duplicates
@@ -92,41 +100,128 @@ def main() -> int:
         planted_rows = build(args.docs, args.dup_fraction, data)
         np.save(meta, planted_rows)
     planted_rows = np.load(meta)
-    planted = len(planted_rows)
     size = sum(f.stat().st_size for f in data.glob("*.arrow"))
-    cfg = WORK / "minhash.yaml"
-    cfg.write_text(f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
-                   f"shard_size: 200000\nstages:\n  - dedup_minhash: {{partitions: {args.partitions}}}\n")
-    out = WORK / "out"
-    shutil.rmtree(out, ignore_errors=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg),
-                    "--input", *sorted(str(f) for f in data.glob("*.arrow")), "--output", str(out)],
-                   cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stats = json.loads((out / "stats.json").read_text())
-    peak_mb = after.ru_maxrss / 1024
-    removed_rows = removed_row_numbers(out / "removed")
-    is_planted = np.zeros(args.docs, bool)
-    is_planted[planted_rows] = True
-    caught = int(is_planted[removed_rows].sum())
-    result = {"docs": args.docs, "input_MB": round(size / 1e6), "planted_near_duplicates": planted,
-              "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
-              "planted_caught": caught, "recall": round(caught / max(planted, 1), 4),
-              "false_merges": int(len(removed_rows) - caught), "clustering": stats.get("clustering"),
-              "partitions": args.partitions,
-              "wall_s": round(wall, 1), "cpu_s": round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 1),
-              "docs_per_s": round(args.docs / wall), "peak_rss_MB": round(peak_mb),
-              "peak_rss_bytes_per_doc": round(after.ru_maxrss * 1024 / args.docs, 1),
-              "bands": stats["bands"], "rows": stats["rows"], "clusters": stats["clusters"],
-              "largest_partition_pairs": stats["largest_partition_pairs"]}
+    workers = [int(w) for w in args.workers.split(",")]
+    runs = [("local", w) for w in workers] + ([("ray", max(workers))] if args.ray else [])
+    result = {"docs": args.docs, "input_MB": round(size / 1e6), "planted_near_duplicates": len(planted_rows),
+              "partitions": args.partitions, "cores": os.cpu_count(),
+              "load_average_at_start": [round(x, 1) for x in os.getloadavg()], "runs": []}
+    outputs = {}
+    for executor, n in runs:
+        run, digest = run_stage(data, args, executor, n, planted_rows)
+        outputs[(executor, n)] = digest
+        result["runs"].append(run)
+        print(json.dumps(run), file=sys.stderr)
+    first = result["runs"][0]
+    # The first run's figures at the top level (the keys README's sentence reads), then the
+    # comparison between worker counts.
+    result.update({k: first[k] for k in ("removed_near_duplicates", "planted_caught", "recall", "false_merges",
+                                          "clustering", "wall_s", "cpu_s", "docs_per_s", "peak_rss_MB",
+                                          "peak_rss_bytes_per_doc", "bands", "rows", "clusters",
+                                          "largest_partition_pairs")})
+    result["same_output_every_run"] = len(set(outputs.values())) == 1
+    by = {(r["executor"], r["num_proc"]): r for r in result["runs"]}
+    if ("local", 1) in by:
+        for (executor, n), r in by.items():
+            if (executor, n) != ("local", 1):
+                result[f"wall_{executor}_{n}_vs_local_1"] = round(r["wall_s"] / by[("local", 1)]["wall_s"], 3)
     results_path = ROOT / "bench/results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     results["minhash_scale"] = result
     results_path.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(result))
+    return 0
+
+
+def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.ndarray) -> tuple[dict, str]:
+    """One run of the stage in a child process: its figures, and a digest of what it removed."""
+    cfg = WORK / f"minhash-{executor}-{num_proc}.yaml"
+    cfg.write_text(f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
+                   f"shard_size: 200000\nnum_proc: {num_proc}\n"
+                   + (f"executor: {{kind: ray, num_cpus: {num_proc}}}\n" if executor == "ray" else "") +
+                   f"stages:\n  - dedup_minhash: {{partitions: {args.partitions}}}\n")
+    out = WORK / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg),
+                             "--input", *sorted(str(f) for f in data.glob("*.arrow")), "--output", str(out)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    memory = TreeMemory(proc.pid)
+    memory.start()
+    # wait4: this child's CPU time (its worker processes' included) and its peak RSS.
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    memory.stop()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"the {executor} run with {num_proc} workers failed")
+    stats = json.loads((out / "stats.json").read_text())
+    removed_rows = removed_row_numbers(out / "removed")
+    is_planted = np.zeros(args.docs, bool)
+    is_planted[planted_rows] = True
+    caught = int(is_planted[removed_rows].sum())
+    cpu = usage.ru_utime + usage.ru_stime
+    import hashlib
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted((out / "removed").glob("*.arrow")))).hexdigest()
+    run = {"name": f"{executor}_{num_proc}", "executor": executor, "num_proc": num_proc,
+           "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
+           "planted_caught": caught, "recall": round(caught / max(len(planted_rows), 1), 4),
+           "false_merges": int(len(removed_rows) - caught), "clustering": stats.get("clustering"),
+           "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "docs_per_s": round(args.docs / wall),
+           "docs_per_cpu_s": round(args.docs / cpu),
+           # The largest single process (wait4), and all of the run's processes at once (the
+           # largest sum of their proportional set sizes, sampled every 0.2 s).
+           "peak_rss_MB": round(usage.ru_maxrss / 1024), "peak_rss_bytes_per_doc": round(usage.ru_maxrss * 1024 / args.docs, 1),
+           "peak_all_processes_pss_MB": round(memory.peak / 2**20),
+           "bands": stats["bands"], "rows": stats["rows"], "clusters": stats["clusters"],
+           "largest_partition_pairs": stats["largest_partition_pairs"],
+           "stage_seconds": {k: stats[k] for k in ("seconds_ingest", "seconds_tasks") if k in stats} | stats.get("phase_seconds", {}),
+           "driver_cpu_seconds": stats.get("driver_cpu_seconds", {}),
+           "peak_rss_MB_by_pass": stats.get("peak_rss_mb", {}),
+           "load_average_after": [round(x, 1) for x in os.getloadavg()]}
+    return run, digest
+
+
+class TreeMemory:
+    """Samples the summed PSS (/proc/PID/smaps_rollup) of a process and its descendants."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        import threading
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, sum(_pss(p) for p in _tree(self.pid)))
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo.extend(int(c) for c in task.read_text().split())
+            except OSError:
+                pass
+    return out
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 

@@ -8,19 +8,47 @@ import pytest
 import xxhash
 from datasketch import MinHash
 
-from pipeline.minhash import MinHasher, sha1_hash32, shingles
+from pipeline.minhash import MinHasher, ShingleSpans, sha1_hash32, shingle_bytes, shingles, xxh32_spans
 from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
 
 
 @pytest.mark.parametrize("hashfunc, fn", [("xxh32", xxhash.xxh32_intdigest), ("sha1", sha1_hash32)])
 def test_signatures_identical_to_datasketch(english_texts, hashfunc, fn):
-    texts = english_texts[:120] + ["", "two words", "exactly five words right here"]
+    texts = english_texts[:120] + ["", "two words", "exactly five words right here", " Tabs\tand\r\nbreaks\x0b\x0cend ",
+                                   "ΣΟΦΟΣ ΚΑΙ ΣΟΦΟΣ, İstanbul", "no\u00a0break\x1cspace here at all"]
     ours = MinHasher(num_perm=128, seed=42, ngram=5, hashfunc=hashfunc).signatures(texts)
     for text, sig in zip(texts, ours):
         m = MinHash(num_perm=128, seed=42, hashfunc=fn)
         for s in shingles(text, 5):
             m.update(s.encode("utf-8"))
         assert np.array_equal(sig, m.hashvalues)
+
+
+EDGE_TEXTS = ["", "   ", "one", "two words", "exactly five words right here", "\n\n a \t b\r\n c \x0b\x0c d e f ",
+              "ΣΟΦΟΣ ΚΑΙ ΣΟΦΟΣ Σ", "ẞtraße İstanbul ǅemal", "no\u00a0break\x1cspace and\u2003em space", "x" * 70 + " y"]
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_shingle_spans_are_the_reference_shingles(english_texts, n):
+    """The vectorized shingles (spans of one buffer) are shingle_bytes' own, document by
+    document: whitespace runs of every kind, a text shorter than n words, unicode lowercasing."""
+    for texts in ([], [""], EDGE_TEXTS, english_texts[:200] + EDGE_TEXTS):
+        spans = ShingleSpans(texts, n)
+        reference = [shingle_bytes(t, n) for t in texts]
+        assert spans.counts.tolist() == [len(r) for r in reference]
+        assert spans.list() == [s for r in reference for s in r]
+
+
+def test_xxh32_spans_is_xxhash():
+    """Every length from 0 to 100 bytes (stripes, 4-byte words, single bytes) and some long
+    ones, random bytes at every alignment."""
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([np.arange(101), [255, 256, 1000, 4099]] * 3)
+    data = rng.integers(0, 256, int(lengths.sum()) + 16, dtype=np.uint8)
+    data[-16:] = 0
+    start = np.cumsum(lengths) - lengths
+    expected = [xxhash.xxh32_intdigest(data[s:s + m].tobytes()) for s, m in zip(start, lengths)]
+    assert xxh32_spans(data, start, lengths).tolist() == expected
 
 
 def _edit(text, rng, kind):
@@ -136,3 +164,52 @@ def test_chain_of_versions(tmp_path, english_texts, clustering):
         kept = read_arrow_dir(folder / "data")["id"].to_pylist()
         kept_versions = [i for i in kept if i.startswith("v")]
         assert len(removed) >= 5 and len(kept_versions) >= 3 and kept_versions[0] == "v00"
+
+
+def _star_clusters_row_by_row(sigs, n, u, v, min_similarity):
+    """The reference: rows in input order, each deciding from its candidates' representatives."""
+    rep = np.arange(n)
+    order = np.lexsort((u, v))
+    u, v = u[order], v[order]
+    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]])) if len(v) else []
+    ends = np.append(starts[1:], len(v)) if len(v) else []
+    for s, e in zip(list(starts), list(ends)):
+        row = int(v[s])
+        reps = np.unique(rep[u[s:e]])
+        similarity = (sigs[reps] == sigs[row]).mean(axis=1)
+        best = int(np.argmax(similarity))
+        if similarity[best] >= min_similarity:
+            rep[row] = reps[best]
+    return rep
+
+
+def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
+    """Chains of copies (each of the previous one, some of an older row), candidates that are
+    not near duplicates, pairs found twice: the rounds give what deciding row by row gives."""
+    from pipeline.stages.dedup_minhash import ShardSignatures, _star_clusters
+    rng = np.random.default_rng(7)
+    n = 4000
+    sigs = rng.integers(0, 1 << 32, size=(n, 128), dtype=np.uint32)
+    u, v = [], []
+    for row in range(1, n):
+        if rng.random() < 0.15:
+            src = row - 1 if rng.random() < 0.6 else int(rng.integers(0, row))
+            changed = rng.choice(128, int(rng.integers(0, 48)), replace=False)
+            sigs[row] = sigs[src]
+            sigs[row, changed] = rng.integers(0, 1 << 32, size=len(changed))
+            u += [src] * (2 if rng.random() < 0.3 else 1) + [int(x) for x in rng.integers(0, row, int(rng.integers(0, 3)))]
+            v += [row] * (len(u) - len(v))
+    names, offsets = [], []
+    for k, lo in enumerate(range(0, n, 1500)):
+        np.save(tmp_path / f"sig-{k:05d}.npy", sigs[lo:lo + 1500])
+        names.append(f"{k:05d}")
+        offsets.append(lo)
+    u, v = np.array(u, np.int64), np.array(v, np.int64)
+    shuffle = rng.permutation(len(u))
+    u, v = u[shuffle], v[shuffle]
+    expected = _star_clusters_row_by_row(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75)
+    got, to_rep = _star_clusters(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75, with_similarity=True)
+    removed = np.flatnonzero(expected != np.arange(n))
+    assert len(removed) > 300 and (expected[removed] != removed - 1).any()      # chains joined an older row
+    assert np.array_equal(got, expected)
+    assert np.array_equal(to_rep[removed], (sigs[removed] == sigs[expected[removed]]).mean(axis=1))

@@ -1,19 +1,21 @@
 """dedup_minhash: near-duplicate removal with datasketch-identical MinHash signatures and LSH.
 
-Out of core: pass 1 computes signatures batch by batch, writes them to a file on disk, and
-appends each band's bucket key (with the row number) to one of `partitions` files chosen by
-the key's top bits. Pass 2 loads one partition at a time, sorts it, and turns each bucket
-into candidate pairs (first member, other member); candidates are verified by estimated
-Jaccard >= threshold (reading only their signatures from the memory-mapped file) and become
-clusters: `star` (default) checks each document against its cluster's representative, the
-first document of the cluster in input order; `components` merges connected components.
-Pass 3 streams the input again: each representative is kept, the others are removed with
+Out of core, and every part but a small driver step on the executor's workers: pass 1 (a task
+per shard) computes signatures batch by batch, writes them to a file on disk, and appends
+each band's bucket key (with the row number) to one of `partitions` files chosen by the key's
+top bits. Pass 2 (a task per PARTITIONS_PER_TASK partitions) loads one partition at a time,
+sorts it, and turns each bucket into candidate pairs (first member, other member); candidates
+are verified by estimated Jaccard >= threshold (reading only their signatures' rows from the
+files). On the driver they become clusters, for many rows at once: `star`
+(default) checks each document against its cluster's representative, the first document of
+the cluster in input order; `components` merges connected components. Pass 3 (a task per
+shard) streams the input again: each representative is kept, the others are removed with
 `duplicate_of`. Stats count removed documents far (below threshold - 0.2) from their
-representative.
+representative, and the wall and driver CPU seconds and peak RSS of each pass.
 
 Memory: about 12 bytes x bands / partitions per document for the largest partition, plus
 the cluster labels (8 bytes per document) and the verified pairs; signatures (4 x num_perm
-bytes per document) stay on disk and are mapped one verification chunk at a time."""
+bytes per document) stay on disk, read a chunk of rows at a time."""
 from __future__ import annotations
 
 from collections import Counter
@@ -28,6 +30,8 @@ from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
 
 PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
+# Bucket partitions per reduce task.
+PARTITIONS_PER_TASK = 16
 
 
 class MinHashConfig(StageConfig):
@@ -70,7 +74,8 @@ class MinHashDedup(GlobalStage):
     engines = ("datasketch", "xxhash", "numpy", "scipy")
 
     def signature_shard(self, task) -> dict:
-        """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition."""
+        """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition; returns
+        where each partition starts in the shard's band file, so reduce tasks read no index."""
         from pipeline.shards import read_shard
         cfg = self.config
         bands, rows = cfg.bands()
@@ -80,46 +85,59 @@ class MinHashDedup(GlobalStage):
         sigs = np.concatenate(parts) if parts else np.zeros((0, cfg.num_perm), np.uint32)
         work = task.folder / "work"
         save_npy(work / f"sig-{task.shard.name}.npy", sigs)
-        write_band_partitions(work / f"bands-{task.shard.name}", band_keys(sigs, bands, rows), task.row0,
-                              cfg.partitions)
-        return {"rows": len(sigs)}
+        index = write_band_partitions(work / f"bands-{task.shard.name}", band_keys(sigs, bands, rows), task.row0,
+                                      cfg.partitions)
+        return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": _peak_rss_mb()}
 
     def partition_pairs(self, task) -> dict:
-        """Reduce, per bucket partition: candidate pairs (first member of a bucket, other
-        member), verified by estimated Jaccard; written to work/pairs-P.npy."""
+        """Reduce, per bucket partition of the task's range: candidate pairs (first member of a
+        bucket, other member), verified by estimated Jaccard; written to work/pairs-P.npy."""
         cfg = self.config
         work = task.folder / "work"
         p = task.params
-        pairs = read_partition(work, p["names"], p["partition"])
-        u = v = np.zeros(0, np.int64)
-        candidates = 0
-        if len(pairs) >= 2:
-            pairs = pairs[np.argsort(pairs["key"], kind="stable")]
-            same = pairs["key"][1:] == pairs["key"][:-1]
-            run_start = np.flatnonzero(np.concatenate([[True], ~same]))
-            run_id = np.cumsum(np.concatenate([[True], ~same])) - 1
-            first_row = pairs["row"][run_start][run_id]          # first member of each row's bucket
-            other = pairs["row"] != first_row
-            u, v = first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
-            candidates = len(u)
-            if cfg.verify and len(u):
-                sigs = ShardSignatures(work, p["names"], p["offsets"], cfg.num_perm)
-                keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
-                u, v = u[keep], v[keep]
-        save_npy(work / f"pairs-{p['partition']:04d}.npy", np.stack([u, v]))
-        return {"candidates": int(candidates), "largest": int(len(pairs))}
+        sigs = ShardSignatures(work, p["names"], p["offsets"], cfg.num_perm)
+        candidates = largest = 0
+        try:
+            for partition in range(*p["partitions"]):
+                pairs = read_partition(work, p["names"], partition, p["index"])
+                u, v = candidate_pairs(pairs)
+                candidates += len(u)
+                largest = max(largest, len(pairs))
+                if cfg.verify and len(u):
+                    keep = _estimated_jaccard(sigs, u, v) >= cfg.threshold - cfg.verify_margin
+                    u, v = u[keep], v[keep]
+                save_npy(work / f"pairs-{partition:04d}.npy", np.stack([u, v]))
+        finally:
+            sigs.close()
+        return {"candidates": int(candidates), "largest": int(largest), "peak_rss_mb": _peak_rss_mb()}
 
     def run(self, inputs, output) -> dict:
+        import time
+        phases, driver_cpu, peak_rss, t0, c0 = {}, {}, {}, time.perf_counter(), time.process_time()
+
+        def phase(name, results=()):
+            nonlocal t0, c0
+            t, c = time.perf_counter(), time.process_time()
+            phases[name], driver_cpu[name] = round(t - t0, 3), round(c - c0, 3)
+            # High-water marks by the end of the pass: the driver's, and its tasks' processes'.
+            peak_rss[name] = {"driver": _peak_rss_mb(), "tasks": max((r["peak_rss_mb"] for r in results), default=None)}
+            t0, c0 = t, c
         cfg = self.config
         bands, rows = cfg.bands()
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        inputs.map(self, "signature_shard")
+        signed = inputs.map(self, "signature_shard")
+        index = [r["partition_index"] for r in signed]
+        phase("signatures", signed)
         names = inputs.names()
         offsets = inputs.row_offsets()
         n = sum(s.rows for s in inputs.shards)
-        results = inputs.map_tasks(self, "partition_pairs", [{"partition": p, "names": names, "offsets": offsets}
-                                                             for p in range(cfg.partitions)])
+        # Reduce tasks of PARTITIONS_PER_TASK partitions: each maps every shard's signatures
+        # once for all of its partitions.
+        spans = [(p, min(p + PARTITIONS_PER_TASK, cfg.partitions)) for p in range(0, cfg.partitions, PARTITIONS_PER_TASK)]
+        results = inputs.map_tasks(self, "partition_pairs", [{"partitions": span, "names": names, "offsets": offsets,
+                                                              "index": index} for span in spans])
+        phase("partitions", results)
         candidates = sum(r["candidates"] for r in results)
         largest = max((r["largest"] for r in results), default=0)
         found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
@@ -127,16 +145,22 @@ class MinHashDedup(GlobalStage):
         v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         del found
         sigs = ShardSignatures(work, names, offsets, cfg.num_perm)
+        # Each row's representative, and how far removed documents are from the document kept
+        # in their place.
         if cfg.clustering == "star":
-            rep_of_row = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin)
+            rep_of_row, to_rep = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin, with_similarity=True)
+            removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+            similarity = to_rep[removed_rows]
         else:
             labels, rep = _clusters(n, u, v)
             rep_of_row = rep[labels]
-        # How far removed documents are from the document kept in their place.
-        removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
-        similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+            removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+            similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+        sigs.close()
+        phase("clustering")
         mark_duplicates(self, inputs, rep_of_row, "near_duplicate")
         work.rmtree()
+        phase("marks")
         sizes = np.bincount(rep_of_row, minlength=n) if n else np.zeros(0, np.int64)
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         far = round(cfg.threshold - 0.2, 6)
@@ -147,7 +171,11 @@ class MinHashDedup(GlobalStage):
                 # Removed documents whose estimated Jaccard to their representative is below
                 # threshold - 0.2: merged by a chain, not near duplicates of what was kept.
                 "removed_far_from_representative": {"below": far, "documents": int((similarity < far).sum())},
-                "largest_partition_pairs": int(largest)}
+                "largest_partition_pairs": int(largest),
+                # Wall seconds of each part (signatures, partitions and marks are shard tasks
+                # on the executor; clustering is the driver's), and the driver process's own
+                # CPU seconds in each (with worker processes, the part no worker shares).
+                "phase_seconds": phases, "driver_cpu_seconds": driver_cpu, "peak_rss_mb": peak_rss}
 
     def manifest_fields(self, stats: dict) -> dict:
         return {"cluster_sizes": stats["cluster_sizes"]} if "cluster_sizes" in stats else {}
@@ -162,9 +190,15 @@ class MinHashDedup(GlobalStage):
         return Section("Near-duplicate clusters", body, figures={"cluster_sizes": sizes})
 
 
-def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> None:
+def _peak_rss_mb() -> int:
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> np.ndarray:
     """A shard's (band key, global row) records, grouped by bucket partition (the key's top
-    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start."""
+    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start
+    (returned too)."""
     n, bands = keys.shape if keys.ndim == 2 else (0, 0)
     pairs = np.empty(keys.size, PAIR)
     pairs["key"] = keys.ravel()
@@ -176,14 +210,17 @@ def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions
         part_of = np.zeros(len(pairs), np.int64)
     order = np.argsort(part_of, kind="stable")
     stem.with_name(stem.name + ".bin").write_bytes(pairs[order].tobytes())
-    save_npy(stem.with_name(stem.name + ".idx.npy"), np.searchsorted(part_of[order], np.arange(partitions + 1)))
+    index = np.searchsorted(part_of[order], np.arange(partitions + 1))
+    save_npy(stem.with_name(stem.name + ".idx.npy"), index)
+    return index
 
 
-def read_partition(work: RunPath, names: list[str], partition: int) -> np.ndarray:
-    """One partition's records from every shard, in shard (= row) order (a range read of each)."""
+def read_partition(work: RunPath, names: list[str], partition: int, index: list | None = None) -> np.ndarray:
+    """One partition's records from every shard, in shard (= row) order (a range read of each);
+    `index`: each shard's partition starts, as write_band_partitions returned them (else read)."""
     parts = []
-    for name in names:
-        idx = load_npy(work / f"bands-{name}.idx.npy")
+    for k, name in enumerate(names):
+        idx = index[k] if index is not None else load_npy(work / f"bands-{name}.idx.npy")
         lo, hi = int(idx[partition]), int(idx[partition + 1])
         if hi > lo:
             with (work / f"bands-{name}.bin").open_input() as f:
@@ -192,37 +229,94 @@ def read_partition(work: RunPath, names: list[str], partition: int) -> np.ndarra
     return np.concatenate(parts) if parts else np.zeros(0, PAIR)
 
 
+def candidate_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first member of a bucket, other member) for every bucket of a partition's records."""
+    if len(pairs) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs = pairs[np.argsort(pairs["key"], kind="stable")]
+    new = np.concatenate([[True], pairs["key"][1:] != pairs["key"][:-1]])
+    first_row = pairs["row"][np.flatnonzero(new)][np.cumsum(new) - 1]     # first member of each row's bucket
+    other = pairs["row"] != first_row
+    return first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
+
+
 class ShardSignatures:
-    """Signatures by global row, from the shards' work/sig-NAME.npy files, memory-mapped on
-    first use. `release()` unmaps them: pages a mapping touched count in RSS."""
+    """Signatures by global row, from the shards' work/sig-NAME.npy files. Local files are read
+    row by row (os.pread, a few hundred files kept open), not memory-mapped: on this kind of
+    kernel a page fault maps a large folio of the file around the row (megabytes), so a few
+    thousand rows read from mappings held most of the files in RSS. Files elsewhere (an
+    object store) are read whole, a few kept at a time. `release()` drops those, `close()`
+    closes the files."""
+
+    OPEN_FILES = 256
 
     def __init__(self, work, names: list[str], offsets: list[int], num_perm: int):
         self.work = as_run_path(work)
         self.names = list(names)
         self.offsets = np.asarray(offsets, np.int64)
         self.num_perm = num_perm
-        self._maps: dict[int, np.ndarray] = {}
+        self._whole: dict[int, np.ndarray] = {}
+        self._files: dict[int, tuple[int, int]] = {}        # shard -> (fd, data offset)
+
+    def _file(self, s: int) -> tuple[int, int]:
+        import os
+        if s not in self._files:
+            if len(self._files) >= self.OPEN_FILES:
+                os.close(self._files.pop(next(iter(self._files)))[0])
+            path = (self.work / f"sig-{self.names[s]}.npy").local
+            self._files[s] = (os.open(path, os.O_RDONLY), _npy_data_offset(path, self.num_perm))
+        return self._files[s]
+
+    def _rows(self, s: int, rows: np.ndarray) -> np.ndarray:
+        """Rows (shard-local, sorted, distinct) of shard s."""
+        if self.work.local is None:
+            if s not in self._whole:
+                if len(self._whole) >= 64:
+                    self._whole.pop(next(iter(self._whole)))
+                self._whole[s] = load_npy(self.work / f"sig-{self.names[s]}.npy")
+            return self._whole[s][rows]
+        import os
+        fd, start = self._file(s)
+        size = 4 * self.num_perm
+        data = b"".join([os.pread(fd, size, start + r * size) for r in rows.tolist()])
+        return np.frombuffer(data, np.uint32).reshape(len(rows), self.num_perm)
 
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.atleast_1d(np.asarray(rows, np.int64))
-        out = np.empty((len(rows), self.num_perm), np.uint32)
-        shard = np.searchsorted(self.offsets, rows, side="right") - 1
-        for s in np.unique(shard).tolist():
-            sel = shard == s
-            if s not in self._maps:
-                if self.work.local is None and len(self._maps) >= 64:
-                    self._maps.pop(next(iter(self._maps)))    # read whole, not mapped: keep a few
-                self._maps[s] = load_npy(self.work / f"sig-{self.names[s]}.npy", mmap=True)
-            out[sel] = self._maps[s][rows[sel] - self.offsets[s]]
-        return out
+        distinct, where = np.unique(rows, return_inverse=True)
+        block = np.empty((len(distinct), self.num_perm), np.uint32)
+        shard = np.searchsorted(self.offsets, distinct, side="right") - 1
+        bounds = np.flatnonzero(np.diff(shard, prepend=-1, append=len(self.offsets)))
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            s = int(shard[lo])
+            block[lo:hi] = self._rows(s, distinct[lo:hi] - self.offsets[s])
+        return block[where]
 
     def release(self) -> None:
-        self._maps.clear()
+        self._whole.clear()
+
+    def close(self) -> None:
+        import os
+        self._whole.clear()
+        for fd, _ in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+
+def _npy_data_offset(path, num_perm: int) -> int:
+    """Where the rows start in a (rows, num_perm) uint32 .npy file."""
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if dtype != np.dtype("<u4") or fortran or len(shape) != 2 or shape[1] != num_perm:
+            raise ValueError(f"{path}: not a ({num_perm}-column) uint32 signature file")
+        return f.tell()
 
 
 def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chunk: int = 4096) -> np.ndarray:
-    """Fraction of equal signature values per pair, a chunk of pairs at a time; the mappings
-    are dropped after each chunk, so over all candidates RSS stays bounded."""
+    """Fraction of equal signature values per pair, a chunk of pairs at a time (4 MB of rows),
+    so over all candidates RSS stays bounded."""
     out = np.empty(len(u))
     for i in range(0, len(u), chunk):
         out[i:i + chunk] = (sigs[u[i:i + chunk]] == sigs[v[i:i + chunk]]).mean(axis=1)
@@ -230,28 +324,53 @@ def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chun
     return out
 
 
-def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float) -> np.ndarray:
+def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float,
+                   with_similarity: bool = False):
     """Each row's representative, star-shaped: rows in input order; a row with earlier
-    candidates joins the representative of one of them (the most similar) if its estimated
-    Jaccard to that representative reaches min_similarity, else it represents itself. So a
-    removed row is always within the threshold of the row kept for it, never merged through a
-    chain. Only rows with candidates are visited (each candidate pair is (earlier, later))."""
+    candidates joins the representative of one of them (the most similar, the first such in
+    row order on a tie) if its estimated Jaccard to that representative reaches
+    min_similarity, else it represents itself. So a removed row is always within the
+    threshold of the row kept for it, never merged through a chain.
+
+    Computed for many rows at once, not row by row: a round decides rows from the
+    representatives their candidates have (each candidate pair is (earlier, later)); the next
+    round decides again the rows with a candidate whose representative changed, until none
+    did. A row's choice depends only on earlier rows, so the rounds settle on the row-by-row
+    result (after as many rounds as the longest chain of rows that depend on each other, a
+    few); only pairs whose candidate changed representative are compared again.
+    with_similarity: also each row's estimated Jaccard to its representative (1 for itself)."""
     rep = np.arange(n)
+    to_rep = np.ones(n)
     if not len(u):
-        return rep
-    order = np.lexsort((u, v))
-    u, v = u[order], v[order]
-    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
-    ends = np.append(starts[1:], len(v))
-    for s, e in zip(starts.tolist(), ends.tolist()):
-        row = int(v[s])
-        reps = np.unique(rep[u[s:e]])
-        similarity = (sigs[reps] == sigs[row]).mean(axis=1)
-        best = int(np.argmax(similarity))
-        if similarity[best] >= min_similarity:
-            rep[row] = reps[best]
-    sigs.release()
-    return rep
+        return (rep, to_rep) if with_similarity else rep
+    # Each (earlier, later) pair once, in order of the later row.
+    key = np.unique(v.astype(np.int64) * n + u)
+    u, v = key % n, key // n
+    compared = np.full(len(u), -1, np.int64)          # the representative each similarity is for
+    similarity = np.zeros(len(u))
+    todo = np.arange(len(u))                            # the pairs of the rows to decide
+    while len(todo):
+        pu, pv = u[todo], v[todo]
+        candidate = rep[pu]
+        stale = np.flatnonzero(candidate != compared[todo])
+        similarity[todo[stale]] = _estimated_jaccard(sigs, candidate[stale], pv[stale])
+        compared[todo[stale]] = candidate[stale]
+        # Per row: the most similar candidate representative, the smallest on a tie.
+        sim = similarity[todo]
+        order = np.lexsort((candidate, -sim, pv))
+        rows = np.unique(pv)
+        best = order[np.searchsorted(pv[order], rows)]
+        joins = sim[best] >= min_similarity
+        chosen = np.where(joins, candidate[best], rows)
+        changed = np.zeros(n, bool)
+        changed[rows[rep[rows] != chosen]] = True
+        rep[rows] = chosen
+        to_rep[rows] = np.where(joins, sim[best], 1.0)
+        # Next: the rows with a candidate that changed representative.
+        again = np.zeros(n, bool)
+        again[v[changed[u]]] = True
+        todo = np.flatnonzero(again[v])
+    return (rep, to_rep) if with_similarity else rep
 
 
 def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,11 +8,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from pipeline.ccnet_norm import document_lines, normalize_lines
+from pipeline.ccnet_norm import document_lines, scored_lines
 from pipeline.documents import first_reason, set_column
 from pipeline.stages.base import DocumentStage, StageConfig
 
@@ -37,11 +38,26 @@ class PerplexityConfig(StageConfig):
 
 
 def document_perplexity(model, normalized: str) -> float:
+    """One normalized document's perplexity (scripts/build_kenlm.py's reference percentiles)."""
     log_score, length = 0.0, 0
     for line in document_lines(normalized):
         log_score += model.score(line, bos=True, eos=True)
         length += line.count(" ") + 2       # words + end of line
     return round(10.0 ** (-log_score / length), 1) if length else float("inf")
+
+
+def perplexities(model, texts: pa.Array | pa.ChunkedArray) -> list[float]:
+    """document_perplexity of each text's normalization, for a whole batch: the batch's lines
+    are normalized together and scored in one loop over KenLM (the only per-line work), and
+    each document's sums are taken in line order, as document_perplexity adds them, so the
+    results are the same floats."""
+    lines, doc, tokens = scored_lines(texts)
+    # model.score(line) with its defaults, bos=True and eos=True: a map, not a Python loop.
+    log_scores = np.fromiter(map(model.score, lines), np.float64, len(lines))
+    n = len(texts)
+    log_sum = np.bincount(doc, weights=log_scores, minlength=n).tolist()
+    length = np.bincount(doc, weights=tokens + 1, minlength=n).astype(np.int64).tolist()   # words + end of line
+    return [round(10.0 ** (-s / m), 1) if m else float("inf") for s, m in zip(log_sum, length)]
 
 
 class Perplexity(DocumentStage):
@@ -82,8 +98,7 @@ class Perplexity(DocumentStage):
         return [pa.field("perplexity", pa.float32()), pa.field("perplexity_bucket", pa.string())]
 
     def scores(self, texts) -> list[float]:
-        model = self.model
-        return [document_perplexity(model, t) for t in normalize_lines(texts).to_pylist()]
+        return perplexities(self.model, texts)
 
     def score(self, table: pa.Table) -> pa.Table:
         return set_column(table, "perplexity", pa.array(self.scores(table["text"]), pa.float32()))
