@@ -263,6 +263,7 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
             last = -1
         if words[i]:
             last = i
+    coded = alphanumeric_pieces(toks)
     head = ["bias", "m=" + mode]
     feats = []
     for i in range(n):
@@ -281,6 +282,8 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
             f.append("initial")
         if i and not gaps[i]:
             f.append("glued")
+        if coded[i]:
+            f.append("code")
         for d in (-2, -1, 1, 2):
             j = i + d
             if j < 0 or j >= n:
@@ -301,17 +304,34 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
     return feats
 
 
+def alphanumeric_pieces(toks: list[tuple[int, int, str]]) -> list[bool]:
+    """Whether each token is the letter part of a word glued to digits ("NCT01234567",
+    "BRCA1", "CD4", "Ste20"): a code, a gene or a registry number, never a person's or a
+    place's name (numbers after a cue are the structured recognizers')."""
+    n = len(toks)
+    out = [False] * n
+    for i in range(n):
+        if not toks[i][2][0].isalpha():
+            continue
+        before = i > 0 and toks[i - 1][1] == toks[i][0] and toks[i - 1][2][0].isdigit()
+        after = i + 1 < n and toks[i + 1][0] == toks[i][1] and toks[i + 1][2][0].isdigit()
+        out[i] = before or after
+    return out
+
+
 def bio_labels(toks: list[tuple[int, int, str]], spans: list[tuple[int, int, str]]) -> list[str]:
     """BIO labels of the tokens for (start, end, label) spans: a word token inside a span is
-    B- or I- (I- after a token of the same label). Numbers and punctuation are O: house
-    numbers and postal codes are the structured recognizers' (pipeline/phi/recognizers.py)."""
+    B- or I- (I- after a token of the same label). Numbers, punctuation and the letters of
+    alphanumeric codes are O: house numbers, postal codes and ids are the structured
+    recognizers' (pipeline/phi/recognizers.py)."""
     import bisect
     labels = ["O"] * len(toks)
     starts = [t[0] for t in toks]
+    coded = alphanumeric_pieces(toks)
     for s, e, label in sorted(spans):
         i = max(bisect.bisect_right(starts, s) - 1, 0)
         while i < len(toks) and toks[i][0] < e:
-            if toks[i][1] > s and toks[i][2][0].isalpha():
+            if toks[i][1] > s and toks[i][2][0].isalpha() and not coded[i]:
                 cont = i > 0 and labels[i - 1][2:] == label
                 labels[i] = ("I-" if cont else "B-") + label
             i += 1
@@ -369,7 +389,8 @@ class PhiDetector:
         self._lowest = min(thr, self.threshold)
         toks, p_phi, lean = self.token_probabilities(text, ents)
         out, i, n = [], 0, len(toks)
-        word = [t[2][0].isalpha() for t in toks]
+        # The letters of an alphanumeric code are not a name, whatever the marginal says.
+        word = [t[2][0].isalpha() and not c for t, c in zip(toks, alphanumeric_pieces(toks))]
         while i < n:
             if p_phi[i] < thr or not word[i]:
                 i += 1
