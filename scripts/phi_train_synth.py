@@ -238,6 +238,25 @@ class Gen:
         s = s.replace("{drug}", self.r.choice(DRUGS))
         return re.sub(r"\{n(\d+)\}", lambda m: str(self.r.randint(int(m.group(1)), int(m.group(1)) * 2)), s)
 
+    def when(self) -> str:
+        """What follows a place in a query: nothing, a date or a record number ("on March 3rd,
+        2023", "last week", "(MRN: SJ-123456)"); unlabelled, as the detector leaves them."""
+        k = self.r.randrange(6)
+        if k == 0:
+            month = self.r.choice(["January", "February", "March", "April", "May", "June", "July", "August",
+                                   "September", "October", "November", "December", "Jan", "Feb", "Sept", "Dec"])
+            day = self.r.randint(1, 28)
+            suffix = "th" if 11 <= day <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+            return f" on {month} {day}{suffix if self.r.random() < 0.4 else ''}, {self.r.randint(2015, 2025)}"
+        if k == 1:
+            return self.r.choice([" last week", " last year", " in the spring", " since 2019", " on 3/14",
+                                  " yesterday", " this morning", " on the 5th"])
+        if k == 2:
+            letters = "".join(self.r.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(self.r.randint(0, 3)))
+            return f" ({self.r.choice(['MRN', 'MRN#', 'ID', 'Patient ID'])}: {'#' if self.r.random() < 0.3 else ''}" \
+                   f"{letters}{'-' if letters else ''}{self.r.randint(10000, 999999)})"
+        return ""
+
     def measurements(self) -> str:
         """A run of lab values or vital signs ("Na 138, K 4.2, Cl 101"), or a registry id."""
         if self.r.random() < 0.2:
@@ -426,12 +445,14 @@ class Gen:
             elif k == 1:
                 doc.add(self.r.choice([" seen at ", " treated at ", " admitted to ", " followed at ", " @ "]))
                 doc.add(self.hospital(), "LOC")
+                doc.add(self.when())
             elif k == 2:
                 doc.add(self.r.choice([" seen by ", " referred by ", " under "]))
                 self.person(doc, title=True)
             elif k == 3:
                 doc.add(self.r.choice([" from ", " in ", " living in "]))
                 doc.add(self.city(), "LOC")
+                doc.add(self.when())
             else:
                 doc.add(self.r.choice([" like ", " similar to ", " named "]))
                 self.person(doc, title=False)

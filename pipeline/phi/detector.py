@@ -52,6 +52,10 @@ born raised works worked located visiting vacation home""".split())
 PREP = frozenset("to from at in into near of via @".split())
 # Words of a facility's name that are not the name itself; the list's frequent words are learned
 # from data/us-hospitals (see _hospital_words); these are the ones outside it.
+# Closed-class words that never begin or end a name or a place ("Mercy Hospital [on] May 3",
+# "[our] Chicago clinic"): a run of PHI tokens is trimmed of them at both ends.
+EDGE_WORDS = frozenset("""on in at to from of by for with near via into onto the a an and or our my his her their
+your its is was were are be been has had seen since like as than who which that this these those""".split())
 FACILITY_EXTRA = frozenset("""hospital hosp hospitals clinic clinics center centre ctr med medical health
 healthcare rehab rehabilitation infirmary hospice nursing home manor house snf ltac ltach va vamc unit ward
 floor icu micu sicu ccu csru university univ u college institute""".split())
@@ -304,6 +308,11 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
     return feats
 
 
+def _edge_word(w: str) -> bool:
+    """A closed-class word at the edge of a run; a capital letter alone is an initial ("A.")."""
+    return w.lower() in EDGE_WORDS and (w.islower() or len(w) > 1)
+
+
 def alphanumeric_pieces(toks: list[tuple[int, int, str]]) -> list[bool]:
     """Whether each token is the letter part of a word glued to digits ("NCT01234567",
     "BRCA1", "CD4", "Ste20"): a code, a gene or a registry number, never a person's or a
@@ -406,13 +415,22 @@ class PhiDetector:
                 if "\n" in text[toks[j][1]:toks[j + step][0]]:
                     break
                 j += step
+            first, last = i, j
+            while first <= last and (not word[first] or _edge_word(toks[first][2])):
+                first += 1
+            while last >= first and (not word[last] or _edge_word(toks[last][2])):
+                last -= 1
+            if first > last:
+                i = j + 1
+                continue
+            i_next, (i, j) = j + 1, (first, last)
             end = toks[j][1]
             if text[end:end + 1] == "." and len(toks[j][2]) == 1:      # "K." keeps its full stop
                 end += 1
             words = range(i, j + 1)
             entity = "PERSON" if sum(lean[k] for k in words) >= 0 else "LOCATION"
             out.append((toks[i][0], end, entity, sum(p_phi[k] for k in words) / len(words)))
-            i = j + 1
+            i = i_next
         return out
 
 
