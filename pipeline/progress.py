@@ -193,7 +193,7 @@ class StageProgress:
             self.bar.reset(total=s["total"] or None)
             self.bar.unit = s["unit"]
             self.bar.set_description(desc, refresh=False)
-        self.bar.set_postfix_str(f"{s['workers']} workers" if s["workers"] else "driver", refresh=False)
+        self.bar.set_postfix_str(_workers(s["workers"]), refresh=False)
         self.bar.n = s["done"]
         self.bar.refresh()
 
@@ -208,7 +208,7 @@ class StageProgress:
             pct = 100.0 * s["done"] / s["total"]
             eta = f", ETA {_duration(s['eta'])}" if s["eta"] is not None else ""
             body = (f"{s['done']:,}/{s['total']:,} {s['unit']}s ({pct:.0f}%), {s['rate']:,.1f} {s['unit']}s/s{eta}, "
-                    f"{s['workers']} worker{'' if s['workers'] == 1 else 's'}")
+                    f"{_workers(s['workers'])}")
         else:
             body = "on the driver"
         print(f"[{self.label}]{where} {body}, {_duration(s['elapsed'])} elapsed", file=sys.stderr, flush=True)
@@ -222,6 +222,10 @@ class StageProgress:
                         self.bar.refresh()          # elapsed and rate move while a batch runs
                 elif self.phases and time.monotonic() - self.last_line >= SETTINGS.every:
                     self._line()
+
+
+def _workers(n: int) -> str:
+    return "on the driver" if not n else f"{n} worker{'' if n == 1 else 's'}"
 
 
 def _duration(seconds: float | None) -> str:
