@@ -118,7 +118,7 @@ class StageProgress:
         self.done: list[int] = []
         self.workers = 0
         self.phase_start = self.start
-        self.bar = None
+        self.bar: str | None = None      # the bar as last drawn (on a terminal)
         self.last_line = self.start
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name=f"progress-{label}", daemon=True)
@@ -162,7 +162,9 @@ class StageProgress:
         self._ticker.join(timeout=2)
         with self.lock:
             if self.bar is not None:
-                self.bar.close()
+                self._bar(False)
+                sys.stderr.write("\n")
+                sys.stderr.flush()
                 self.bar = None
             elif self.sizes and not self.tty and SETTINGS.log_format == "json":
                 self._line()             # a last line per stage, with the final counts
@@ -183,19 +185,31 @@ class StageProgress:
             self._bar(force)
 
     def _bar(self, force: bool) -> None:
-        from tqdm import tqdm
-        s = self.snapshot()
-        desc = self.label + (f" {s['phase']}" if s["phase"] else "")
-        if self.bar is None:
-            self.bar = tqdm(total=s["total"] or None, desc=desc, unit=s["unit"], dynamic_ncols=True,
-                            smoothing=0.1, file=sys.stderr, leave=True)
-        elif force:
-            self.bar.reset(total=s["total"] or None)
-            self.bar.unit = s["unit"]
-            self.bar.set_description(desc, refresh=False)
-        self.bar.set_postfix_str(_workers(s["workers"]), refresh=False)
-        self.bar.n = s["done"]
-        self.bar.refresh()
+        """The stage's bar, redrawn in place: label and phase, percent, done/total, elapsed<ETA,
+        rate, workers (tqdm's layout, drawn here so the width and the writes are ours)."""
+        import shutil
+        st = self.snapshot()
+        desc = self.label + (f" {st['phase']}" if st["phase"] else "")
+        unit = st["unit"]
+        if st["total"]:
+            right = (f" {st['done']:,}/{st['total']:,} [{_clock(st['elapsed'])}<{_clock(st['eta'])}, "
+                     f"{st['rate']:,.1f} {unit}/s, {_workers(st['workers'])}]")
+        else:                                           # a driver step: no tasks to count
+            right = f" [{_clock(st['elapsed'])}, {_workers(st['workers'])}]"
+        width = shutil.get_terminal_size().columns     # $COLUMNS, the terminal's, else 80
+        if st["total"]:
+            pct = st["done"] / st["total"]
+            room = max(width - len(desc) - len(right) - 9, 0)
+            filled = int(room * pct)
+            line = f"{desc}: {100 * pct:3.0f}%|{'#' * filled}{' ' * (room - filled)}|{right}"
+        else:
+            line = f"{desc}:{right}"
+        line = line[:max(width - 1, 1)]
+        if force and self.bar is not None:
+            sys.stderr.write("\n")                  # the last phase's bar stays above
+        sys.stderr.write("\r" + line + " " * max(len(self.bar or "") - len(line), 0))
+        sys.stderr.flush()
+        self.bar = line
 
     def _line(self) -> None:
         s = self.snapshot()
@@ -219,13 +233,21 @@ class StageProgress:
             with self.lock:
                 if self.tty:
                     if self.bar is not None:
-                        self.bar.refresh()          # elapsed and rate move while a batch runs
+                        self._bar(False)            # elapsed and rate move while a batch runs
                 elif self.phases and time.monotonic() - self.last_line >= SETTINGS.every:
                     self._line()
 
 
 def _workers(n: int) -> str:
     return "on the driver" if not n else f"{n} worker{'' if n == 1 else 's'}"
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
 def _duration(seconds: float | None) -> str:
