@@ -15,7 +15,8 @@ RUN_HELP = """medprep run|stage|stages|init|fetch|report|inspect|cache (or pytho
 
 Start with `medprep init --input YOUR_FILE` (a starter config for your data), or run a config
 that ships with medprep by name: `medprep run --config tiny`. To run or rerun one stage or a
-group (dedup, filters) instead of the whole chain: medprep stage NAME --config C."""
+group (dedup, filters) instead of the whole chain: medprep stage NAME --config C (the same as
+python -m pipeline.stage NAME --config C; see medprep stage --help)."""
 STAGE_HELP = """medprep stage NAME --config C [--input PATH ...] [--output DIR] [--force]
 (also python -m pipeline.stage NAME ...)
 

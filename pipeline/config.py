@@ -17,11 +17,11 @@ from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in 
 
 
 # What --config means, for both commands' --help.
-CONFIG_HELP = ("the run's YAML file (input, output_dir, options and the chain of stages), or the name of a "
+CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages; or the name of a "
                "config that ships with medprep: pubmed (the default run), tiny (a small one), clinical_notes, "
-               "clinical_notes_surrogate. Relative paths in a file are looked for beside it, then in the "
-               "current directory; in a shipped config, among the files medprep ships, then in the current "
-               "directory. A relative output_dir is in the current directory")
+               "clinical_notes_surrogate. Relative paths in it are looked for beside the file first, then in "
+               "the current directory (in a shipped config: among the files medprep ships first); a relative "
+               "output_dir is in the current directory")
 
 
 class Strict(BaseModel):

@@ -356,9 +356,11 @@ class RayExecutor:
             return
         import ray
         from ray.data import ActorPoolStrategy
-        self.start()
+        shown = MapProgress(stage, method, tasks, self.workers.get(stage.name, 0))
+        self.start()                      # starting Ray counts in the map's phase, not the one before
         size = self.workers_for(stage, len(tasks))
-        shown = MapProgress(stage, method, tasks, size)
+        if shown.tracker is not None:
+            shown.tracker.workers = size
         phase = shown.phase if shown.phase is not None else -1
         items = [{"index": i, "phase": phase, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
