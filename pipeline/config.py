@@ -20,8 +20,8 @@ from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in 
 CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages; or the name of a "
                "config that ships with medprep: pubmed (the default run), tiny (a small one), clinical_notes, "
                "clinical_notes_surrogate. Relative paths in it are looked for beside the file first, then in "
-               "the current directory (in a shipped config: among the files medprep ships first); a relative "
-               "output_dir is in the current directory")
+               "the current directory, then among the files medprep ships (a shipped config: there first); a "
+               "relative output_dir is in the current directory")
 
 
 class Strict(BaseModel):
@@ -233,12 +233,15 @@ def _resolve_stage_paths(entry, resolve):
 
 class _Resolver:
     """Relative paths in a config: the config file's folder first (a shipped config's: the
-    shipped files' root, pipeline/resources.py), then the current directory. A path found in
-    neither stays as written; `where` says both places for the error, and how to fetch a
-    file `medprep fetch` provides."""
+    shipped files' root, pipeline/resources.py), then the current directory, then the shipped
+    files (a copy of a shipped config still finds the model it names). A path found nowhere
+    stays as written; `where` names the places for the error, and how to fetch a file
+    `medprep fetch` provides."""
 
     def __init__(self, base: Path):
+        from pipeline.resources import resource_root
         self.base = base
+        self.shipped = resource_root()
 
     def __call__(self, value):
         if not isinstance(value, str) or not value or Path(value).is_absolute():
@@ -246,16 +249,24 @@ class _Resolver:
         beside = self.base / value
         if _matches(str(beside)):
             return str(beside)
+        if _matches(value):
+            return value                 # in the current directory, as written
+        shipped = self.shipped / value
+        if _matches(str(shipped)):
+            return str(shipped)
         return value
 
     def where(self, value: str) -> str:
         if Path(value).is_absolute():
             return value
-        here = Path.cwd() / value
-        beside = (self.base / value).absolute()
-        where = f"{value} (looked in {beside.parent}/ and {here.parent}/)" if beside != here else value
+        places = []
+        for folder in (self.base.absolute(), Path.cwd(), self.shipped):
+            place = f"{(folder / value).parent}/"
+            if place not in places:
+                places.append(place)
         from pipeline.fetch import fetch_hint
-        return where + fetch_hint(value)
+        return f"{value} (looked in {', '.join(places[:-1])} and {places[-1]})" + fetch_hint(value) \
+            if len(places) > 1 else value + fetch_hint(value)
 
 
 def _matches(path: str) -> bool:
