@@ -53,9 +53,15 @@ def normalize_text(text, config: NormalizeConfig) -> pa.ChunkedArray | pa.Array:
     if config.unescape_entities:
         text = _unescape(text)
     text = pc.replace_substring_regex(text, _CONTROL, "")
+    return tidy_whitespace(text, config.max_blank_lines)
+
+
+def tidy_whitespace(text, max_blank_lines: int):
+    """Runs of spaces to one, no space around a line end, at most `max_blank_lines` blank lines,
+    none at the ends: the last step of the transform (and what a text cut into needs again)."""
     text = pc.replace_substring_regex(text, _SPACES, " ")
     text = pc.replace_substring_regex(text, " ?\n ?", "\n")
-    keep = "\n" * (config.max_blank_lines + 1)
+    keep = "\n" * (max_blank_lines + 1)
     text = pc.replace_substring_regex(text, "\n{%d,}" % (len(keep) + 1), keep)
     return pc.utf8_trim_whitespace(text)
 
