@@ -404,11 +404,14 @@ class Decontaminate(GlobalStage):
                                       pa.py_buffer(np.ascontiguousarray(words.data[keep]))])
         words_cut = np.bincount(word_doc[cover], minlength=D)
         was_cut = words_cut > 0
-        tidied = tidy_whitespace(text.filter(pa.array(was_cut)), self.normalize_config().max_blank_lines)
-        text = pc.replace_with_mask(text, pa.array(was_cut), tidied.combine_chunks()
-                                    if isinstance(tidied, pa.ChunkedArray) else tidied)
-        table = table.set_column(table.column_names.index("text"), "text", pc.cast(text, table.schema.field("text").type))
         too_little = was_cut & (words.counts - words_cut < n)
+        # Documents removed keep their text as it was (removed/ with keep_removed_text).
+        rewritten = pa.array(was_cut & ~too_little)
+        tidied = tidy_whitespace(text.filter(rewritten), self.normalize_config().max_blank_lines)
+        original = table["text"].combine_chunks()
+        text = pc.replace_with_mask(pc.cast(original, text.type), rewritten, tidied.combine_chunks()
+                                    if isinstance(tidied, pa.ChunkedArray) else tidied)
+        table = table.set_column(table.column_names.index("text"), "text", pc.cast(text, original.type))
         for source in np.unique(sources[was_cut]):
             mine = was_cut & (sources == source)
             tally[f"{source}\tcut_documents"] += int(mine.sum())
