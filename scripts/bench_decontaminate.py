@@ -55,6 +55,11 @@ BATCH = 500
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS since it started its program: VmHWM, which exec resets (a child's
+    ru_maxrss starts from its parent's at the fork)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
