@@ -151,7 +151,8 @@ def child_corpus(specs: list[dict], corpus: Path) -> dict:
     removed = 0
     for b in batches:
         out = stage.decontaminate_batch(b, tally, found)
-        removed += int(out["_reason"].is_valid().to_numpy(zero_copy_only=False).sum()) if "_reason" in out.column_names else 0
+        if "_reason" in out.column_names:
+            removed += int(out["_reason"].is_valid().to_numpy(zero_copy_only=False).sum())
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
     return {"documents": table.num_rows, "text_mb": round(mb, 2), "cpu_s": round(cpu, 2), "wall_s": round(wall, 2),
             "docs_per_cpu_s": round(table.num_rows / cpu), "mb_per_cpu_s": round(mb / cpu, 2),
@@ -273,7 +274,8 @@ def main() -> int:
     built = result["build"].get("synthetic_1m") or result["build"]["synthetic_100k"]
     ngrams = next(iter(built["sets"].values()))["ngrams"]
     result["worker_mb_per_million_ngrams"] = 12.0
-    result["build_peak_rss_mb_per_million_ngrams"] = round((built["peak_rss_mb"] - built["rss_before_mb"]) / (ngrams / 1e6), 1)
+    grown = built["peak_rss_mb"] - built["rss_before_mb"]
+    result["build_peak_rss_mb_per_million_ngrams"] = round(grown / (ngrams / 1e6), 1)
     result["machine"]["load_avg_1m_at_end"] = round(os.getloadavg()[0], 2)
     result["seconds"] = round(time.perf_counter() - t0, 1)
     OUT.write_text(json.dumps(result, indent=2) + "\n")

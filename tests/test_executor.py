@@ -144,7 +144,8 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
 @pytest.mark.ray
 def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_ray):
     """normalize, phi and decontaminate (mode cut) write texts; langid, heuristics, dedup,
-    split, tokenizer and pack's data/ hold where each text is, and every reader of shards.py gets whole documents back."""
+    split, tokenizer and pack's data/ hold where each text is, and every reader of shards.py gets
+    whole documents back."""
     import pyarrow as pa
 
     from pipeline.shards import TEXT_FILE, TEXT_ROW, read_table, shard_schema

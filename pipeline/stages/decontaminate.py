@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.ccnet_norm import _string_buffers, letter_or_digit_bytes
-from pipeline.documents import DUPLICATE_OF, REASON, with_reason
+from pipeline.documents import DUPLICATE_OF, with_reason
 from pipeline.errors import InputError
 from pipeline.runpath import load_npy, read_json, save_npy, write_json
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -48,6 +48,8 @@ ONE_SOURCE = "all"
 BENCHMARK_SUFFIXES = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 # Benchmark passages per build chunk: bounds the build's temporaries for millions of items.
 BUILD_CHUNK = 20_000
+# Per benchmark, what the manifest quotes of the stage's stats.
+MANIFEST_KEYS = ("items", "items_too_short", "items_found", "documents", "by_source")
 # Bytes per benchmark n-gram in each worker: its hash (uint64) and its first item (int32).
 BYTES_PER_NGRAM = 12
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -455,7 +457,7 @@ class Decontaminate(GlobalStage):
             return {}
         return {"decontamination": {
             "ngram": stats["ngram"], "mode": stats["mode"],
-            "benchmarks": {name: {k: b[k] for k in ("items", "items_too_short", "items_found", "documents", "by_source")}
+            "benchmarks": {name: {k: b[k] for k in MANIFEST_KEYS}
                            for name, b in stats["benchmarks"].items()},
             "by_source": stats["by_source"]}}
 
