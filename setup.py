@@ -9,7 +9,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 # pipeline/resources.py's SHIPPED (tests/test_install.py checks the two agree).
-RESOURCES = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples")
+RESOURCES = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples", "data/pubmedqa")
 
 
 class BuildWithResources(build_py):

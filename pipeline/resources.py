@@ -1,7 +1,8 @@
 """The files a run reads that ship with medprep, found in one place: the default configs
 (configs/*.yaml), the KenLM model and its side file (data/models/), the PHI lists and the
-learned detector (data/phi/), the hospital list (data/us-hospitals/) and the small MEDLINE
-sample the tiny config reads (data/samples/).
+learned detector (data/phi/), the hospital list (data/us-hospitals/), the small MEDLINE
+sample the tiny config reads (data/samples/) and the PubMedQA items decontaminate checks
+against (data/pubmedqa/).
 
 Every such file is named by its path in the repository (`data/models/pubmed_lm.binary`), and
 `resource(path)` says where it is: in an installed wheel, under the package's `_resources/`
@@ -15,7 +16,7 @@ from importlib.resources import files
 from pathlib import Path
 
 # The shipped folders, as setup.py's RESOURCES copies them (the same list: tests/test_install.py).
-SHIPPED = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples")
+SHIPPED = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples", "data/pubmedqa")
 
 
 @lru_cache(maxsize=1)
