@@ -19,7 +19,8 @@ ID_NAMES = ("id", "doc_id", "document_id", "note_id", "row_id", "uuid", "pmid", 
 TEXT_NAMES = ("text", "content", "body", "note", "note_text", "abstract", "document", "raw_content")
 
 # The chain of each profile, with why, as comments in the config it writes. The literature chain
-# is configs/pubmed.yaml's; the clinical one configs/clinical_notes.yaml's.
+# is configs/pubmed.yaml's without decontaminate (its benchmark is the user's choice); the clinical
+# one configs/clinical_notes.yaml's.
 PROFILES = {
     "clinical": {
         "why": "clinical notes: PHI removed with recall first (names, dates, ids), placeholders in the text; "
