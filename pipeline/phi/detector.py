@@ -20,11 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeline.phi.lexicon import DATA, Lexicon, lexicon
+from pipeline.resources import resource
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
 # The marginal probability of not being O that makes a token PHI (scripts/eval_phi.py --curve).
 DEFAULT_THRESHOLD = 0.2
-HOSPITALS = DATA.parent / "us-hospitals" / "hospitals.csv"
+HOSPITALS = resource("data/us-hospitals/hospitals.csv")
 LABELS = ("PER", "LOC")
 ENTITY = {"PER": "PERSON", "LOC": "LOCATION"}
 
