@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test test-cluster bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -36,6 +36,10 @@ prepare: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The two-node Ray cluster test (`ray start --head` and a second node on this machine): about a minute.
+test-cluster: setup
+	$(BIN)/python -m pytest -m cluster tests/test_executor.py
 
 # datatrove 0.10 for the comparison, in a virtualenv of its own (see bench/requirements-datatrove.txt).
 .venv-bench/.installed: bench/requirements-datatrove.txt
