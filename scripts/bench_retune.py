@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -117,8 +118,18 @@ def other_corpus(n: int, path: Path) -> Path:
 
 
 def digests(run_dir: Path) -> dict[str, str]:
-    return {p.relative_to(run_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()}
+    """final/ and tokenizer/ files by content, except the dataset card (final/README.md), which
+    names the run folder and the config file: the retuned and the fresh run differ there by
+    design."""
+    return {rel: hashlib.sha256(p.read_bytes()).hexdigest()
+            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()
+            for rel in [p.relative_to(run_dir).as_posix()] if rel != "final/README.md"}
+
+
+def comparison(a: Path, b: Path) -> dict:
+    da, db = digests(a), digests(b)
+    return {"files_compared": len(da), "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
+            "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k))}
 
 
 def main() -> None:
@@ -131,8 +142,17 @@ def main() -> None:
                     help="build the other corpus (see other_corpus) and use it as --input; writes "
                          "bench/retune_other.json unless --out says otherwise")
     ap.add_argument("--out", default=str(ROOT / "bench/retune.json"))
+    ap.add_argument("--recompare", action="store_true",
+                    help="only compare again the run folders the last run left in bench/work/retune, and update "
+                         "the comparison in --out (after a change to what is compared)")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    if args.recompare:
+        result = json.loads(Path(args.out).read_text())
+        result.update(comparison(WORK / "retuned", WORK / "fresh"))
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps({k: result[k] for k in ("files_compared", "identical_final_and_tokenizer", "differing")}))
+        return
     if args.other_corpus:
         args.input = str(other_corpus(args.docs, WORK / f"other-corpus-{args.docs}.jsonl").relative_to(ROOT))
         if args.out == str(ROOT / "bench/retune.json"):
@@ -140,10 +160,10 @@ def main() -> None:
     a, b = WORK / "retuned", WORK / "fresh"
     for d in (a, b):
         shutil.rmtree(d, ignore_errors=True)
+    load_at_start = [round(x, 1) for x in os.getloadavg()]
     first = run(write_config("first", args.docs, args.before, a, args.input))
     retune = run(write_config("retune", args.docs, args.after, a, args.input))
     fresh = run(write_config("fresh", args.docs, args.after, b, args.input))
-    da, db = digests(a), digests(b)
     result = {
         "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}"
                    + (" --other-corpus" if args.other_corpus else f" --input {args.input}" if args.input else ""),
@@ -152,9 +172,9 @@ def main() -> None:
         "first": first, "retune": retune, "fresh": fresh,
         "retune_vs_first_wall": round(retune["wall_s"] / first["wall_s"], 3),
         "retune_vs_first_chain": round(retune["chain_seconds"] / first["chain_seconds"], 3),
-        "files_compared": len(da),
-        "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
-        "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k)),
+        **comparison(a, b),
+        # Other processes on the machine stretch the wall times (and the first run's more: phi).
+        "load_average_at_start": load_at_start, "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -348,12 +348,19 @@ def _setups_across_map_calls(executor, tmp_path):
     return stage, tasks, stats
 
 
-def test_local_workers_set_a_stage_up_once_across_its_map_calls(tmp_path):
+def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_stage(tmp_path):
     from pipeline.executor import LocalExecutor
     executor = LocalExecutor(num_proc=2)
     try:
-        _setups_across_map_calls(executor, tmp_path)
-        assert executor.stage_stats() == {"workers": 2}
+        _, tasks, stats = _setups_across_map_calls(executor, tmp_path)
+        assert stats == {"workers": 2}
+        executor.end_stage()
+        # The next stage runs in the same two processes (started once per run), set up anew.
+        other = CountingStage({"log": str(tmp_path / "other.log")}, None)
+        again = list(executor.map(other, "where", tasks))
+        started = set(executor._pool.processes)
+        assert len(started) == 2 and {r["pid"] for r in again} <= started
+        assert set((tmp_path / "other.log").read_text().split()) == {str(r["pid"]) for r in again}
     finally:
         executor.close()
 
