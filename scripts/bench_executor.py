@@ -82,14 +82,23 @@ def run_variant(name: str, docs: int, executor: dict, num_proc: int) -> dict:
 
 
 def contract_files(run: Path) -> dict[str, str]:
+    """Digests of the files whose bytes are the contract: stages/, tokenizer/ and final/,
+    except stats (timings) and the dataset card (final/README.md quotes the config: executor,
+    num_proc, the run folder)."""
     import hashlib
     out = {}
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run).as_posix()
         if path.is_file() and rel.split("/")[0] in ("stages", "tokenizer", "final") and \
-                not rel.endswith(("stats.json",)) and "/shards/" not in rel:
+                not rel.endswith(("stats.json",)) and "/shards/" not in rel and rel != "final/README.md":
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
+
+
+def compare_runs(names: list[str]) -> dict:
+    digests = {name: contract_files(WORK / name) for name in names}
+    first = next(iter(digests.values()))
+    return {"identical_outputs": all(d == first for d in digests.values()), "files_compared": len(first)}
 
 
 def driver_steps(n: int) -> dict:
@@ -234,7 +243,8 @@ def main() -> int:
                     help="take the driver-step timings (2 M documents) from the previous bench/executor.json "
                          "instead of timing them again (they do not depend on the executor)")
     ap.add_argument("--project-only", action="store_true",
-                    help="recompute only the projection from the runs in bench/executor.json")
+                    help="recompute only the projection from the runs in bench/executor.json (and the byte "
+                         "comparison, from the run folders the last run left in bench/work/executor)")
     args = ap.parse_args()
     if args.project_only:
         result = json.loads((ROOT / "bench/executor.json").read_text())
@@ -242,6 +252,8 @@ def main() -> int:
             result["driver_steps"].update(pack_plan_step(result["driver_steps"]["docs"]))
         one = result["runs"]["ray_1_worker"]
         result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
+        if all((WORK / name).is_dir() for name in result["runs"]):   # compare the runs' bytes again
+            result.update(compare_runs(list(result["runs"])))
         (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["projection"], indent=2))
         return 0
@@ -260,10 +272,7 @@ def main() -> int:
     for name, (executor, num_proc) in variants.items():
         print(f"running {name} ...", file=sys.stderr)
         result["runs"][name] = run_variant(name, args.docs, executor, num_proc)
-    digests = {name: contract_files(WORK / name) for name in variants}
-    first = next(iter(digests.values()))
-    result["identical_outputs"] = all(d == first for d in digests.values())
-    result["files_compared"] = len(first)
+    result.update(compare_runs(list(variants)))
     previous = json.loads((ROOT / "bench/executor.json").read_text()) if (ROOT / "bench/executor.json").exists() else {}
     if args.keep_driver_steps and "driver_steps" in previous:
         result["driver_steps"] = {**previous["driver_steps"], "kept_from_previous_run": True}
