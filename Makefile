@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test test-cluster bench bench-default-run bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -56,7 +56,12 @@ bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench_heuristics_compat.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+	$(BIN)/python scripts/bench_decontaminate.py
 	$(MAKE) bench-default-run
+
+# decontaminate against PubMedQA, 100k and 1M synthetic items: bench/decontaminate.json.
+bench-decontaminate: setup
+	$(BIN)/python scripts/bench_decontaminate.py
 
 # The default run (configs/pubmed.yaml) in a fresh folder, timed, then its figures copied into
 # bench/default_run.json (a finished runs/pubmed would be skipped stage by stage, timing nothing).

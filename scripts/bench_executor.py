@@ -42,8 +42,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORK = ROOT / "bench/work/executor"
-CHAIN = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
-         "split", "tokenizer", "pack"]
+def chain_stages() -> list[str]:
+    """The default chain's stage names, from configs/pubmed.yaml (every one gets the run's worker count)."""
+    import yaml
+    return [next(iter(e)) if isinstance(e, dict) else e for e in yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())["stages"]]
 PUBMED_DOCS = 36_000_000
 PUBMED_FILES = 1334
 CORES = [64, 512, 1024]
@@ -258,12 +260,13 @@ def main() -> int:
         print(json.dumps(result["projection"], indent=2))
         return 0
     WORK.mkdir(parents=True, exist_ok=True)
-    stages = {s: 1 for s in CHAIN}
+    chain = chain_stages()
+    stages = {s: 1 for s in chain}
     variants = {
         "local_1_process": ({"kind": "local"}, 1),
         "local_2_processes": ({"kind": "local"}, 2),
         "ray_1_worker": ({"kind": "ray", "num_cpus": 2, "workers": stages}, 1),
-        "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in CHAIN}}, 1),
+        "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in chain}}, 1),
     }
     load_at_start = [round(x, 1) for x in os.getloadavg()]
     result = {"command": " ".join(["python scripts/bench_executor.py", *sys.argv[1:]]),
