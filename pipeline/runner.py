@@ -220,8 +220,9 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         else:
             extra = stage.run(inputs, output)
         kind = executor.kind
+        workers = executor.stage_stats()
     seconds = time.perf_counter() - t0
-    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document)}
+    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document), "executor_workers": workers}
     stats = output.commit({"stage": spec.name, "position": spec.position, "medprep": pipeline.__version__,
                            "fingerprint": fingerprint, "seconds": round(seconds, 3), "executor": kind, **extra},
                           input_shards=inputs.names())
