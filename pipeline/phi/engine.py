@@ -106,7 +106,7 @@ def ner_person_recognizer(profile: str = "literature"):
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
-                 name_rules: bool = True):
+                 name_rules: bool = True, triage: bool = False):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -116,6 +116,9 @@ class PhiEngine:
         self.detector_path = detector_path
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
         self.name_rules = name_rules
+        # PHI triage (pipeline/phi/triage.py): spaCy's NER only where a name can be.
+        self.triage = triage
+        self.ner_triage = None
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -150,6 +153,9 @@ class PhiEngine:
         ner_used = self.profile == "literature"
         nlp.select_pipes(disable=[p for p in NOT_NEEDED + ([] if ner_used else ["ner"]) if p in nlp.pipe_names])
         self.nlp_engine = nlp_engine
+        if self.triage and ner_used:
+            from pipeline.phi.triage import NerTriage
+            self.ner_triage = NerTriage()
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.
@@ -225,7 +231,10 @@ class PhiEngine:
             rec.set_batch(batch)
         out = []
         try:
-            artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
+            if self.ner_triage is None:
+                artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
+            else:
+                artifacts = self.ner_triage.process_batch(self.nlp_engine, texts, self.batch_size)
             for i, (text, (_, art)) in enumerate(zip(texts, artifacts)):
                 for rec in gated:
                     rec.at_document(i)
