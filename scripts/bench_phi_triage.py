@@ -5,7 +5,8 @@ triage on the same texts, each in its own process.
     python scripts/bench_phi_triage.py --docs 500 --planted 100 --no-dev   # a quick look
 
 Sets: real abstracts (data/raw/pubmed21n1298, the default run's file; the first --docs English
-abstracts), the planted abstracts of scripts/eval_phi_formats.py (--planted; seed 0), and the
+abstracts), the planted abstracts of `scripts/eval_phi.py --planted-abstracts` (--planted; the
+same seed, 7, and offset), and the
 two dev sets (../shared/data/deid-dev and asq-dev notes, unless --no-dev) through the
 literature profile: text dense with names, the hardest case for the triage (the clinical profile
 takes none, see docs/phi.md).
@@ -41,6 +42,8 @@ OUT = ROOT / "bench" / "phi_triage.json"
 # The dev sets: data/<name> in the checkout, else ../shared/data/<name> beside it or the main checkout.
 DEV_DIRS = [ROOT / "data", ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data"]
 BATCH = 500
+# The planted set of `scripts/eval_phi.py --planted-abstracts N` (its default seed).
+PLANTED_SEED = 7
 
 
 def load_set(name: str, n: int) -> list[str]:
@@ -50,7 +53,8 @@ def load_set(name: str, n: int) -> list[str]:
     if name == "planted_abstracts":
         from eval_phi import real_abstracts
         from eval_phi_formats import ABSTRACTS_OFFSET, make_planted_abstracts
-        return [d["text"] for d in make_planted_abstracts(real_abstracts(ABSTRACTS_OFFSET + n)[ABSTRACTS_OFFSET:], 0)]
+        texts = real_abstracts(ABSTRACTS_OFFSET + n)[ABSTRACTS_OFFSET:]
+        return [d["text"] for d in make_planted_abstracts(texts, PLANTED_SEED)]
     folder = next(d / name for d in DEV_DIRS if (d / name / "notes.jsonl").exists())
     return [json.loads(line)["text"] for line in (folder / "notes.jsonl").open()][:n]
 
@@ -132,7 +136,7 @@ def main() -> None:
                                                    if Path(sys.argv[0]).is_absolute() else sys.argv[0]), *sys.argv[1:]]),
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git(),
               "cpus": os.cpu_count(), "load_average_start": [round(x, 2) for x in os.getloadavg()],
-              "batch_size": BATCH, "profile": "literature", "sets": {}}
+              "batch_size": BATCH, "profile": "literature", "planted_seed": PLANTED_SEED, "sets": {}}
     sets = [("abstracts", args.docs), ("planted_abstracts", args.planted)]
     if not args.no_dev:
         sets += [("deid-dev", 10**9), ("asq-dev", 10**9)]
