@@ -38,20 +38,26 @@ from pipeline.phi.eponyms import TITLES
 # reads about four tokens either side).
 MARGIN = 160
 _TITLE_TRIGGER = TITLES + rf"\s*[{_U}]"
-# A capitalized word a name could start with, before a capital letter (RE2 and `re` alike).
-_WORD_BEFORE_CAPITAL = rf"[{_U}][{_L}]+(?:\s+|['’-])[{_U}]"
-_TRIGGERS = re.compile(rf"(?P<title>{_TITLE_TRIGGER})|(?P<word>[{_U}][{_L}]+)(?=(?:\s+|['’-])[{_U}])")
+# The first word of a name as ner_person_recognizer's name shape has it (engine._WORD).
+_FIRST_WORD = rf"[{_U}][{_L}]+"
+_TRIGGERS = re.compile(rf"(?P<title>{_TITLE_TRIGGER})|(?P<word>{_FIRST_WORD})(?=(?:\s+|['’-])[{_U}])")
 _NOT_LETTERS = rf"[^{_U}{_L}]+"
 
 
 @lru_cache(maxsize=1)
-def given_names() -> pa.Array:
+def given_names() -> frozenset[str]:
     """The given names a literature-profile PERSON can start with: exactly the test of
     ner_person_recognizer (Faker's en_US list, or any locale's list and not a common word)."""
     from pipeline.phi.lexicon import lexicon
     world = lexicon()
     names = set(first_names()) | {w for w in world.given if not world.is_common(w)}
-    return pa.array(sorted(names), pa.string())
+    return frozenset(names)
+
+
+def arrow_lowered(names) -> pa.Array:
+    """The names as Arrow's utf8_lower leaves the words that Python lowers to them: they differ
+    on one letter, "İ" (Python: "i" and a combining dot; Arrow: "i")."""
+    return pa.array(sorted(set(names) | {w.replace("i\u0307", "i") for w in names}), pa.string())
 
 
 class NerTriage:
@@ -62,7 +68,7 @@ class NerTriage:
     def __init__(self, margin: int = MARGIN):
         self.margin = margin
         self.given = given_names()
-        self._given_set = frozenset(self.given.to_pylist())
+        self._given_arrow = arrow_lowered(self.given)
         self.counts: Counter = Counter()
 
     def candidates(self, batch: pa.Array) -> np.ndarray:
@@ -70,7 +76,8 @@ class NerTriage:
         titled = pc.match_substring_regex(batch, _TITLE_TRIGGER).to_numpy(zero_copy_only=False)
         words = pc.split_pattern_regex(batch, _NOT_LETTERS)
         flat = pc.list_flatten(words)
-        hit = pc.and_(pc.utf8_is_title(flat), pc.is_in(pc.utf8_lower(flat), value_set=self.given))
+        shaped = pc.match_substring_regex(flat, f"^{_FIRST_WORD}$")
+        hit = pc.and_(shaped, pc.is_in(pc.utf8_lower(flat), value_set=self._given_arrow))
         hit = hit.to_numpy(zero_copy_only=False)
         owner = np.repeat(np.arange(len(batch)), pc.list_value_length(words).fill_null(0).to_numpy())
         named = np.bincount(owner[hit], minlength=len(batch)) > 0
@@ -80,7 +87,7 @@ class NerTriage:
         """The merged windows (start, end) around the text's triggers, cut at white space."""
         out: list[list[int]] = []
         for m in _TRIGGERS.finditer(text):
-            if m.group("word") is not None and m.group("word").lower() not in self._given_set:
+            if m.group("word") is not None and m.group("word").lower() not in self.given:
                 continue
             start, end = _cut_before(text, m.start() - self.margin), _cut_after(text, m.end() + self.margin)
             if out and start <= out[-1][1]:
