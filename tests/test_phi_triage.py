@@ -19,9 +19,9 @@ PLANTED = ["Correspondence to Maria Lopez, Department of Surgery.",
 
 @pytest.fixture(scope="module")
 def planted_texts(english_texts) -> list[str]:
-    """60 real abstracts; every third one with a planted sentence after its first sentence."""
+    """45 real abstracts; every third one with a planted sentence after its first sentence."""
     out = []
-    for i, text in enumerate(english_texts[:60]):
+    for i, text in enumerate(english_texts[:45]):
         if i % 3 == 0:
             cut = text.find(". ") + 2 or len(text)
             text = text[:cut] + PLANTED[i // 3 % len(PLANTED)] + " " + text[cut:]
