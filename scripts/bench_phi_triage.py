@@ -64,9 +64,10 @@ def worker(name: str, n: int, variant: str, out: Path) -> None:
     and whether it failed to `out` (a temporary file the parent compares and deletes; no text),
     and the measurements to stdout."""
     from pipeline.phi.engine import PhiEngine
+    from pipeline.phi.triage import NerTriage
     texts = load_set(name, n)
     t0 = time.process_time()
-    engine = PhiEngine(profile="literature", triage=variant == "triage").setup()
+    engine = PhiEngine(profile="literature", ner_triage=NerTriage() if variant == "triage" else None).setup()
     setup = time.process_time() - t0
     outputs, t0 = [], time.process_time()
     for i in range(0, len(texts), BATCH):

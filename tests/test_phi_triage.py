@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from pipeline.phi.engine import PhiEngine
+from pipeline.phi.triage import NerTriage
 from pipeline.stages.phi import PhiConfig, PhiDeidentify
 
 PLANTED = ["Correspondence to Maria Lopez, Department of Surgery.",
@@ -31,7 +32,7 @@ def planted_texts(english_texts) -> list[str]:
 
 @pytest.fixture(scope="module")
 def engines():
-    return PhiEngine(profile="literature").setup(), PhiEngine(profile="literature", triage=True).setup()
+    return PhiEngine(profile="literature").setup(), PhiEngine(profile="literature", ner_triage=NerTriage()).setup()
 
 
 def _spans(results):

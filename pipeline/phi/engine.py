@@ -106,7 +106,7 @@ def ner_person_recognizer(profile: str = "literature"):
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
-                 name_rules: bool = True, triage: bool = False):
+                 name_rules: bool = True, ner_triage=None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -116,9 +116,11 @@ class PhiEngine:
         self.detector_path = detector_path
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
         self.name_rules = name_rules
-        # PHI triage (pipeline/phi/triage.py): spaCy's NER only where a name can be.
-        self.triage = triage
-        self.ner_triage = None
+        # PHI triage (a pipeline/phi/triage.py NerTriage, literature profile): spaCy's NER only
+        # on the windows that can give a name.
+        if ner_triage is not None and profile != "literature":
+            raise ValueError("ner_triage: only the literature profile runs spaCy's NER")
+        self.ner_triage = ner_triage
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -153,9 +155,6 @@ class PhiEngine:
         ner_used = self.profile == "literature"
         nlp.select_pipes(disable=[p for p in NOT_NEEDED + ([] if ner_used else ["ner"]) if p in nlp.pipe_names])
         self.nlp_engine = nlp_engine
-        if self.triage and ner_used:
-            from pipeline.phi.triage import NerTriage
-            self.ner_triage = NerTriage()
         registry = RecognizerRegistry(supported_languages=["en"])
         # Presidio's checksum-validated account recognizers; its DEA pattern matched inside trial
         # registration numbers, so licences come from our context rules instead.

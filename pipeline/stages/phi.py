@@ -105,12 +105,13 @@ class PhiDeidentify(DocumentStage):
         never needs them."""
         if self._engine_loaded is None:
             from pipeline.phi.engine import PhiEngine
+            from pipeline.phi.triage import NerTriage
             self._engine_loaded = PhiEngine(self.config.score_threshold, self.config.spacy_model,
                                             self.config.nlp_batch_size, profile=self.config.profile,
                                             detector_path=self.config.detector_path,
                                             detector_threshold=self.config.detector_threshold,
                                             name_rules=self.config.name_rules,
-                                            triage=self.config.triage).setup()
+                                            ner_triage=NerTriage() if self.config.triage else None).setup()
         return self._engine_loaded
 
     def setup(self):
