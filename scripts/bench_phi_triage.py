@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
-import hashlib
 import resource
 import subprocess
 import sys
