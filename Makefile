@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -51,6 +51,7 @@ test-cluster: setup
 # bench/heuristics.json and bench/heuristics_compat.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
+	$(BIN)/python scripts/bench_phi_triage.py
 	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
 	$(BIN)/python scripts/heuristics_table.py
 	$(BIN)/python scripts/bench_heuristics_compat.py
@@ -86,6 +87,10 @@ bench-executor: setup
 # The phi rows of bench/results.json only (after a change to the PHI engine).
 bench-phi: setup
 	$(BIN)/python scripts/bench.py --only phi
+
+# PHI triage: the literature engine with and without it on the same texts: bench/phi_triage.json.
+bench-phi-triage: setup
+	$(BIN)/python scripts/bench_phi_triage.py
 
 # The figures in README.md and docs/*.md against the result files (`figures-write` regenerates them).
 figures:

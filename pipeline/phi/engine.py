@@ -95,7 +95,7 @@ def ner_person_recognizer():
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
-                 name_rules: bool = True):
+                 name_rules: bool = True, ner_triage=None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -105,6 +105,11 @@ class PhiEngine:
         self.detector_path = detector_path
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
         self.name_rules = name_rules
+        # PHI triage (a pipeline/phi/triage.py NerTriage, literature profile): spaCy's NER only
+        # on the windows that can give a name.
+        if ner_triage is not None and profile != "literature":
+            raise ValueError("ner_triage: only the literature profile runs spaCy's NER")
+        self.ner_triage = ner_triage
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -214,7 +219,10 @@ class PhiEngine:
             rec.set_batch(batch)
         out = []
         try:
-            artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
+            if self.ner_triage is None:
+                artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
+            else:
+                artifacts = self.ner_triage.process_batch(self.nlp_engine, texts, self.batch_size)
             for i, (text, (_, art)) in enumerate(zip(texts, artifacts)):
                 for rec in gated:
                     rec.at_document(i)

@@ -53,6 +53,10 @@ class PhiConfig(StageConfig):
     key_file: str | None = None
     # Where to write (pseudonym, id) pairs as CSV: only outside the run folder.
     crosswalk_file: str | None = None
+    # PHI triage (pipeline/phi/triage.py, docs/phi.md "Triage"): spaCy's NER only on the windows
+    # that can give a name. Default: on in the literature profile; the clinical profile's detector
+    # reads every token, so it has none.
+    triage: bool = False
 
     @field_validator("detector_path")
     @classmethod
@@ -63,6 +67,20 @@ class PhiConfig(StageConfig):
             from pipeline.phi.detector import check_model
             check_model(value)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _triage_default(cls, data):
+        if isinstance(data, dict) and data.get("triage") is None:
+            data = {**data, "triage": data.get("profile") == "literature"}
+        return data
+
+    @model_validator(mode="after")
+    def _triage_literature_only(self):
+        if self.triage and self.profile != "literature":
+            raise ValueError("triage: only the literature profile has a triage (the clinical profile's "
+                             "detector reads every token)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -90,11 +108,13 @@ class PhiDeidentify(DocumentStage):
         never needs them."""
         if self._engine_loaded is None:
             from pipeline.phi.engine import PhiEngine
+            from pipeline.phi.triage import NerTriage
             self._engine_loaded = PhiEngine(self.config.score_threshold, self.config.spacy_model,
                                             self.config.nlp_batch_size, profile=self.config.profile,
                                             detector_path=self.config.detector_path,
                                             detector_threshold=self.config.detector_threshold,
-                                            name_rules=self.config.name_rules).setup()
+                                            name_rules=self.config.name_rules,
+                                            ner_triage=NerTriage() if self.config.triage else None).setup()
         return self._engine_loaded
 
     def setup(self):
@@ -203,7 +223,17 @@ class PhiDeidentify(DocumentStage):
         counts = getattr(self, "cache_counts", None) or Counter()
         totals.update({f"cache.{key}": n for key, n in counts.items()})
         counts.clear()
+        totals.update(self._triage_counts())
         return totals
+
+    def _triage_counts(self) -> dict:
+        """What the triage sent to spaCy's NER since the last batch (by this worker)."""
+        triage = getattr(self._engine_loaded, "ner_triage", None)
+        if triage is None:
+            return {}
+        out = {f"triage.{key}": n for key, n in triage.counts.items()}
+        triage.counts.clear()
+        return out
 
     def finish_stats(self, totals: dict, inputs) -> dict:
         entities = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("entities.")}
@@ -213,6 +243,11 @@ class PhiDeidentify(DocumentStage):
             write_crosswalk(self.config.crosswalk_file, inputs.shards, load_phi_key(self.config.key_file))
         out = {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
                "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
+        if self.config.triage:
+            from pipeline.phi.triage import share_sent
+            triage = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("triage.")}
+            # Over the documents the engine saw in this run (not those the cache answered).
+            out["triage"] = {**triage, "share_sent": share_sent(triage)}
         namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
         if namespace:
             out["cache"] = {"namespace": namespace, **{k: totals.get(f"cache.{k}", 0) for k in

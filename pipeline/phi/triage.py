@@ -1,0 +1,144 @@
+"""PHI triage: spaCy's NER (the engine's one slow part, ~87% of the default run's phi time)
+runs only on the windows of a text that can give the engine a name.
+
+In the literature profile spaCy's entities feed one recognizer, `ner_person_recognizer`
+(engine.py), and it keeps a PERSON only when the span is name-shaped and either follows a
+title ("Dr", "Mrs", ...) or holds two words or more of which the first is a given name of the
+name lists (pipeline/phi/lexicon.py and Faker's en_US list). So a text can yield a name only
+where one of these triggers is:
+- a title followed by a capital letter;
+- a capitalized given name followed (after white space, a hyphen or an apostrophe) by a
+  capital letter.
+Anything else spaCy tags there is dropped by that recognizer. A batch is screened with Arrow
+(RE2 for the titles; a word split and a hash look-up against the given names for the rest);
+only the texts that pass are searched with `re` for the triggers' positions. Each trigger
+gets a window of MARGIN characters either side (cut at white space, overlapping windows
+merged), so that spaCy sees the name with the context its NER reads (a CNN over a few tokens
+either side and the parser state of the tokens just before). The whole text is tokenized as
+before, the windows' entities are set on it, and every other recognizer (the RE2-gated
+rules, the account checks, the name propagation) runs on the whole text as before.
+
+The clinical profile takes no triage: its names and places come from the learned detector,
+which reads every token (spaCy there only tokenizes). `docs/phi.md` ("Triage") gives the
+measured difference to the untriaged engine."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.phi.engine import _L, _U, first_names
+from pipeline.phi.eponyms import TITLES
+
+# Characters of context either side of a trigger (~20 tokens of abstract text; spaCy's NER
+# reads about four tokens either side).
+MARGIN = 160
+_TITLE_TRIGGER = TITLES + rf"\s*[{_U}]"
+# The first word of a name as ner_person_recognizer's name shape has it (engine._WORD).
+_FIRST_WORD = rf"[{_U}][{_L}]+"
+_TRIGGERS = re.compile(rf"(?P<title>{_TITLE_TRIGGER})|(?P<word>{_FIRST_WORD})(?=(?:\s+|['’-])[{_U}])")
+_NOT_LETTERS = rf"[^{_U}{_L}]+"
+
+
+@lru_cache(maxsize=1)
+def given_names() -> frozenset[str]:
+    """The given names a literature-profile PERSON can start with: exactly the test of
+    ner_person_recognizer (Faker's en_US list, or any locale's list and not a common word)."""
+    from pipeline.phi.lexicon import lexicon
+    world = lexicon()
+    names = set(first_names()) | {w for w in world.given if not world.is_common(w)}
+    return frozenset(names)
+
+
+def arrow_lowered(names) -> pa.Array:
+    """The names as Arrow's utf8_lower leaves the words that Python lowers to them: they differ
+    on one letter, "İ" (Python: "i" and a combining dot; Arrow: "i")."""
+    return pa.array(sorted(set(names) | {w.replace("i\u0307", "i") for w in names}), pa.string())
+
+
+class NerTriage:
+    """Chooses the windows of a batch that go to spaCy's NER, and builds Presidio's
+    NlpArtifacts for the whole texts from them. `counts` holds what it sent (characters and
+    documents in and sent, windows), for the stage's stats; the caller clears it."""
+
+    def __init__(self, margin: int = MARGIN):
+        self.margin = margin
+        self.given = given_names()
+        self._given_arrow = arrow_lowered(self.given)
+        self.counts: Counter = Counter()
+
+    def candidates(self, batch: pa.Array) -> np.ndarray:
+        """Which texts of the batch hold a title trigger or a capitalized given name (Arrow)."""
+        titled = pc.match_substring_regex(batch, _TITLE_TRIGGER).to_numpy(zero_copy_only=False)
+        words = pc.split_pattern_regex(batch, _NOT_LETTERS)
+        flat = pc.list_flatten(words)
+        shaped = pc.match_substring_regex(flat, f"^{_FIRST_WORD}$")
+        hit = pc.and_(shaped, pc.is_in(pc.utf8_lower(flat), value_set=self._given_arrow))
+        hit = hit.to_numpy(zero_copy_only=False)
+        owner = np.repeat(np.arange(len(batch)), pc.list_value_length(words).fill_null(0).to_numpy())
+        named = np.bincount(owner[hit], minlength=len(batch)) > 0
+        return (titled | named) & ~pc.is_null(batch).to_numpy(zero_copy_only=False)
+
+    def windows(self, text: str) -> list[tuple[int, int]]:
+        """The merged windows (start, end) around the text's triggers, cut at white space."""
+        out: list[list[int]] = []
+        for m in _TRIGGERS.finditer(text):
+            if m.group("word") is not None and m.group("word").lower() not in self.given:
+                continue
+            start, end = _cut_before(text, m.start() - self.margin), _cut_after(text, m.end() + self.margin)
+            if out and start <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], end)
+            else:
+                out.append([start, end])
+        return [(s, e) for s, e in out]
+
+    def process_batch(self, nlp_engine, texts: list[str], batch_size: int) -> list[tuple[str, object]]:
+        """(text, NlpArtifacts) per text, as SpacyNlpEngine.process_batch gives them, with the
+        NER run on the triggers' windows only."""
+        nlp = nlp_engine.nlp["en"]
+        chosen = self.candidates(pa.array(texts, pa.string()))
+        docs = [nlp.make_doc(t) for t in texts]
+        spans = [(i, s, e) for i in np.flatnonzero(chosen) for s, e in self.windows(texts[i])]
+        found: list[list] = [[] for _ in texts]
+        for (i, start, _), window in zip(spans, nlp.pipe([texts[i][s:e] for i, s, e in spans], batch_size=batch_size)):
+            found[i] += [(start + ent.start_char, start + ent.end_char, ent.label_) for ent in window.ents]
+        whole = []
+        for i, (doc, ents) in enumerate(zip(docs, found)):
+            spans_of_doc = [doc.char_span(s, e, label=label) for s, e, label in ents]
+            if any(span is None for span in spans_of_doc):
+                whole.append(i)          # a window tokenized differently: the whole text instead
+                continue
+            doc.ents = spans_of_doc
+        for i, doc in zip(whole, nlp.pipe([texts[i] for i in whole], batch_size=batch_size)):
+            docs[i] = doc
+        redone = set(whole)
+        sent_chars = sum(e - s for i, s, e in spans if i not in redone) + sum(len(texts[i]) for i in whole)
+        self.counts.update(docs_in=len(texts), docs_sent=len({i for i, _, _ in spans} | redone),
+                           windows=len(spans), chars_in=sum(map(len, texts)), chars_sent=sent_chars,
+                           docs_whole=len(whole))
+        return [(t, nlp_engine._doc_to_nlp_artifact(doc, "en")) for t, doc in zip(texts, docs)]
+
+
+def _cut_before(text: str, pos: int) -> int:
+    """The start of the white-space-delimited chunk that holds `pos` (0 if pos <= 0)."""
+    if pos <= 0:
+        return 0
+    return max(text.rfind(c, 0, pos) for c in " \n\t\r") + 1
+
+
+def _cut_after(text: str, pos: int) -> int:
+    """The end of the chunk that holds `pos`: the next white space, or the text's end."""
+    m = _SPACE.search(text, pos)
+    return len(text) if m is None else m.start()
+
+
+_SPACE = re.compile(r"\s")
+
+
+def share_sent(counts: dict) -> float | None:
+    """The share of characters the NER saw."""
+    return round(counts["chars_sent"] / counts["chars_in"], 4) if counts.get("chars_in") else None

@@ -1,0 +1,165 @@
+"""PHI triage benchmark (pipeline/phi/triage.py): the literature-profile engine with and without
+triage on the same texts, each in its own process.
+
+    python scripts/bench_phi_triage.py                    # = make bench-phi-triage; writes bench/phi_triage.json
+    python scripts/bench_phi_triage.py --docs 500 --planted 100 --no-dev   # a quick look
+
+Sets: real abstracts (data/raw/pubmed21n1298, the default run's file; the first --docs English
+abstracts), the planted abstracts of `scripts/eval_phi.py --planted-abstracts` (--planted; the
+same seed, 7, and offset), and the
+two dev sets (../shared/data/deid-dev and asq-dev notes, unless --no-dev) through the
+literature profile: text dense with names, the hardest case for the triage (the clinical profile
+takes none, see docs/phi.md).
+
+Per set and variant (`full`, `triage`): docs per CPU-second of PhiEngine.redact_batch (what the
+stage calls, batches of 500 as configs/pubmed.yaml; engine set-up excluded and given apart),
+peak RSS of the process, and for `triage` the share of characters sent to spaCy's NER. Per set:
+the documents whose redacted text or entity counts differ between the two, and the replaced
+entities of the full engine only (`lost`, by type) and of the triage only (`added`): counts,
+never values. `projected_default_run` applies the abstracts' rates to the phi stage of the
+default run (bench/default_run.json: its documents into phi, num_proc 2 of configs/pubmed.yaml).
+The machine's load average is recorded at the start and the end: CPU-second rates hold on a
+shared machine, wall times do not."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+OUT = ROOT / "bench" / "phi_triage.json"
+# The dev sets: data/<name> in the checkout, else ../shared/data/<name> beside it or the main checkout.
+DEV_DIRS = [ROOT / "data", ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data"]
+BATCH = 500
+# The planted set of `scripts/eval_phi.py --planted-abstracts N` (its default seed).
+PLANTED_SEED = 7
+
+
+def load_set(name: str, n: int) -> list[str]:
+    if name == "abstracts":
+        from eval_phi import real_abstracts
+        return real_abstracts(n)
+    if name == "planted_abstracts":
+        from eval_phi import real_abstracts
+        from eval_phi_formats import ABSTRACTS_OFFSET, make_planted_abstracts
+        texts = real_abstracts(ABSTRACTS_OFFSET + n)[ABSTRACTS_OFFSET:]
+        return [d["text"] for d in make_planted_abstracts(texts, PLANTED_SEED)]
+    folder = next(d / name for d in DEV_DIRS if (d / name / "notes.jsonl").exists())
+    return [json.loads(line)["text"] for line in (folder / "notes.jsonl").open()][:n]
+
+
+def worker(name: str, n: int, variant: str, out: Path) -> None:
+    """One variant on one set: per document the digest of the redacted text, the counts by type
+    and whether it failed to `out` (a temporary file the parent compares and deletes; no text),
+    and the measurements to stdout."""
+    from pipeline.phi.engine import PhiEngine
+    from pipeline.phi.triage import NerTriage
+    texts = load_set(name, n)
+    t0 = time.process_time()
+    engine = PhiEngine(profile="literature", ner_triage=NerTriage() if variant == "triage" else None).setup()
+    setup = time.process_time() - t0
+    outputs, t0 = [], time.process_time()
+    for i in range(0, len(texts), BATCH):
+        new_texts, counts, failed = engine.redact_batch(texts[i:i + BATCH])
+        outputs += [[hashlib.sha256(t.encode()).hexdigest(), dict(c), f] for t, c, f in zip(new_texts, counts, failed)]
+    cpu = time.process_time() - t0
+    out.write_text(json.dumps(outputs))
+    counts = dict(engine.ner_triage.counts) if engine.ner_triage is not None else {}
+    print(json.dumps({"docs": len(texts), "chars": sum(map(len, texts)), "setup_cpu_seconds": round(setup, 2),
+                      "cpu_seconds": round(cpu, 2), "docs_per_cpu_second": round(len(texts) / cpu, 1),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "triage": counts}))
+
+
+def compare(full: list, triaged: list) -> dict:
+    """Documents whose redacted text differs, and the replaced entities the full engine made
+    and the triaged one did not (`lost`) or the other way round (`added`), by type."""
+    lost, added, differ = Counter(), Counter(), 0
+    for (digest_a, counts_a, failed_a), (digest_b, counts_b, failed_b) in zip(full, triaged):
+        if (digest_a, failed_a) != (digest_b, failed_b) or counts_a != counts_b:
+            differ += 1
+            lost.update(Counter(counts_a) - Counter(counts_b))
+            added.update(Counter(counts_b) - Counter(counts_a))
+    return {"docs_differing": differ, "lost": dict(sorted(lost.items())), "added": dict(sorted(added.items())),
+            "entities_full": sum(sum(c.values()) for _, c, _ in full),
+            "docs_with_phi_full": sum(1 for _, c, _ in full if c)}
+
+
+def measure(name: str, n: int, work: Path) -> dict:
+    row = {}
+    outputs = {}
+    for variant in ("full", "triage"):
+        out = work / f"{name}-{variant}.json"
+        proc = subprocess.run([sys.executable, __file__, "--worker", name, str(n), variant, str(out)],
+                              capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode:
+            raise SystemExit(f"{name}/{variant} failed:\n{proc.stderr[-2000:]}")
+        row[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
+        outputs[variant] = json.loads(out.read_text())
+        out.unlink()
+    tri = row["triage"]["triage"]
+    row["triage"]["share_sent"] = round(tri["chars_sent"] / tri["chars_in"], 4) if tri.get("chars_in") else None
+    row["speedup_docs_per_cpu_second"] = round(row["triage"]["docs_per_cpu_second"] / row["full"]["docs_per_cpu_second"], 2)
+    row["difference"] = compare(outputs["full"], outputs["triage"])
+    return row
+
+
+def _git() -> dict:
+    def run(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    return {"commit": run("rev-parse", "HEAD"), "dirty": bool(run("status", "--porcelain", "pipeline", "scripts"))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=int, default=2000, help="real abstracts")
+    ap.add_argument("--planted", type=int, default=400, help="planted abstracts")
+    ap.add_argument("--no-dev", action="store_true", help="skip the deid-dev and asq-dev notes")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        name, n, variant, out = args.worker
+        worker(name, int(n), variant, Path(out))
+        return
+    report = {"command": "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT)
+                                                   if Path(sys.argv[0]).is_absolute() else sys.argv[0]), *sys.argv[1:]]),
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git(),
+              "cpus": os.cpu_count(), "load_average_start": [round(x, 2) for x in os.getloadavg()],
+              "batch_size": BATCH, "profile": "literature", "planted_seed": PLANTED_SEED, "sets": {}}
+    sets = [("abstracts", args.docs), ("planted_abstracts", args.planted)]
+    if not args.no_dev:
+        sets += [("deid-dev", 10**9), ("asq-dev", 10**9)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, n in sets:
+            t0 = time.time()
+            report["sets"][name] = {**measure(name, n, Path(tmp)), "wall_seconds": round(time.time() - t0, 1)}
+            print(name, json.dumps(report["sets"][name]["difference"]), file=sys.stderr)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    default_run = json.loads((ROOT / "bench" / "default_run.json").read_text())
+    phi = next(s for s in default_run["stages"] if s["stage"] == "phi")
+    rates = report["sets"]["abstracts"]
+    report["projected_default_run"] = {
+        "docs_into_phi": phi["docs_in"], "num_proc": 2, "measured_phi_seconds": phi["seconds"],
+        "measured": f"bench/default_run.json ({default_run['date']})",
+        **{f"phi_seconds_{v}": round(phi["docs_in"] / rates[v]["docs_per_cpu_second"] / 2, 1) for v in ("full", "triage")}}
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    print(json.dumps({k: {"full": v["full"]["docs_per_cpu_second"], "triage": v["triage"]["docs_per_cpu_second"],
+                          "share_sent": v["triage"]["share_sent"], **v["difference"]} for k, v in report["sets"].items()},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
