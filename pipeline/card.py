@@ -50,7 +50,7 @@ def card_metadata(manifest: dict, config) -> dict:
         languages = keep if isinstance(keep, list) else None
     sources = card.source_datasets
     if sources is None:
-        sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in config.run.input.paths]
+        sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for inp in config.inputs.values() for p in inp.paths]
     pretty = card.pretty_name or f"medprep: {config.output_dir.name}"
     meta = {"pretty_name": pretty, "license": card.license}
     if languages:

@@ -82,6 +82,12 @@ class Stage:
     # A stage from another package (entry point group `medprep.stages`): the built-in stage
     # it comes right after in the chain order. Built-in stages are ordered by the registry.
     after: ClassVar[str | None] = None
+    # Where the stage goes in a multi-source run (docs/sources.md): "any" (a source's chain or
+    # the shared tail), "source" (each source's chain only: it depends on what the source is),
+    # "shared" (the shared tail only: it sees the whole corpus).
+    placement: ClassVar[str] = "any"
+    # Whether the stage removes PHI from the texts (phi): a source marked private needs one.
+    clears_phi: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: RunContext | None):
         self.config = config
@@ -124,6 +130,12 @@ class Stage:
         """Where a file this stage `publishes` already is before the stage has run (a file it
         loads as it is), or None."""
         return None
+
+    @classmethod
+    def source_problems(cls, config: StageConfig, sources: list[str]) -> list[str]:
+        """Problems of the stage's options against a multi-source run's source names (an option
+        naming a source it does not have), as `key: message`, checked with the config."""
+        return []
 
     @classmethod
     def model_files(cls, config: StageConfig) -> dict[str, str]:
@@ -277,6 +289,7 @@ def scores_file(task: ShardTask):
 class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
+    placement: ClassVar[str] = "shared"
 
     def run(self, inputs, output) -> dict:
         """See the whole input (pipeline/inputs.py); return extra stats. The work that is per
@@ -302,9 +315,11 @@ class GlobalStage(Stage):
     def apply_marks(self, task: ShardTask) -> dict:
         """The input shard with the given rows (shard-local) removed with `reason` and
         `duplicate_of`: the last step of a deduplication."""
-        from pipeline.documents import DUPLICATE_OF, REASON
+        from pipeline.documents import DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON
         rows = np.asarray(task.params["removed_rows"], np.int64)
         dup_of = np.asarray(task.params["duplicate_of"], object)
+        dup_source = task.params.get("duplicate_of_source")
+        dup_source = np.asarray(dup_source, object) if dup_source is not None else None
         first = task.row0
 
         def mark(table: pa.Table, row0: int) -> pa.Table:
@@ -317,5 +332,10 @@ class GlobalStage(Stage):
             reason[rows[sel] - lo] = task.params["reason"]
             dup[rows[sel] - lo] = dup_of[sel]
             table = table.append_column(REASON, pa.array(reason, pa.string()))
-            return table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
+            table = table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
+            if dup_source is not None:
+                src = np.full(table.num_rows, None, object)
+                src[rows[sel] - lo] = dup_source[sel]
+                table = table.append_column(DUPLICATE_OF_SOURCE, pa.array(src, pa.string()))
+            return table
         return rewrite_shard(self, task, mark)
