@@ -33,13 +33,13 @@ def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: I
     first document lands in (the last shard for trailing ones). Returns ([name, rows], schema,
     the documents' text in UTF-8 bytes: what the run folder's size is compared with)."""
     text_bytes = 0
-    writer = ShardWriter(folder, None, shard_size, prefix=prefix)
-    asides: dict[int, list] = {}
-    empty_schema = None
     if source is not None:
         # A multi-source run: every document carries its source, every shard's name starts with it.
         prefix = f"{source}.{prefix}"
         batches = _with_source(batches, source)
+    writer = ShardWriter(folder, None, shard_size, prefix=prefix)
+    asides: dict[int, list] = {}
+    empty_schema = None
     for batch in batches:
         if batch.set_aside:
             asides.setdefault(writer.rows // shard_size, []).extend(batch.set_aside)

@@ -45,7 +45,8 @@ def _read(folder: RunPath, sub: str = "data", columns=None, limit=SAMPLE) -> pa.
             n += t.num_rows
         if n >= limit:
             break
-    return pa.concat_tables(tables).slice(0, limit) if tables else None
+    # A shared tail holds several sources' columns: a column one lacks is null there.
+    return pa.concat_tables(tables, promote_options="permissive").slice(0, limit) if tables else None
 
 
 class ReportRun:

@@ -169,6 +169,10 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
         fingerprints.append(prev_stats["fingerprint"])
     # A shared tail reads every source's shards (named SOURCE.K), in name order as later stages do.
     shards_in.sort(key=lambda shard: shard.name)
+    names = [shard.name for shard in shards_in]
+    if len(set(names)) != len(names):
+        raise UserError(f"stage '{spec.key}': two of its input shards have one name; a shared tail's input "
+                        "shards are named SOURCE.K (rerun the sources' stages: their output predates sources)")
     fingerprint = fingerprints[0] if len(fingerprints) == 1 else digest(*fingerprints)
     return (lambda output, executor: StageInputs(shards_in, batch_size=run.batch_size)), fingerprint
 

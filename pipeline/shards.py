@@ -186,7 +186,8 @@ def shard_schema(path) -> pa.Schema:
 def read_table(folder, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
     """All shards of a stage folder's data/ (or removed/) as one table, in shard order."""
     tables = [t for f in shard_paths(folder, sub) for t in read_shard(f, None, columns)]
-    return pa.concat_tables(tables) if tables else None
+    # A shared tail holds several sources' columns: a column one lacks is null there.
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
 def stage_shards(folder) -> list[tuple[str, RunPath, int | None]]:
