@@ -102,6 +102,7 @@ def card_text(config, manifest: dict) -> str:
         parts.append(_tokenizer(run_dir, manifest))
     parts.append(_funnel(manifest, stats))
     parts.append(_phi(manifest, stats))
+    parts.append(_sources(manifest))
     dedup = _dedup(manifest, stats)
     if dedup:
         parts.append(dedup)
@@ -122,6 +123,23 @@ def _contents(manifest: dict, row_len: int) -> str:
             + shape + " Tokens after the last full row of a split are counted as leftover, not packed. "
             f"{_n(manifest.get('steps_per_epoch'))} optimizer steps per epoch at batch size "
             f"{_n(manifest.get('batch_size'))} rows (`ceil(train rows / batch size)`).")
+
+
+def _sources(manifest: dict) -> str:
+    """A multi-source run: documents per source, and the mix's token shares of the train split."""
+    sources = manifest.get("sources")
+    if not sources:
+        return ""
+    out = ["## Sources", "", _table(["source", "documents read", "documents kept"],
+                                    [[n, _n(f["docs_read"]), _n(f["docs_out"])] for n, f in sources.items()])]
+    mix = manifest.get("mix")
+    if mix:
+        out += ["", "Train tokens mixed by weight (repeated sources' documents appear that many epochs; validation "
+                "holds each source's documents once):", "",
+                _table(["source", "weight", "share", "epochs", "train tokens before", "after"],
+                       [[n, f"{m['weight']:.3f}", f"{m['share']:.3f}", f"{m['epochs']:.2f}",
+                         _n(m["train_tokens_before"]), _n(m["train_tokens_after"])] for n, m in mix["sources"].items()])]
+    return "\n".join(out)
 
 
 def _loading(run_dir: RunPath, manifest: dict) -> str:

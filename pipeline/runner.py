@@ -72,7 +72,8 @@ def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) 
         run_dir=config.output_dir, seed=config.run.seed,
         upstream={s.name: s.config for s in reversed(chain) if s.name in stage.needs},
         read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.cache_namespace()),
-        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields()))
+        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields()),
+        mix={k: v.model_dump() for k, v in config.run.mix.items()} if config.run.mix else None)
     return stage
 
 

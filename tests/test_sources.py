@@ -55,6 +55,7 @@ stages:
   - split: {{validation_fraction: 0.1}}
   - tokenizer: {{vocab_size: 600, compare: []}}
   - pack: {{seq_len: 128, batch_size: 4}}
+mix: {{pubmed: {{weight: 0.6}}, reports: {{weight: 0.4, max_epochs: 4}}}}
 """
 
 
@@ -186,3 +187,39 @@ def test_medbot_config_validates():
     config = load_config(ROOT / "configs/medbot.yaml")
     assert config.source_names == ["pubmed", "notes"]
     assert [s.key for s in config.stages if s.source is None][:2] == ["dedup_exact", "dedup_minhash"]
+
+
+def test_mix_repeats_the_smaller_source_to_its_share(two_sources):
+    """reports (22 documents against 60) is repeated to 40 % of the packed train tokens; the
+    validation split holds each source's documents once."""
+    manifest = json.loads((two_sources["run"] / "manifest.json").read_text())
+    mix = manifest["mix"]
+    pubmed, reports = mix["sources"]["pubmed"], mix["sources"]["reports"]
+    assert pubmed["epochs"] == 1 and pubmed["repeated_tokens"] == 0
+    assert 1 < reports["epochs"] <= 4 and reports["repeated_tokens"] > 0
+    # The partial epoch is filled to the nearest document (about 700 tokens here).
+    assert abs(reports["share"] - 0.4) < 0.01
+    assert mix["train_tokens"] == manifest["splits"]["train"]["tokens"]
+    assert manifest["splits"]["validation"]["tokens"] == pubmed["validation_tokens"] + reports["validation_tokens"]
+    assert "Mix of sources" in (two_sources["run"] / "report.html").read_text()
+    assert "## Sources" in (two_sources["run"] / "final/README.md").read_text()
+
+
+def test_mix_epochs_and_impossible_mixes():
+    from pipeline.errors import UserError
+    from pipeline.mixing import plan_epochs
+    epochs = plan_epochs({"pubmed": 8_000, "notes": 500}, {"pubmed": {"weight": 0.8, "max_epochs": 1},
+                                                           "notes": {"weight": 0.2, "max_epochs": 4}})
+    assert epochs == {"pubmed": 1.0, "notes": pytest.approx(4.0)}
+    with pytest.raises(UserError, match=r"mix.notes: weight 0.3 needs 6.86 epochs .* max_epochs 4 "
+                                        r"\(at most weight 0.2 "):
+        plan_epochs({"pubmed": 8_000, "notes": 500}, {"pubmed": {"weight": 0.7, "max_epochs": 1},
+                                                      "notes": {"weight": 0.3, "max_epochs": 4}})
+
+
+def test_window_shares():
+    from pipeline.mixing import window_shares
+    lengths = np.array([10, 10, 10, 10, 5, 5])
+    sources = np.array([0, 1, 0, 0, 1, 1])
+    shares = window_shares(lengths, sources, 2, 20)
+    assert shares.tolist() == [[0.5, 0.5], [1.0, 0.0]]

@@ -56,6 +56,8 @@ class RunContext:
     # The columns the stages before this one add (their output_fields): annotations, not
     # fields of the source.
     annotation_columns: tuple[str, ...] = ()
+    # A multi-source run's `mix` ({source: {weight, max_epochs}}), for the stage that applies it.
+    mix: dict | None = None
 
 
 class Stage:
