@@ -41,7 +41,7 @@ class Run:
         self.dir = as_run_path(run_dir)
         if not (self.dir / "stages").is_dir():
             raise UserError(f"{run_dir}: not a run folder (no stages/)")
-        from pipeline.report import chain_order
+        from pipeline.shards import chain_order
         self.stats = sorted((read_json(p) for p in (self.dir / "stages").glob("*/" + STATS)), key=chain_order)
         if not self.stats:
             raise UserError(f"{run_dir}: no stage has finished yet (no stages/*/stats.json)")

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from pipeline.runpath import RunPath, as_run_path, read_json
 from pipeline.sections import Section, bars, table
-from pipeline.shards import STATS, is_purged, read_shard, shard_paths
+from pipeline.shards import STATS, chain_order, is_purged, read_shard, shard_paths
 
 EXAMPLES_PER_REASON = 2
 SAMPLE = 20_000          # documents read for histograms
@@ -27,10 +27,6 @@ EXAMPLE_CHARS = 1500
 def load_stats(run_dir: RunPath) -> list[dict]:
     return sorted((read_json(p) for p in (run_dir / "stages").glob("*/" + STATS)), key=chain_order)
 
-
-def chain_order(s: dict) -> tuple:
-    """A stage's stats in chain order: a multi-source run's sources' chains (by name), then its tail."""
-    return (s.get("source") is None and "source" in s, s.get("source") or "", s["position"])
 
 
 def _stage_dir(run_dir: RunPath, s: dict) -> RunPath:
@@ -193,7 +189,7 @@ def _chain_examples(run_dir: RunPath, stats: list[dict], stages: list, before: l
 
 
 def _label(s: dict) -> str:
-    """A stage as the report names it: `notes.heuristics` for a source's stage."""
+    """A stage as the report names it: `SOURCE.STAGE` for a source's stage."""
     return f"{s['source']}.{s['stage']}" if s.get("source") else s["stage"]
 
 

@@ -179,7 +179,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
 
 
 def stage_dirs_for(config: Config) -> dict[str, RunPath]:
-    """Each stage's folder, by its key (`notes.heuristics` for a source's stage)."""
+    """Each stage's folder, by its key (`SOURCE.STAGE` for a source's stage)."""
     return {s.key: config.output_dir / "stages" / s.folder for s in config.stages}
 
 
@@ -315,7 +315,7 @@ def _link_or_copy(src: RunPath, dst: RunPath) -> None:
 
 def expand_names(config: Config, names: list[str]) -> list[StageSpec]:
     """The stages a name means, in chain order: a stage (every source's, in a multi-source run),
-    a group, a source's stage (`notes.heuristics`), a source's group (`notes.filters`), or a
+    a group, a source's stage (`SOURCE.STAGE`), a source's group (`SOURCE.GROUP`), or a
     source (its whole chain)."""
     wanted: list[StageSpec] = []
     for name in names:

@@ -467,6 +467,12 @@ class StageOutput:
         return stats
 
 
+def chain_order(stats: dict) -> tuple:
+    """A stage's stats.json in chain order: a multi-source run's sources' chains (by name), then
+    its tail."""
+    return (stats.get("source") is None and "source" in stats, stats.get("source") or "", stats["position"])
+
+
 def counts_by_source(named_markers) -> dict:
     """{source: {docs_in, docs_out, removed: {reason: n}}} from (shard name, marker) pairs."""
     out: dict = {}
