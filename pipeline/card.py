@@ -246,7 +246,7 @@ def _tokenizer(run_dir: RunPath, manifest: dict) -> str:
 
 
 def _funnel(manifest: dict, stats: list[dict]) -> str:
-    rows = [[f"{s['position']:02d} {s['stage']}", _n(s["docs_in"]), _n(s["docs_out"]),
+    rows = [[f"{s['position']:02d} {s['source'] + '.' if s.get('source') else ''}{s['stage']}", _n(s["docs_in"]), _n(s["docs_out"]),
              _n(sum(s["removed"].values())),
              ", ".join(f"`{r}` {_n(n)}" for r, n in sorted(s["removed"].items(), key=lambda kv: (-kv[1], kv[0])))
              or "-"] for s in stats]
@@ -262,11 +262,18 @@ def _funnel(manifest: dict, stats: list[dict]) -> str:
 
 
 def _phi(manifest: dict, stats: list[dict]) -> str:
-    phi = next((s for s in stats if "entities" in s), None)
-    if phi is None:
+    stages = [s for s in stats if "entities" in s]
+    if not stages:
         return ("## Protected health information\n\nNo de-identification stage ran: the texts are as the input "
                 "gave them, after the filters.")
-    privacy = manifest.get("privacy") or {}
+    # A multi-source run: each source's phi stage, with that source's privacy record.
+    parts = [_phi_stage(phi, (manifest.get("sources") or {}).get(phi["source"], {}).get("privacy") or {}
+                        if phi.get("source") else manifest.get("privacy") or {}) for phi in stages]
+    header = "## Protected health information\n\n"
+    return "\n\n".join([parts[0]] + [p[len(header):] if p.startswith(header) else p for p in parts[1:]])
+
+
+def _phi_stage(phi: dict, privacy: dict) -> str:
     mode = phi.get("mode")
     how = ("each identifier found is replaced by a typed placeholder (`<|NAME|>`, `<|DATE|>`, ...)"
            if mode == "placeholder" else "each identifier found is replaced by a consistent surrogate (a fake "
@@ -281,7 +288,7 @@ def _phi(manifest: dict, stats: list[dict]) -> str:
                if privacy.get("raw_purged") else "; the stages before it keep their raw data in the run folder")
     ents = phi.get("entities") or {}
     out = ["## Protected health information", "",
-           f"Stage `{phi['stage']}` (profile `{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything "
+           f"Stage `{phi.get('source') + '.' if phi.get('source') else ''}{phi['stage']}` (profile `{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything "
            f"is hashed, counted into the vocabulary or packed: {how}; {ids}; {meta}{raw}. "
            f"{_n(phi.get('docs_with_phi', 0))} of {_n(phi['docs_in'])} documents had at least one identifier "
            "replaced. Counts by type (no value, id or pseudonym is ever recorded):", ""]

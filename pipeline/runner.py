@@ -401,7 +401,9 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         from pipeline.report import write_report
         write_report(config.output_dir)
     for spec, stage in zip(config.stages, stages):
-        manifest.update(stage.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)]))
+        fields = stage.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)])
+        # A source's stage reports on its source (each source's phi its own privacy record).
+        (manifest["sources"][spec.source] if spec.source else manifest).update(fields)
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
     from pipeline.card import write_card
