@@ -77,6 +77,7 @@ def two_sources(tmp_path_factory):
     return {"run": tmp / "run", "config": config, "pubmed": pubmed, "tmp": tmp}
 
 
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
 def test_each_source_has_its_chain_and_the_tail_counts_by_source(two_sources):
     run = two_sources["run"]
     stages = sorted(p.name for p in (run / "stages").iterdir())
@@ -103,6 +104,7 @@ def test_each_source_has_its_chain_and_the_tail_counts_by_source(two_sources):
     assert "Source reports" in report and "reports.heuristics" in report
 
 
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
 def test_priority_keeps_the_preferred_source_and_names_it(two_sources):
     """The pubmed copies are removed (reports first), duplicate_of naming the reports document
     and its source."""
@@ -130,6 +132,7 @@ def test_by_priority_chooses_within_each_group():
     assert by_priority(Inputs, rep, ["a"]).tolist() == [0, 1, 2, 0, 1, 1]
 
 
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
 def test_a_source_stage_runs_alone_by_its_name(two_sources, tmp_path):
     config = two_sources["config"]
     from pipeline.cli import stage_main
@@ -189,6 +192,7 @@ def test_medbot_config_validates():
     assert [s.key for s in config.stages if s.source is None][:2] == ["dedup_exact", "dedup_minhash"]
 
 
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
 def test_mix_repeats_the_smaller_source_to_its_share(two_sources):
     """reports (22 documents against 60) is repeated to 40 % of the packed train tokens; the
     validation split holds each source's documents once."""
