@@ -402,7 +402,7 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         write_report(config.output_dir)
     for spec, stage in zip(config.stages, stages):
         fields = stage.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)])
-        # A source's stage reports on its source (each source's phi its own privacy record).
+        # A source's stage reports on its source: its fields go under manifest.sources.SOURCE.
         (manifest["sources"][spec.source] if spec.source else manifest).update(fields)
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
