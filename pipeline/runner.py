@@ -515,7 +515,7 @@ def source_funnels(config: Config, all_stats: list[dict]) -> dict:
             if spec.source == name:
                 counts = stats
             elif spec.source is None:
-                counts = stats.get("by_source", {}).get(name, {"docs_in": 0, "docs_out": 0, "removed": {}})
+                counts = stats.get("docs_by_source", {}).get(name, {"docs_in": 0, "docs_out": 0, "removed": {}})
             else:
                 continue
             steps.append({"stage": spec.key, "docs_in": counts["docs_in"], "docs_out": counts["docs_out"],

@@ -451,7 +451,7 @@ class StageOutput:
         stats = {"docs_in": sum(m["docs_in"] for m in markers), "docs_out": sum(m["docs_out"] for m in markers),
                  "removed": dict(sorted(reasons.items())), "shards": len(markers), **stats}
         if by_source:
-            stats["by_source"] = counts_by_source(
+            stats["docs_by_source"] = counts_by_source(
                 zip((p.stem for p in sorted((self.tmp / MARKERS).glob("*.json"))), markers))
         removed_total = sum(reasons.values())
         if stats["docs_in"] != stats["docs_out"] + removed_total:

@@ -52,7 +52,7 @@ def run_figures(run_dir: Path) -> dict:
            "mix": manifest.get("mix"), "tokens": manifest.get("tokens"), "sequences": manifest.get("sequences")}
     for s in manifest["stages"]:
         if s["stage"] in ("dedup_exact", "dedup_minhash"):
-            out[s["stage"]] = s.get("by_source")
+            out[s["stage"]] = s.get("docs_by_source")
     return out
 
 

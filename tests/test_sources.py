@@ -98,8 +98,8 @@ def test_each_source_has_its_chain_and_the_tail_counts_by_source(two_sources):
         # Each stage's input is the previous stage's output, source by source.
         assert all(a["docs_out"] == b["docs_in"] for a, b in zip(f["stages"], f["stages"][1:]))
     exact = json.loads((run / "stages/03_dedup_exact/stats.json").read_text())
-    assert sum(v["docs_in"] for v in exact["by_source"].values()) == exact["docs_in"]
-    assert exact["by_source"]["pubmed"]["removed"] == {"exact_duplicate": 1}
+    assert sum(v["docs_in"] for v in exact["docs_by_source"].values()) == exact["docs_in"]
+    assert exact["docs_by_source"]["pubmed"]["removed"] == {"exact_duplicate": 1}
     report = (run / "report.html").read_text()
     assert "Source reports" in report and "reports.heuristics" in report
 
