@@ -17,6 +17,7 @@ from pathlib import Path
 import pipeline
 from pipeline.cache import cache_root, run_cache
 from pipeline.config import Config, StageSpec, expand_paths
+from pipeline.documents import SOURCE
 from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
@@ -72,7 +73,10 @@ def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) 
         run_dir=config.output_dir, seed=config.run.seed,
         upstream={s.name: s.config for s in reversed(chain) if s.name in stage.needs},
         read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.cache_namespace()),
-        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields()),
+        # A multi-source run's `source` column is the run's own (set from the config, replacing any
+        # field of that name): an annotation, kept by a stage that drops the source's other fields.
+        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields())
+        + ((SOURCE,) if config.multi_source else ()),
         mix={k: v.model_dump() for k, v in config.run.mix.items()} if config.run.mix else None)
     return stage
 

@@ -85,6 +85,8 @@ def test_each_source_has_its_chain_and_the_tail_counts_by_source(two_sources):
                       "04_dedup_minhash", "05_split", "06_tokenizer", "07_pack"]
     data = read_arrow_dir(run / "stages/01_reports.normalize/data")
     assert set(data["source"].to_pylist()) == {"reports"}
+    tail = read_arrow_dir(run / "stages/05_split/data")
+    assert sorted(set(tail["source"].to_pylist())) == ["pubmed", "reports"]
     manifest = json.loads((run / "manifest.json").read_text())
     funnel = manifest["sources"]
     # pubmed: 60 documents and the records without an abstract the reader set aside among them.
