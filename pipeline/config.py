@@ -17,10 +17,11 @@ from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in 
 
 
 # What --config means, for both commands' --help.
-CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages (configs/pubmed.yaml "
-               "is the default run, configs/tiny.yaml a small one). Relative paths in it are looked for "
-               "beside the file first, then in the current directory; a relative output_dir is in the "
-               "current directory")
+CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages; or the name of a "
+               "config that ships with medprep: pubmed (the default run), tiny (a small one), clinical_notes, "
+               "clinical_notes_surrogate. Relative paths in it are looked for beside the file first, then in "
+               "the current directory, then among the files medprep ships (a shipped config: there first); a "
+               "relative output_dir is in the current directory")
 
 
 class Strict(BaseModel):
@@ -273,10 +274,13 @@ def _errors(exc: ValidationError, prefix: str = "") -> list[str]:
 def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None,
                 output_dir: str | None = None, text_unit: str | None = None,
                 check_inputs: bool = True, executor: str | None = None) -> Config:
-    """Read and validate a config; raise ConfigError listing every problem by key path."""
-    path = Path(path)
+    """Read and validate a config (a file, or a shipped config's name); raise ConfigError
+    listing every problem by key path."""
+    from pipeline.resources import find_config, is_shipped_config, resource_root, shipped_configs
+    path = find_config(str(path))
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+        raise ConfigError(f"{path}: config file not found (or give the name of a shipped config: "
+                          f"{', '.join(shipped_configs())})")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -286,9 +290,10 @@ def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys")
     raw = dict(raw)
-    # Files the config names are looked for beside it first, then in the current directory;
-    # files given on the command line only in the current directory.
-    resolve = _Resolver(path.parent)
+    # Files the config names are looked for beside it first (in a shipped config: among the
+    # shipped files, whose paths are the repository's), then in the current directory; files
+    # given on the command line only in the current directory.
+    resolve = _Resolver(resource_root() if is_shipped_config(path) else path.parent)
     if isinstance(raw.get("input"), dict) and isinstance(raw["input"].get("paths"), list):
         raw["input"] = {**raw["input"], "paths": [resolve(p) for p in raw["input"]["paths"]]}
     if isinstance(raw.get("stages"), list):
@@ -348,12 +353,16 @@ def _resolve_stage_paths(entry, resolve):
 
 
 class _Resolver:
-    """Relative paths in a config: the config file's folder first, then the current directory
-    (configs/ inside the repo name repo-root paths such as data/raw/...). A path found in
-    neither stays as written; `where` says both places for the error."""
+    """Relative paths in a config: the config file's folder first (a shipped config's: the
+    shipped files' root, pipeline/resources.py), then the current directory, then the shipped
+    files (a copy of a shipped config still finds the model it names). A path found nowhere
+    stays as written; `where` names the places for the error, and how to fetch a file
+    `medprep fetch` provides."""
 
     def __init__(self, base: Path):
+        from pipeline.resources import resource_root
         self.base = base
+        self.shipped = resource_root()
 
     def __call__(self, value):
         if not isinstance(value, str) or not value or Path(value).is_absolute():
@@ -361,14 +370,24 @@ class _Resolver:
         beside = self.base / value
         if _matches(str(beside)):
             return str(beside)
+        if _matches(value):
+            return value                 # in the current directory, as written
+        shipped = self.shipped / value
+        if _matches(str(shipped)):
+            return str(shipped)
         return value
 
     def where(self, value: str) -> str:
         if Path(value).is_absolute():
             return value
-        here = Path.cwd() / value
-        beside = (self.base / value).absolute()
-        return f"{value} (looked in {beside.parent}/ and {here.parent}/)" if beside != here else value
+        places = []
+        for folder in (self.base.absolute(), Path.cwd(), self.shipped):
+            place = f"{(folder / value).parent}/"
+            if place not in places:
+                places.append(place)
+        from pipeline.fetch import fetch_hint
+        return f"{value} (looked in {', '.join(places[:-1])} and {places[-1]})" + fetch_hint(value) \
+            if len(places) > 1 else value + fetch_hint(value)
 
 
 def _matches(path: str) -> bool:

@@ -18,15 +18,44 @@ import json
 import logging
 import multiprocessing as mp
 import sys
+import threading
+from contextlib import contextmanager
 
+from pipeline import progress
 from pipeline.errors import StageFailed, UserError
 from pipeline.tasks import ShardTask
 
 log = logging.getLogger("medprep")
 
 
-def run_task(stage, method: str, task: ShardTask) -> dict:
-    return getattr(stage, method)(task)
+def run_task(stage, method: str, task: ShardTask, key: tuple | None = None) -> dict:
+    """`stage.<method>(task)`; the documents it reports count for the task `key` (progress.py)."""
+    with progress.running_task(key):
+        return getattr(stage, method)(task)
+
+
+class MapProgress:
+    """A map's phase in the running stage's progress (pipeline/progress.py): its tasks' sizes
+    (documents of each input shard, or tasks), the worker count, and each task's key."""
+
+    def __init__(self, stage, method: str, tasks: list[ShardTask], workers: int):
+        self.tracker = progress.current()
+        self.phase = None
+        if self.tracker is not None:
+            name = getattr(stage, "phase_names", {}).get(method, method.removesuffix("_shard").replace("_", " "))
+            sizes = [t.shard.rows if t.shard is not None else None for t in tasks]
+            self.phase = self.tracker.phase(name, sizes, workers)
+
+    def key(self, index: int) -> tuple[int, int] | None:
+        return (self.phase, index) if self.phase is not None else None
+
+    def report(self, key, n: int) -> None:
+        if self.tracker is not None:
+            self.tracker.report(tuple(key), n)
+
+    def done(self, index: int) -> None:
+        if self.tracker is not None:
+            self.tracker.task_done(self.key(index))
 
 
 def needs_setup(stage, method: str) -> bool:
@@ -46,9 +75,11 @@ _worker_stage = None
 _worker_setup_error: str | None = None
 
 
-def _init_worker(stage_cls, config, ctx, setup: bool = True):
+def _init_worker(stage_cls, config, ctx, setup: bool = True, reports=None):
     global _worker_stage, _worker_setup_error
     logging.basicConfig(level=logging.WARNING)
+    if reports is not None:
+        progress.set_sink(progress.QueueSink(reports))
     try:
         _worker_stage = stage_cls(config, ctx)
         if setup:
@@ -59,10 +90,10 @@ def _init_worker(stage_cls, config, ctx, setup: bool = True):
         _worker_setup_error = setup_failure(stage_cls.name, exc)
 
 
-def _task_in_worker(method: str, task: dict) -> dict:
+def _task_in_worker(method: str, task: dict, key: tuple | None = None) -> dict:
     if _worker_setup_error is not None:
         raise StageFailed(_worker_setup_error)
-    return run_task(_worker_stage, method, task)
+    return run_task(_worker_stage, method, task, key)
 
 
 class LocalExecutor:
@@ -101,6 +132,7 @@ class LocalExecutor:
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
+        shown = MapProgress(stage, method, tasks, workers)
         if workers == 1:
             if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
                 try:
@@ -108,12 +140,18 @@ class LocalExecutor:
                 except Exception as exc:
                     raise StageFailed(setup_failure(stage.name, exc)) from exc
                 stage._set_up = True
-            for task in tasks:
-                yield run_task(stage, method, task)
+            progress.set_sink(shown.report)
+            try:
+                for i, task in enumerate(tasks):
+                    result = run_task(stage, method, task, shown.key(i))
+                    shown.done(i)
+                    yield result
+            finally:
+                progress.set_sink(None)
             return
         pool = self._pool_of(stage, workers, setup=needs_setup(stage, method))
         try:
-            yield from pool.map(method, tasks)
+            yield from pool.map(method, tasks, shown)
         except BaseException:
             self.end_stage()             # a broken or interrupted pool is not reused
             raise
@@ -133,27 +171,48 @@ class WorkerPool:
         from concurrent.futures import ProcessPoolExecutor
         self.stage_name = stage.name
         self.num_proc = num_proc
+        context = mp.get_context("spawn")
+        # Documents done, reported by the workers' tasks; a thread hands them to the map's progress.
+        self.reports = context.Queue()
+        self.shown: MapProgress | None = None
+        self._drain = threading.Thread(target=self._drain_reports, name="progress-reports", daemon=True)
+        self._drain.start()
         # spawn: no inherited threads or locks from this process.
-        self.executor = ProcessPoolExecutor(num_proc, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                            initargs=(type(stage), stage.config, stage.ctx, setup))
+        self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
+                                            initargs=(type(stage), stage.config, stage.ctx, setup, self.reports))
         self.processes: dict = {}
 
-    def map(self, method: str, tasks: list[dict]):
+    def _drain_reports(self) -> None:
+        while True:
+            item = self.reports.get()
+            if item is None:
+                return
+            if self.shown is not None:
+                self.shown.report(*item)
+
+    def map(self, method: str, tasks: list[dict], shown: MapProgress | None = None):
         from collections import deque
         from concurrent.futures.process import BrokenProcessPool
+        self.shown = shown
         in_flight: deque = deque()
-        for task in tasks:
+        for i, task in enumerate(tasks):
             try:
-                future = self.executor.submit(_task_in_worker, method, task)
+                future = self.executor.submit(_task_in_worker, method, task, shown.key(i) if shown else None)
             except BrokenProcessPool:
                 raise StageFailed(self._death()) from None
             # The executor starts workers as tasks arrive: note each one, to tell how it ended.
             self.processes.update(self.executor._processes or {})
-            in_flight.append(future)
+            in_flight.append((i, future))
             while len(in_flight) > 2 * self.num_proc:
-                yield self._result(in_flight.popleft())
+                yield self._done(*in_flight.popleft())
         while in_flight:
-            yield self._result(in_flight.popleft())
+            yield self._done(*in_flight.popleft())
+
+    def _done(self, index: int, future):
+        result = self._result(future)
+        if self.shown is not None:
+            self.shown.done(index)
+        return result
 
     def _result(self, future):
         from concurrent.futures.process import BrokenProcessPool
@@ -193,6 +252,9 @@ class WorkerPool:
             if p.exitcode is None:
                 p.terminate()
         self.executor.shutdown(wait=True, cancel_futures=True)
+        self.reports.put(None)
+        self._drain.join(timeout=5)
+        self.reports.close()
 
 
 # ---- ray -----------------------------------------------------------------------------------
@@ -203,8 +265,10 @@ class RayShardWorker:
     stage's map calls. Errors come back as values (one line), not as exceptions wrapped in
     Ray's tracebacks."""
 
-    def __init__(self, stage_cls, config, ctx, setup: bool):
+    def __init__(self, stage_cls, config, ctx, setup: bool, reports=None):
         logging.basicConfig(level=logging.WARNING)
+        if reports is not None:
+            progress.set_sink(lambda key, n: reports.add.remote(key, n))
         self.error = None
         try:
             self.stage = stage_cls(config, ctx)
@@ -216,12 +280,13 @@ class RayShardWorker:
     def __call__(self, batch: dict) -> dict:
         import numpy as np
         results = []
-        for method, raw in zip(batch["method"], batch["task"]):
+        for method, raw, phase, index in zip(batch["method"], batch["task"], batch["phase"], batch["index"]):
             if self.error is not None:
                 results.append(json.dumps({"_error": self.error, "_user": True}))
                 continue
+            key = (int(phase), int(index)) if int(phase) >= 0 else None
             try:
-                results.append(json.dumps(run_task(self.stage, str(method), ShardTask.from_json(raw))))
+                results.append(json.dumps(run_task(self.stage, str(method), ShardTask.from_json(raw), key)))
             except UserError as exc:          # a setup failure, an unreadable input file: one line
                 results.append(json.dumps({"_error": str(exc), "_user": True}))
             except Exception as exc:
@@ -244,6 +309,7 @@ class RayExecutor:
         self.workers = dict(workers or {})
         self.cpus_per_worker = cpus_per_worker
         self._started_here = False
+        self._counter = None
 
     def describe(self) -> dict:
         import ray
@@ -290,15 +356,22 @@ class RayExecutor:
             return
         import ray
         from ray.data import ActorPoolStrategy
-        self.start()
+        shown = MapProgress(stage, method, tasks, self.workers.get(stage.name, 0))
+        self.start()                      # starting Ray counts in the map's phase, not the one before
         size = self.workers_for(stage, len(tasks))
-        items = [{"index": i, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
+        if shown.tracker is not None:
+            shown.tracker.workers = size
+        phase = shown.phase if shown.phase is not None else -1
+        items = [{"index": i, "phase": phase, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
         ds = ray.data.from_items(items, override_num_blocks=len(items))
-        worker = (type(stage), stage.config, stage.ctx, needs_setup(stage, method))
+        reports = self._reports() if shown.tracker is not None else None
+        worker = (type(stage), stage.config, stage.ctx, needs_setup(stage, method), reports)
         out = ds.map_batches(RayShardWorker, fn_constructor_args=worker, batch_size=1,
                              compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker, batch_format="numpy")
-        rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
+        with _polling(reports, shown):
+            rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
         for row in rows:
+            shown.done(int(row["index"]))
             result = json.loads(row["result"])
             if "_error" in result:
                 if result["_user"]:
@@ -306,14 +379,61 @@ class RayExecutor:
                 raise RuntimeError(result["_error"])
             yield result
 
+    def _reports(self):
+        """The actor the workers' tasks report documents done to (one per executor)."""
+        if self._counter is None:
+            import ray
+            self._counter = ray.remote(num_cpus=0)(ReportCounter).remote()
+        return self._counter
+
     def end_stage(self) -> None:
         """Ray Data's actor pools end with each map call."""
 
     def close(self) -> None:
+        self._counter = None
         if self._started_here:
             import ray
             ray.shutdown()
             self._started_here = False
+
+
+class ReportCounter:
+    """A Ray actor: documents done that the workers' tasks report, until the driver takes them."""
+
+    def __init__(self):
+        self.pending: list = []
+
+    def add(self, key, n: int) -> None:
+        self.pending.append((tuple(key), n))
+
+    def take(self) -> list:
+        out, self.pending = self.pending, []
+        return out
+
+
+@contextmanager
+def _polling(counter, shown: MapProgress, interval: float = 0.5):
+    """While the driver waits for a map's results: the reports, every `interval` seconds."""
+    if counter is None:
+        yield
+        return
+    import ray
+    stop = threading.Event()
+
+    def poll():
+        while True:
+            stopping = stop.wait(interval)
+            for key, n in ray.get(counter.take.remote()):
+                shown.report(key, n)
+            if stopping:
+                return
+    thread = threading.Thread(target=poll, name="progress-ray", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def make_executor(executor_cfg, num_proc: int):

@@ -83,6 +83,7 @@ class SourceReader:
     what an executor wraps has the same shape (name, config, ctx, setup, task methods)."""
     name = "read"
     methods_without_setup = frozenset()
+    phase_names = {"ingest_file": "reading the source"}
 
     def __init__(self, config=None, ctx=None):
         self.config, self.ctx = config, ctx
@@ -114,6 +115,9 @@ def ingest_source(input_cfg, run, folder: RunPath, executor=None, source: str | 
         info = _ingest_per_file(input_cfg, run, folder, files, executor, source) \
             if executor is not None and input_cfg.limit is None and len(files) > 1 else None
         if info is None:
+            from pipeline.progress import current
+            if current() is not None:
+                current().phase("reading the source")
             ids = IdCounter()
             shards, _, text_bytes = _write_shards(read_documents(input_cfg, run.batch_size), folder, run.shard_size,
                                                   "", ids, source)

@@ -69,6 +69,12 @@ class StageInputs:
         self.task_seconds += time.perf_counter() - t0
         return out
 
+    def phase(self, name: str) -> None:
+        """A step of the stage on the driver (clustering), for its progress: no tasks."""
+        from pipeline.progress import current
+        if current() is not None:
+            current().phase(name)
+
     def names(self) -> list[str]:
         return [s.name for s in self.shards]
 

@@ -21,6 +21,7 @@ from pipeline.documents import SOURCE
 from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
+from pipeline.progress import stage_line, stage_progress
 from pipeline.runpath import RunPath, read_json, write_json
 from pipeline.shards import STATS, StageOutput, is_done, is_purged, purge_documents, purge_note, stage_shards
 from pipeline.stages import GROUPS, REGISTRY
@@ -105,11 +106,10 @@ def _where(config: Config, spec: StageSpec) -> str:
 
 def run_document_stage(stage: DocumentStage, inputs: StageInputs, output: StageOutput, executor, label: str,
                        scores_key: str | None = None, cache_root: RunPath | None = None,
-                       reuse_scores: bool = True, progress: bool = False) -> dict:
+                       reuse_scores: bool = True) -> dict:
     """Each input shard not finished before becomes a task that writes its own output shard.
     A filter stage (scores_key: its score folder in cache_root) also stores each shard's score
     columns; when all shards have them already, its tasks decide from them, without the model."""
-    from tqdm import tqdm
     done = output.done_shards()
     if done:
         print(f"[{label}] resuming: {len(done & set(inputs.names()))} of {len(inputs.shards)} "
@@ -124,13 +124,8 @@ def run_document_stage(stage: DocumentStage, inputs: StageInputs, output: StageO
         if redecide:
             print(f"[{label}] only thresholds changed: deciding from the scores in {scores_key}, "
                   "without the model", file=sys.stderr)
-    bar = tqdm(total=inputs.total, desc=stage.name, unit="doc", disable=not progress, dynamic_ncols=True,
-               smoothing=0.1)
-    try:
-        for marker in executor.map(stage, method, inputs.shard_tasks(skip=done, scores=scores)):
-            bar.update(marker["docs_in"])
-    finally:
-        bar.close()
+    for _ in executor.map(stage, method, inputs.shard_tasks(skip=done, scores=scores)):
+        pass                   # each task writes its shard and marker; progress comes from the tasks
     totals: Counter = Counter()
     for path in sorted((output.tmp / "shards").glob("*.json")):
         totals.update(read_json(path)["stats"])
@@ -215,7 +210,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         stats = read_json(folder / STATS)
         if stats.get("fingerprint") == fingerprint:
             log.info("%s: finished before with the same config and input, skipped", spec.key)
-            print(f"[{spec.folder}] skipped: done with the same config and input", file=sys.stderr)
+            stage_line(spec.folder, "skipped: done with the same config and input", event="stage_skipped")
             return stats
     document = isinstance(stage, DocumentStage)
     try:
@@ -225,10 +220,11 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
                              fingerprint=fingerprint if document else None)
     except OSError as exc:
         raise UserError(f"{exc.filename or folder}: cannot create the stage folder ({exc.strerror})") from None
-    print(f"[{spec.folder}] running", file=sys.stderr)
+    stage_line(spec.folder, "running", event="stage_start")
     t0 = time.perf_counter()
     inputs = None
-    with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs):
+    with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
+            stage_progress(spec.folder, enabled=config.run.progress):
         inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
         if document:
@@ -237,8 +233,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
             scores_key = (f"cache/scores/{spec.name}/{score_fingerprint(stage, spec, input_fp, config)}"
                           if stage.threshold_options else None)
             extra = run_document_stage(stage, inputs, output, executor, spec.folder, scores_key=scores_key,
-                                       cache_root=cache_root(config), reuse_scores=not force,
-                                       progress=config.run.progress and sys.stderr.isatty())
+                                       cache_root=cache_root(config), reuse_scores=not force)
         else:
             extra = stage.run(inputs, output)
         kind = executor.kind
@@ -252,8 +247,10 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     if output_dir is None:
         _publish(stage, folder, config.output_dir)
     rate = stats["docs_in"] / seconds if seconds else 0.0
-    print(f"[{spec.folder}] in {stats['docs_in']} out {stats['docs_out']} removed "
-          f"{sum(stats['removed'].values())} in {seconds:.1f}s ({rate:,.0f} docs/s)", file=sys.stderr)
+    stage_line(spec.folder, f"in {stats['docs_in']} out {stats['docs_out']} removed "
+               f"{sum(stats['removed'].values())} in {seconds:.1f}s ({rate:,.0f} docs/s)", event="stage_end",
+               docs_in=stats["docs_in"], docs_out=stats["docs_out"], removed=stats["removed"],
+               seconds=round(seconds, 3), rate=round(rate, 1))
     return stats
 
 

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from pipeline.documents import (DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT,
                                 SOURCE, source_of_shard)
+from pipeline.progress import documents_done
 from pipeline.runpath import RunPath, as_run_path, read_json, write_json
 
 SUCCESS = "_SUCCESS"
@@ -146,6 +147,7 @@ def read_shard(path, batch_size: int | None = None, columns: list[str] | None = 
     path = as_run_path(path)
     for table in _raw_tables(path, batch_size, columns):
         yield join_text(table, stages_base(path)) if TEXT_ROW in table.column_names else table
+        documents_done(table.num_rows)       # the caller is back for more: this batch is done
 
 
 def read_shard_refs(path, batch_size: int | None, base: RunPath | None):
@@ -171,6 +173,7 @@ def read_shard_refs(path, batch_size: int | None, base: RunPath | None):
             files = moved.take(pc.index_in(files, value_set=names))
         row += n
         yield table, files, rows
+        documents_done(n)
 
 
 def shard_schema(path) -> pa.Schema:

@@ -479,12 +479,15 @@ def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
             "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
 
 
-def cross_style(thresholds, config: str, work: Path) -> dict:
+CROSS_STYLES = {"asq": ("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
+                "deid": ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()})}
+
+
+def cross_style(thresholds, config: str, work: Path, styles=("asq", "deid")) -> dict:
     """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev."""
     from pipeline.phi.detector import DEFAULT_THRESHOLD
     out = {}
-    for name, notes, gold_path, args in (("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
-                                         ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()})):
+    for name, notes, gold_path, args in (CROSS_STYLES[s] for s in styles):
         docs, gold = load_set(notes, gold_path, None)
         model = detector_model(work, name, **args)
         parts = [({d["id"] for d in docs}, model)]
@@ -715,8 +718,9 @@ def main() -> int:
     ap.add_argument("--asq", action="store_true", help="score data/asq-dev (526 clinical queries), as --dev does")
     ap.add_argument("--cv", type=int, default=0, metavar="K",
                     help="patient-level K-fold cross-validation of the detector on data/deid-dev (the curve's thresholds)")
-    ap.add_argument("--cross-style", action="store_true",
-                    help="detector fitted without asq-dev scored on it, and without deid-dev scored on it")
+    ap.add_argument("--cross-style", nargs="?", const="asq,deid", default="", metavar="asq,deid",
+                    help="detector fitted without asq-dev scored on it (asq), and without deid-dev scored on it "
+                         "(deid); both when no value is given")
     ap.add_argument("--curve", default=",".join(map(str, CURVE)),
                     help="detector thresholds for --cv and --cross-style (default %(default)s, plus the default)")
     ap.add_argument("--mimesis", type=int, default=0, metavar="N",
@@ -743,6 +747,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.input and not args.gold:
         ap.error("--input needs --gold")
+    if args.cross_style and not set(args.cross_style.split(",")) <= set(CROSS_STYLES):
+        ap.error(f"--cross-style: a comma-separated subset of {','.join(CROSS_STYLES)}, not {args.cross_style!r}")
     if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts
             or args.asq or args.cv or args.cross_style or args.mimesis
             or args.mimesis_formats or args.planted_abstracts or args.legal_ids):
@@ -784,7 +790,7 @@ def main() -> int:
         if args.cv:
             report["cv"] = cross_validation(args.cv, thresholds, args.config, work)
         if args.cross_style:
-            report["cross_style"] = cross_style(thresholds, args.config, work)
+            report["cross_style"] = cross_style(thresholds, args.config, work, args.cross_style.split(","))
         if args.mimesis:
             report["synthetic_mimesis"] = synthetic_mimesis(args.mimesis, args.seed, systems, args.config, work,
                                                             args.leaks)
@@ -833,6 +839,8 @@ def main() -> int:
                     "synthetic_templates", "abstracts", "synthetic_mimesis_formats", "planted_abstracts", "legal_ids"):
             if sec not in report and sec in old:
                 report[sec] = old[sec]
+            elif sec == "cross_style" and sec in old:        # one style measured: keep the other's
+                report[sec] = {**old[sec], **report[sec]}
             elif sec in report and sec in old and "systems" in old[sec]:
                 same_set = ("docs", "seed", "gold_mentions", "gold_values")
                 if all(old[sec].get(k) == report[sec].get(k) for k in same_set):   # merge systems

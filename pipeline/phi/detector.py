@@ -20,11 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeline.phi.lexicon import DATA, Lexicon, lexicon
+from pipeline.resources import resource
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
 # The marginal probability of not being O that makes a token PHI (scripts/eval_phi.py --curve).
 DEFAULT_THRESHOLD = 0.2
-HOSPITALS = DATA.parent / "us-hospitals" / "hospitals.csv"
+HOSPITALS = resource("data/us-hospitals/hospitals.csv")
 LABELS = ("PER", "LOC")
 ENTITY = {"PER": "PERSON", "LOC": "LOCATION"}
 
@@ -52,6 +53,10 @@ born raised works worked located visiting vacation home""".split())
 PREP = frozenset("to from at in into near of via @".split())
 # Words of a facility's name that are not the name itself; the list's frequent words are learned
 # from data/us-hospitals (see _hospital_words); these are the ones outside it.
+# Closed-class words that never begin or end a name or a place ("Mercy Hospital [on] May 3",
+# "[our] Chicago clinic"): a run of PHI tokens is trimmed of them at both ends.
+EDGE_WORDS = frozenset("""on in at to from of by for with near via into onto the a an and or our my his her their
+your its is was were are be been has had seen since like as than who which that this these those""".split())
 FACILITY_EXTRA = frozenset("""hospital hosp hospitals clinic clinics center centre ctr med medical health
 healthcare rehab rehabilitation infirmary hospice nursing home manor house snf ltac ltach va vamc unit ward
 floor icu micu sicu ccu csru university univ u college institute""".split())
@@ -263,6 +268,7 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
             last = -1
         if words[i]:
             last = i
+    coded = alphanumeric_pieces(toks)
     head = ["bias", "m=" + mode]
     feats = []
     for i in range(n):
@@ -281,6 +287,8 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
             f.append("initial")
         if i and not gaps[i]:
             f.append("glued")
+        if coded[i]:
+            f.append("code")
         for d in (-2, -1, 1, 2):
             j = i + d
             if j < 0 or j >= n:
@@ -301,17 +309,39 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
     return feats
 
 
+def _edge_word(w: str) -> bool:
+    """A closed-class word at the edge of a run; a capital letter alone is an initial ("A.")."""
+    return w.lower() in EDGE_WORDS and (w.islower() or len(w) > 1)
+
+
+def alphanumeric_pieces(toks: list[tuple[int, int, str]]) -> list[bool]:
+    """Whether each token is the letter part of a word glued to digits ("NCT01234567",
+    "BRCA1", "CD4", "Ste20"): a code, a gene or a registry number, never a person's or a
+    place's name (numbers after a cue are the structured recognizers')."""
+    n = len(toks)
+    out = [False] * n
+    for i in range(n):
+        if not toks[i][2][0].isalpha():
+            continue
+        before = i > 0 and toks[i - 1][1] == toks[i][0] and toks[i - 1][2][0].isdigit()
+        after = i + 1 < n and toks[i + 1][0] == toks[i][1] and toks[i + 1][2][0].isdigit()
+        out[i] = before or after
+    return out
+
+
 def bio_labels(toks: list[tuple[int, int, str]], spans: list[tuple[int, int, str]]) -> list[str]:
     """BIO labels of the tokens for (start, end, label) spans: a word token inside a span is
-    B- or I- (I- after a token of the same label). Numbers and punctuation are O: house
-    numbers and postal codes are the structured recognizers' (pipeline/phi/recognizers.py)."""
+    B- or I- (I- after a token of the same label). Numbers, punctuation and the letters of
+    alphanumeric codes are O: house numbers, postal codes and ids are the structured
+    recognizers' (pipeline/phi/recognizers.py)."""
     import bisect
     labels = ["O"] * len(toks)
     starts = [t[0] for t in toks]
+    coded = alphanumeric_pieces(toks)
     for s, e, label in sorted(spans):
         i = max(bisect.bisect_right(starts, s) - 1, 0)
         while i < len(toks) and toks[i][0] < e:
-            if toks[i][1] > s and toks[i][2][0].isalpha():
+            if toks[i][1] > s and toks[i][2][0].isalpha() and not coded[i]:
                 cont = i > 0 and labels[i - 1][2:] == label
                 labels[i] = ("I-" if cont else "B-") + label
             i += 1
@@ -369,7 +399,8 @@ class PhiDetector:
         self._lowest = min(thr, self.threshold)
         toks, p_phi, lean = self.token_probabilities(text, ents)
         out, i, n = [], 0, len(toks)
-        word = [t[2][0].isalpha() for t in toks]
+        # The letters of an alphanumeric code are not a name, whatever the marginal says.
+        word = [t[2][0].isalpha() and not c for t, c in zip(toks, alphanumeric_pieces(toks))]
         while i < n:
             if p_phi[i] < thr or not word[i]:
                 i += 1
@@ -385,13 +416,22 @@ class PhiDetector:
                 if "\n" in text[toks[j][1]:toks[j + step][0]]:
                     break
                 j += step
+            first, last = i, j
+            while first <= last and (not word[first] or _edge_word(toks[first][2])):
+                first += 1
+            while last >= first and (not word[last] or _edge_word(toks[last][2])):
+                last -= 1
+            if first > last:
+                i = j + 1
+                continue
+            i_next, (i, j) = j + 1, (first, last)
             end = toks[j][1]
             if text[end:end + 1] == "." and len(toks[j][2]) == 1:      # "K." keeps its full stop
                 end += 1
             words = range(i, j + 1)
             entity = "PERSON" if sum(lean[k] for k in words) >= 0 else "LOCATION"
             out.append((toks[i][0], end, entity, sum(p_phi[k] for k in words) / len(words)))
-            i = j + 1
+            i = i_next
         return out
 
 

@@ -45,35 +45,17 @@ def first_names() -> frozenset[str]:
 PROFILES = ("clinical", "literature")
 
 
-def _ner_recognizer(name: str, entity: str, labels: tuple[str, ...], keep):
-    """A Presidio recognizer over spaCy's entities of `labels`: keep(ent, text) gives the
-    (start, end) to report as `entity`, or None to drop the entity."""
+def ner_person_recognizer():
+    """spaCy PERSON entities (literature profile), kept only when they look like a person's
+    name: name-shaped, not a medical eponym or followed by one's head noun ("Parkinson's
+    disease", "Gram stain"), and holding a known given name or preceded by a title. On abstracts
+    spaCy's raw PERSON label fires on genes, drugs and section words; this is what keeps medical
+    text intact. (The clinical profile's names are the detector's, pipeline/phi/detector.py.)"""
     from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-    class _Recognizer(EntityRecognizer):
-        def load(self):
-            pass
-
-        def analyze(self, text, entities, nlp_artifacts=None):
-            if nlp_artifacts is None:
-                return []
-            spans = (keep(ent, text) for ent in nlp_artifacts.entities if ent.label_ in labels)
-            return [RecognizerResult(entity, s, e, 0.85 if entity == "PERSON" else 0.7) for s, e in filter(None, spans)]
-
-    return _Recognizer(supported_entities=[entity], name=name, supported_language="en")
-
-
-def ner_person_recognizer(profile: str = "literature"):
-    """spaCy PERSON entities, kept only when they look like a person's name: name-shaped, not a
-    medical eponym or followed by one's head noun ("Parkinson's disease", "Gram stain"), and
-    (literature profile) holding a known given name or preceded by a title. On abstracts spaCy's
-    raw PERSON label fires on genes, drugs and section words; this is what keeps medical text
-    intact. In the clinical profile a name-shaped PERSON is kept when a word of it is on a name
-    list and is not a common word ("Carevue" and "Sx" are not), or a title precedes it."""
     from pipeline.phi.lexicon import lexicon
     given = first_names()
-    lex = lexicon() if profile == "clinical" else None
-    # Literature: a given name of any locale's list that is not also a common or medical word
+    # A given name of any locale's list that is not also a common or medical word
     # ("Liz Bertone", "Benedikt Fiedler"; not "Gene", "Will").
     world = lexicon()
     given_anywhere = lambda w: w in given or w in world.given and not world.is_common(w)  # noqa: E731
@@ -91,16 +73,23 @@ def ner_person_recognizer(profile: str = "literature"):
         if nxt and nxt.group(1).lower() in EPONYM_HEADS:
             return None
         titled = bool(_TITLE_BEFORE.search(text[max(0, ent.start_char - 6):ent.start_char]))
-        if lex is not None:
-            named = any(lex.is_name(w.lower()) and not lex.is_common(w.lower()) for w in words)
-            return (ent.start_char, ent.start_char + len(span)) if titled or named else None
         # The given name leads a name ("Gene" in "Calcitonin Gene-Related Peptide" does not).
         # A name of one word needs a title ("Zea mays", "Ulva", "Hela" are a genus and a cell line).
         if not titled and (len(words) < 2 or not given_anywhere(words[0].lower())):
             return None
         return ent.start_char, ent.start_char + len(span)
 
-    return _ner_recognizer("medprep_ner_person", "PERSON", ("PERSON",), keep)
+    class NerPersonRecognizer(EntityRecognizer):
+        def load(self):
+            pass
+
+        def analyze(self, text, entities, nlp_artifacts=None):
+            if nlp_artifacts is None:
+                return []
+            spans = (keep(ent, text) for ent in nlp_artifacts.entities if ent.label_ == "PERSON")
+            return [RecognizerResult("PERSON", s, e, 0.85) for s, e in filter(None, spans)]
+
+    return NerPersonRecognizer(supported_entities=["PERSON"], name="medprep_ner_person", supported_language="en")
 
 
 class PhiEngine:
@@ -155,7 +144,7 @@ class PhiEngine:
         # registration numbers, so licences come from our context rules instead.
         from pipeline.phi.international import international_recognizers
         # Closed formats (phones, addresses, postal codes, ids) are found in every profile.
-        recognizers = [ner_person_recognizer(self.profile)] if ner_used else []
+        recognizers = [ner_person_recognizer()] if ner_used else []
         recognizers += [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer(),
                         *international_recognizers(self.profile)]
         if self.profile == "clinical":

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "phi"
+from pipeline.resources import resource
+
+DATA = resource("data/phi")
 
 # Abbreviations and shorthand of clinical notes that collide with name lists ("Aline" is a given
 # name, "A-line" an arterial line). General nursing vocabulary, not values from any note.

@@ -414,6 +414,14 @@ MONTH_DAY_RANGE = re.compile(r"(?<![\d/,+-])(?<!\d\.)(?:0?[1-9]|1[0-2])/(?:0?[1-
                              r"(?:(?:0?[1-9]|1[0-2])/)?(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
 # A two-digit year with an apostrophe after a word or preposition ("CABG '98", "since '05").
 APOSTROPHE_YEAR = re.compile(r"(?<=[A-Za-z][ \t])['’]\d\d\b(?!['’\w]|\s*(?:mg|ml|cc|%|units?)\b)")
+# The apostrophe after the year, as notes also write it ("CVA 74'.", "repair in 14'"); a height
+# (5'6") has a digit after it, a single digit is feet.
+YEAR_APOSTROPHE = re.compile(r"(?<=[A-Za-z][ \t])\d\d['’](?=[\s.,;:)]|$)")
+# Month/day glued to a two-digit year by a full stop ("11/21.93"), and two month/days written
+# as one range with a slash ("10/03/10/04"): dates, not a fraction with a decimal.
+MONTH_DAY_DOT_YEAR = re.compile(r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])\.\d\d(?![\d.]|\s*(?:mg|ml|cc|%))")
+MONTH_DAY_PAIR = re.compile(r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:0?[1-9]|1[0-2])/"
+                            r"(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d)")
 MONTH_YEAR = re.compile(r"(?<![\d/.:,+-])(?:0?[1-9]|1[0-2])/(?:[4-9]\d)(?![\d/%]|\.\d)")
 # "2 nov, 96", "21 Apr, 21", "MARCH OF 1993", "in sept.": month names in any case (not "may").
 _MONTH_FULL = r"(?:january|february|march|april|june|july|august|september|october|november|december)"
@@ -476,7 +484,8 @@ class ClinicalDateRecognizer(RuleRecognizer):
             first = re.match(r"\d+/\d+", m.group())
             if month_day_is_date(text, m.start(), m.start() + first.end()):
                 out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75))
-        out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in APOSTROPHE_YEAR.finditer(text)]
+        for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR):
+            out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in regex.finditer(text)]
         return out
 
 

@@ -81,6 +81,9 @@ class Stage:
     rewrites_text: ClassVar[bool] = False
     # Task methods that need no model: workers running them skip setup().
     methods_without_setup: ClassVar[frozenset[str]] = frozenset()
+    # What progress calls each task method's phase (pipeline/progress.py): a method not named
+    # here is its name without `_shard` (tokenize_shard: "tokenize"); None: no phase name.
+    phase_names: ClassVar[dict[str, str | None]] = {}
     # A stage from another package (entry point group `medprep.stages`): the built-in stage
     # it comes right after in the chain order. Built-in stages are ordered by the registry.
     after: ClassVar[str | None] = None
@@ -214,6 +217,8 @@ class DocumentStage(Stage):
     # The columns `score` adds (declared in output_fields): what is stored per input shard.
     score_columns: ClassVar[tuple[str, ...]] = ()
     methods_without_setup: ClassVar[frozenset[str]] = frozenset({"redecide_shard"})
+    phase_names: ClassVar[dict[str, str | None]] = {"process_shard": None, "score_shard": None,
+                                                     "redecide_shard": "from stored scores"}
 
     def process(self, table: pa.Table) -> pa.Table:
         """Annotate the batch and set REASON on rows to remove."""
@@ -292,6 +297,8 @@ class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
     placement: ClassVar[str] = "shared"
+    phase_names: ClassVar[dict[str, str | None]] = {"copy_shard": "write", "apply_marks": "write",
+                                                     "ids_of_rows": "ids"}
 
     def run(self, inputs, output) -> dict:
         """See the whole input (pipeline/inputs.py); return extra stats. The work that is per

@@ -79,6 +79,7 @@ class MinHashDedup(GlobalStage):
         return priority_problems(config.priority, sources)
 
     engines = ("datasketch", "xxhash", "numpy", "scipy")
+    phase_names = {**GlobalStage.phase_names, "signature_shard": "signatures", "partition_pairs": "partitions"}
 
     def signature_shard(self, task) -> dict:
         """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition; returns
@@ -151,6 +152,7 @@ class MinHashDedup(GlobalStage):
         u = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
         v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         del found
+        inputs.phase("clustering")
         sigs = ShardSignatures(work, names, offsets, cfg.num_perm)
         # Each row's representative, and how far removed documents are from the document kept
         # in their place.

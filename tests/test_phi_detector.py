@@ -1,0 +1,57 @@
+"""The learned detector's span rules and the clinical date grammars, on their own (the committed
+CRF model, no Presidio or spaCy): what the CRF proposes is never the letters of a code
+("NCT01234567", "BRCA1") nor begins or ends with a closed-class word ("on", "our"); dates
+written with the apostrophe after the year, glued to a two-digit year or as a slash range are
+dates; heights and fractions are not."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.phi.detector import EDGE_WORDS, PhiDetector, alphanumeric_pieces, tokenize
+from pipeline.phi.notes import ClinicalDateRecognizer
+
+TEXT = ("Seen at Mercy Hospital on March 3. Trial NCT01234567 and ISRCTN15535800; BRCA1, CD4 and Ste20 "
+        "were assessed at our Chicago clinic by Dr. Ada K. Walsh, who spoke with the wife (Bo Lindqvist).")
+
+
+@pytest.fixture(scope="module")
+def detector():
+    return PhiDetector()
+
+
+def test_alphanumeric_pieces_are_the_letters_glued_to_digits():
+    toks = tokenize("NCT01234567 BRCA1 4Kids Ste20 Smith 12 Jones")
+    coded = {t[2] for t, c in zip(toks, alphanumeric_pieces(toks)) if c}
+    assert coded == {"NCT", "BRCA", "Kids", "Ste"}
+
+
+def test_no_span_is_a_code_or_has_a_closed_class_word_at_its_edge(detector):
+    # At a threshold this low nearly every word is a candidate: the span rules alone decide.
+    spans = detector.spans(TEXT, threshold=1e-6)
+    assert spans
+    for s, e, _, _ in spans:
+        words = [w for _, _, w in tokenize(TEXT[s:e]) if w[0].isalpha()]
+        assert words, TEXT[s:e]
+        for w in (words[0], words[-1]):
+            assert not (w.lower() in EDGE_WORDS and (w.islower() or len(w) > 1)), TEXT[s:e]
+        for code in ("NCT", "ISRCTN", "BRCA", "CD", "Ste"):
+            assert code not in words, TEXT[s:e]
+
+
+def test_the_committed_model_finds_the_names_and_keeps_the_codes(detector):
+    found = " ".join(TEXT[s:e] for s, e, _, _ in detector.spans(TEXT))
+    for value in ("Mercy", "Chicago", "Walsh", "Lindqvist"):
+        assert value in found, found
+    for kept in ("NCT", "BRCA", "Trial", "on", "our"):
+        assert kept not in found.split(), found
+
+
+@pytest.mark.parametrize("text,dates", [
+    ("PMH: CVA 74'. Cholecystectomy 77', HTN", ["74'", "77'"]),
+    ("seen 11/21.93 neuro intact", ["11/21.93"]),
+    ("had treatments 10/03/10/04 and is due", ["10/03/10/04"]),
+    ("she is 5'6\" tall, 1/2.5 mg given, 10' of tubing", []),
+])
+def test_dates_with_the_year_after_an_apostrophe_a_full_stop_or_as_a_slash_range(text, dates):
+    found = [text[r.start:r.end] for r in ClinicalDateRecognizer().analyze(text, ["DATE_TIME"])]
+    assert sorted(found) == sorted(dates), found
