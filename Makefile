@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-decontaminate bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 setup: $(STAMP) $(DATA)
 
@@ -37,6 +37,10 @@ prepare: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# The two-node Ray cluster test (`ray start --head` and a second node on this machine): about a minute.
+test-cluster: setup
+	$(BIN)/python -m pytest -m cluster tests/test_executor.py
+
 # datatrove 0.10 for the comparison, in a virtualenv of its own (see bench/requirements-datatrove.txt).
 .venv-bench/.installed: bench/requirements-datatrove.txt
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
@@ -53,10 +57,18 @@ bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
 	$(BIN)/python scripts/bench_decontaminate.py
+	$(MAKE) bench-default-run
 
 # decontaminate against PubMedQA, 100k and 1M synthetic items: bench/decontaminate.json.
 bench-decontaminate: setup
 	$(BIN)/python scripts/bench_decontaminate.py
+
+# The default run (configs/pubmed.yaml) in a fresh folder, timed, then its figures copied into
+# bench/default_run.json (a finished runs/pubmed would be skipped stage by stage, timing nothing).
+bench-default-run: setup
+	rm -rf bench/work/default_run
+	$(BIN)/python -m pipeline run --config configs/pubmed.yaml --output bench/work/default_run
+	$(BIN)/python scripts/default_run_figures.py bench/work/default_run
 
 # heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
 # documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.

@@ -8,9 +8,10 @@ An executor knows no stage: it wraps any object with `name`, `config`, `ctx`, `s
 `type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
-- ray: Ray Data, `from_items` of shard descriptors into `map_batches` over an actor pool
-  (one actor per worker, `setup()` in its constructor), as NeMo Curator drives Ray. Ray's
-  own file readers and writers are not used: they merge blocks and name files at random.
+- ray: one pool of Ray actors per stage (RayActorPool), built at the stage's first map call,
+  reused by all of its map calls and killed when it ends; each actor sets the stage up once.
+  Ray Data is not used: its `map_batches` builds a new actor pool for every dataset (every
+  map call), and its file readers and writers merge blocks and name files at random.
 """
 from __future__ import annotations
 
@@ -71,58 +72,79 @@ def setup_failure(name: str, exc: BaseException) -> str:
 
 # ---- local ---------------------------------------------------------------------------------
 
+_worker_key: int | None = None
 _worker_stage = None
+_worker_set_up = False
 _worker_setup_error: str | None = None
 
 
-def _init_worker(stage_cls, config, ctx, setup: bool = True, reports=None):
-    global _worker_stage, _worker_setup_error
+def _init_worker(reports=None):
     logging.basicConfig(level=logging.WARNING)
     if reports is not None:
         progress.set_sink(progress.QueueSink(reports))
+
+
+def _bind_stage(key: int, stage_blob: bytes) -> None:
+    """This worker's stage instance for stage `key` (one of the run's stages, in order): the
+    previous stage's instance and its models go first."""
+    global _worker_key, _worker_stage, _worker_set_up, _worker_setup_error
+    if key == _worker_key:
+        return
+    import gc
+    import pickle
+    _worker_stage, _worker_set_up, _worker_setup_error = None, False, None
+    gc.collect()
+    stage_cls, config, ctx = pickle.loads(stage_blob)
+    _worker_key = key
     try:
         _worker_stage = stage_cls(config, ctx)
-        if setup:
-            _worker_stage.setup()
     except Exception as exc:
-        # Raised with the first task instead: an initializer that raises only breaks the
-        # pool (multiprocessing.Pool even respawns the worker forever), losing the cause.
         _worker_setup_error = setup_failure(stage_cls.name, exc)
 
 
-def _task_in_worker(method: str, task: dict, key: tuple | None = None) -> dict:
+def _task_in_worker(key: int, stage_blob: bytes, method: str, task: dict, progress_key: tuple | None = None) -> dict:
+    global _worker_set_up, _worker_setup_error
+    _bind_stage(key, stage_blob)
+    # Set up before the first task that needs the models, once per worker process: the
+    # stage's later map calls reuse it (a threshold-only rerun never loads them).
+    if _worker_setup_error is None and not _worker_set_up and needs_setup(_worker_stage, method):
+        _worker_set_up = True
+        try:
+            _worker_stage.setup()
+        except Exception as exc:
+            _worker_setup_error = setup_failure(_worker_stage.name, exc)
     if _worker_setup_error is not None:
         raise StageFailed(_worker_setup_error)
-    return run_task(_worker_stage, method, task, key)
+    return run_task(_worker_stage, method, task, progress_key)
 
 
 class LocalExecutor:
+    """Shard tasks in this process (one task, or num_proc 1) or in num_proc worker processes.
+    The processes are started once per run and serve every stage in turn: each builds a
+    stage's instance at its first task and sets it up at the first task that needs the
+    models, once for all of the stage's map calls. Starting a process and importing the
+    engines costs about a second, paid once instead of once per stage (a retune reruns
+    seven stages on little data)."""
     kind = "local"
 
     def __init__(self, num_proc: int = 1):
         self.num_proc = num_proc
-        # The pool of the stage running now, kept across its map calls (a global stage maps up
-        # to four times: spawning workers and loading models once saves seconds per call).
         self._pool: WorkerPool | None = None
-        self._pool_for: tuple | None = None
+        self._stage = None               # the stage the workers hold now, and its number
+        self._stage_key = 0
+        self._stage_blob = b""
+        self._stage_workers = 1
 
     def describe(self) -> dict:
         return {"kind": "local", "num_proc": self.num_proc}
 
-    def _pool_of(self, stage, workers: int, setup: bool) -> "WorkerPool":
-        key = self._pool_for
-        if self._pool is not None and key[0] is stage and key[1] == setup and self._pool.num_proc >= workers:
-            return self._pool
-        self.end_stage()
-        self._pool = WorkerPool(stage, workers, setup=setup)
-        self._pool_for = (stage, setup)
-        return self._pool
+    def stage_stats(self) -> dict:
+        """The stage's worker processes (1: the driver ran its tasks)."""
+        return {"workers": self._stage_workers}
 
     def end_stage(self) -> None:
-        """The stage is done: its worker processes go."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = self._pool_for = None
+        """The stage is done (its workers stay for the next stage)."""
+        self._stage, self._stage_workers = None, 1
 
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
@@ -149,15 +171,27 @@ class LocalExecutor:
             finally:
                 progress.set_sink(None)
             return
-        pool = self._pool_of(stage, workers, setup=needs_setup(stage, method))
+        if self._stage is not stage:
+            import pickle
+            self._stage, self._stage_key = stage, self._stage_key + 1
+            self._stage_blob = pickle.dumps((type(stage), stage.config, stage.ctx))
+        self._stage_workers = max(self._stage_workers, workers)
+        if self._pool is None:
+            self._pool = WorkerPool(self.num_proc)
         try:
-            yield from pool.map(method, tasks, shown)
+            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, method, tasks, shown)
         except BaseException:
-            self.end_stage()             # a broken or interrupted pool is not reused
+            self._close_pool()           # a broken or interrupted pool is not reused
             raise
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def close(self) -> None:
         self.end_stage()
+        self._close_pool()
 
 
 class WorkerPool:
@@ -167,9 +201,9 @@ class WorkerPool:
     concurrent.futures marks the pool broken where multiprocessing.Pool would replace the
     worker and wait forever for its lost task."""
 
-    def __init__(self, stage, num_proc: int, setup: bool = True):
+    def __init__(self, num_proc: int):
         from concurrent.futures import ProcessPoolExecutor
-        self.stage_name = stage.name
+        self.stage_name = ""
         self.num_proc = num_proc
         context = mp.get_context("spawn")
         # Documents done, reported by the workers' tasks; a thread hands them to the map's progress.
@@ -179,7 +213,7 @@ class WorkerPool:
         self._drain.start()
         # spawn: no inherited threads or locks from this process.
         self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
-                                            initargs=(type(stage), stage.config, stage.ctx, setup, self.reports))
+                                            initargs=(self.reports,))
         self.processes: dict = {}
 
     def _drain_reports(self) -> None:
@@ -190,14 +224,17 @@ class WorkerPool:
             if self.shown is not None:
                 self.shown.report(*item)
 
-    def map(self, method: str, tasks: list[dict], shown: MapProgress | None = None):
+    def map(self, stage_name: str, key: int, stage_blob: bytes, method: str, tasks: list[dict],
+            shown: MapProgress | None = None):
         from collections import deque
         from concurrent.futures.process import BrokenProcessPool
+        self.stage_name = stage_name
         self.shown = shown
         in_flight: deque = deque()
         for i, task in enumerate(tasks):
             try:
-                future = self.executor.submit(_task_in_worker, method, task, shown.key(i) if shown else None)
+                future = self.executor.submit(_task_in_worker, key, stage_blob, method, task,
+                                              shown.key(i) if shown else None)
             except BrokenProcessPool:
                 raise StageFailed(self._death()) from None
             # The executor starts workers as tasks arrive: note each one, to tell how it ended.
@@ -260,46 +297,131 @@ class WorkerPool:
 # ---- ray -----------------------------------------------------------------------------------
 
 class RayShardWorker:
-    """A Ray Data actor: one stage instance, set up once in the constructor (unless the tasks
-    need no model). Each item names the task method it runs, so one pool could serve all of a
-    stage's map calls. Errors come back as values (one line), not as exceptions wrapped in
-    Ray's tracebacks."""
+    """A Ray actor: one stage instance, set up once, before the first task whose method needs
+    the models (a threshold-only rerun never loads them), and reused by every map call of the
+    stage. Each result carries where it ran (node) and how many setups the actor did. Errors
+    come back as values (one line), not as exceptions wrapped in Ray's tracebacks."""
 
-    def __init__(self, stage_cls, config, ctx, setup: bool, reports=None):
+    def __init__(self, stage_cls, config, ctx, reports=None):
         logging.basicConfig(level=logging.WARNING)
         if reports is not None:
             progress.set_sink(lambda key, n: reports.add.remote(key, n))
         self.error = None
+        self.setups = 0
+        self.set_up = False
+        self.stage_name = stage_cls.name
         try:
             self.stage = stage_cls(config, ctx)
-            if setup:
-                self.stage.setup()
         except Exception as exc:
             self.error = setup_failure(stage_cls.name, exc)
 
-    def __call__(self, batch: dict) -> dict:
-        import numpy as np
-        results = []
-        for method, raw, phase, index in zip(batch["method"], batch["task"], batch["phase"], batch["index"]):
-            if self.error is not None:
-                results.append(json.dumps({"_error": self.error, "_user": True}))
-                continue
-            key = (int(phase), int(index)) if int(phase) >= 0 else None
+    def run(self, method: str, raw: str, key: list | None = None) -> dict:
+        import ray
+        where = {"node": ray.get_runtime_context().get_node_id(), "setups": self.setups}
+        if self.error is None and not self.set_up and needs_setup(self.stage, method):
+            self.set_up = True
             try:
-                results.append(json.dumps(run_task(self.stage, str(method), ShardTask.from_json(raw), key)))
-            except UserError as exc:          # a setup failure, an unreadable input file: one line
-                results.append(json.dumps({"_error": str(exc), "_user": True}))
+                self.stage.setup()
+                self.setups += 1
             except Exception as exc:
-                first = (str(exc).strip().splitlines() or [""])[0]
-                results.append(json.dumps({"_error": f"stage '{self.stage.name}': {type(exc).__name__}: {first}",
-                                           "_user": False}))
-        return {"index": np.asarray(batch["index"]), "result": np.asarray(results, dtype=object)}
+                self.error = setup_failure(self.stage_name, exc)
+            where["setups"] = self.setups
+        if self.error is not None:
+            return {"error": self.error, "user": True, **where}
+        try:
+            return {"result": run_task(self.stage, method, ShardTask.from_json(raw), tuple(key) if key else None),
+                    **where}
+        except UserError as exc:          # an unreadable input file: one line
+            return {"error": str(exc), "user": True, **where}
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            return {"error": f"stage '{self.stage_name}': {type(exc).__name__}: {first}", "user": False, **where}
+
+
+class RayActorPool:
+    """One stage's actors, built when its first map call comes and killed when the stage ends:
+    a global stage's several map passes (signatures, partitions, writes) reuse them, so models
+    load and workers start once per stage, not once per call. Results in task order; every
+    task runs even after one failed (each writes its own marker, so a rerun resumes with
+    only the failed shards), then the first failure is raised."""
+
+    def __init__(self, stage, size: int, cpus_per_worker: float, reports=None):
+        import ray
+        self.stage_name = stage.name
+        # `reports`: the executor's ReportCounter, which the actors' tasks tell documents done.
+        self._new_actor = lambda: ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RayShardWorker).remote(
+            type(stage), stage.config, stage.ctx, reports)
+        self.actors: list = []
+        self.grow(size)
+        self.nodes: set[str] = set()
+        self.setups: dict[int, int] = {}          # actor index -> setups it ran
+        self.map_calls = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.actors)
+
+    def grow(self, size: int) -> None:
+        """At least `size` actors: a later map call of the stage can have more tasks (MinHash's
+        256 partitions after a few input shards) than the first."""
+        while len(self.actors) < size:
+            self.actors.append(self._new_actor())
+
+    def map(self, method: str, tasks: list[ShardTask], shown: MapProgress | None = None):
+        import ray
+        from ray.exceptions import RayActorError
+        self.map_calls += 1
+        idle = list(range(self.size))
+        pending: dict = {}                        # object ref -> (task index, actor index)
+        done: dict[int, dict] = {}
+        next_task = next_out = 0
+        failure = None
+        while next_out < len(tasks):
+            while idle and next_task < len(tasks):
+                a = idle.pop()
+                key = shown.key(next_task) if shown else None
+                pending[self.actors[a].run.remote(method, tasks[next_task].to_json(), key)] = (next_task, a)
+                next_task += 1
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            i, a = pending.pop(ready[0])
+            try:
+                out = ray.get(ready[0])
+            except RayActorError as exc:
+                # The actor's process died (the out-of-memory killer, most often): its tasks
+                # are lost; the stage ends with one line.
+                raise StageFailed(f"stage '{self.stage_name}': a Ray worker died ({type(exc).__name__}; most "
+                                  "often the out-of-memory killer: lower batch_size or the stage's workers, "
+                                  "or give the workers more memory)") from None
+            idle.append(a)
+            self.nodes.add(out["node"])
+            self.setups[a] = out["setups"]
+            done[i] = out
+            while next_out in done:
+                out = done.pop(next_out)
+                next_out += 1
+                if "error" in out:
+                    failure = failure or out
+                elif failure is None:
+                    if shown is not None:
+                        shown.done(next_out - 1)
+                    yield out["result"]
+        if failure is not None:
+            if failure["user"]:
+                raise StageFailed(failure["error"])
+            raise RuntimeError(failure["error"])
+
+    def close(self) -> None:
+        import ray
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
 
 
 class RayExecutor:
     """Shard tasks on a Ray cluster: a local instance (`address` unset: tests, laptops) or a
     running cluster (`address: auto`). Per-stage worker counts follow the stage's cost:
-    `workers: {phi: 400, langid: 4}`; unset, a stage gets one worker per CPU of the cluster."""
+    `workers: {phi: 400, langid: 4}`; unset, a stage gets one worker per CPU of the cluster.
+    One actor pool per stage, kept across its map calls (RayActorPool)."""
     kind = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, workers: dict | None = None,
@@ -309,6 +431,8 @@ class RayExecutor:
         self.workers = dict(workers or {})
         self.cpus_per_worker = cpus_per_worker
         self._started_here = False
+        self._pool: RayActorPool | None = None
+        self._pool_for = None
         self._counter = None
 
     def describe(self) -> dict:
@@ -317,6 +441,7 @@ class RayExecutor:
                "workers": self.workers, "cpus_per_worker": self.cpus_per_worker}
         if ray.is_initialized():
             out["cluster_cpus"] = int(ray.cluster_resources().get("CPU", 0))
+            out["cluster_nodes"] = sum(1 for n in ray.nodes() if n.get("Alive"))
         return out
 
     def start(self) -> None:
@@ -333,15 +458,12 @@ class RayExecutor:
         if self.address:
             ray.init(address=self.address, **kwargs)
         else:
-            ray.init(num_cpus=self.num_cpus, **kwargs)
+            # "local": a new instance of our own, even when a cluster started by `ray start`
+            # runs on this machine (no address would join that one).
+            ray.init(address="local", num_cpus=self.num_cpus, **kwargs)
             self._started_here = True
-        # Ray Data logs every dataset's plan at INFO: the run prints its own one line per stage.
-        for name in ("ray", "ray.data"):
+        for name in ("ray",):
             logging.getLogger(name).setLevel(logging.WARNING)
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.execution_options.preserve_order = True
-        ctx.execution_options.verbose_progress = False
 
     def workers_for(self, stage, n_tasks: int) -> int:
         import ray
@@ -354,30 +476,32 @@ class RayExecutor:
         """Results of `method` on each task, in task order."""
         if not tasks:
             return
-        import ray
-        from ray.data import ActorPoolStrategy
         shown = MapProgress(stage, method, tasks, self.workers.get(stage.name, 0))
         self.start()                      # starting Ray counts in the map's phase, not the one before
         size = self.workers_for(stage, len(tasks))
         if shown.tracker is not None:
             shown.tracker.workers = size
-        phase = shown.phase if shown.phase is not None else -1
-        items = [{"index": i, "phase": phase, "method": method, "task": t.to_json()} for i, t in enumerate(tasks)]
-        ds = ray.data.from_items(items, override_num_blocks=len(items))
         reports = self._reports() if shown.tracker is not None else None
-        worker = (type(stage), stage.config, stage.ctx, needs_setup(stage, method), reports)
-        out = ds.map_batches(RayShardWorker, fn_constructor_args=worker, batch_size=1,
-                             compute=ActorPoolStrategy(size=size), num_cpus=self.cpus_per_worker, batch_format="numpy")
-        with _polling(reports, shown):
-            rows = sorted(out.take_all(), key=lambda r: int(r["index"]))
-        for row in rows:
-            shown.done(int(row["index"]))
-            result = json.loads(row["result"])
-            if "_error" in result:
-                if result["_user"]:
-                    raise StageFailed(result["_error"])
-                raise RuntimeError(result["_error"])
-            yield result
+        if self._pool is None or self._pool_for is not stage:
+            self.end_stage()
+            self._pool = RayActorPool(stage, size, self.cpus_per_worker, reports)
+            self._pool_for = stage
+        self._pool.grow(size)
+        try:
+            with _polling(reports, shown):
+                yield from self._pool.map(method, tasks, shown)
+        except BaseException:
+            self.end_stage()             # a broken or interrupted pool is not reused
+            raise
+
+    def stage_stats(self) -> dict:
+        """The stage's actors: how many it started, on how many nodes they ran tasks, how many
+        map calls they served and how many setups they ran in all (at most one each)."""
+        if self._pool is None:
+            return {}
+        pool = self._pool
+        return {"workers": pool.size, "nodes": len(pool.nodes), "map_calls": pool.map_calls,
+                "setups": sum(pool.setups.values())}
 
     def _reports(self):
         """The actor the workers' tasks report documents done to (one per executor)."""
@@ -387,9 +511,13 @@ class RayExecutor:
         return self._counter
 
     def end_stage(self) -> None:
-        """Ray Data's actor pools end with each map call."""
+        """The stage is done: its actors go."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = self._pool_for = None
 
     def close(self) -> None:
+        self.end_stage()
         self._counter = None
         if self._started_here:
             import ray

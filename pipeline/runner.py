@@ -237,8 +237,9 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         else:
             extra = stage.run(inputs, output)
         kind = executor.kind
+        workers = executor.stage_stats()
     seconds = time.perf_counter() - t0
-    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document)}
+    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document), "executor_workers": workers}
     # A multi-source run's stage says its source and folder; the shared tail's, its counts by source.
     where = {"source": spec.source, "folder": spec.folder} if config.multi_source else {}
     stats = output.commit({"stage": spec.name, "position": spec.position, **where, "medprep": pipeline.__version__,

@@ -3,10 +3,12 @@ Ray with 1 and 2 workers, then a projection for 36 M abstracts from measured cos
 
     python scripts/bench_executor.py [--docs 10000] [--driver-docs 2000000]   # part of `make bench`
 
-1. Three runs of configs/pubmed.yaml on its first `--docs` abstracts (input.limit), each in its
-   own process and run folder: local with num_proc 2; Ray (a local instance with 2 CPUs) with
-   1 worker per stage; Ray with 2 workers per stage. Wall time from the manifest, docs/s,
-   and whether data/, removed/, tokenizer and final/ are byte-identical across the three.
+1. Four runs of configs/pubmed.yaml on its first `--docs` abstracts (input.limit), each in its
+   own process and run folder: local with num_proc 1 and 2; Ray (a local instance with 2 CPUs)
+   with 1 worker per stage and with 2 workers per stage (one actor pool per stage, reused by
+   its map calls). Wall time from the manifest, docs/s, the ratios between them (2 vs 1 Ray
+   workers, 2 vs 1 local processes, Ray vs local at the same worker count), and whether data/,
+   removed/, tokenizer and final/ are byte-identical across the four.
 2. Per-document costs: each stage's shard-task seconds in the 1-worker Ray run (one core) per
    document read, and its driver seconds (reading the source into shards, combining results).
 3. The driver-side steps that do not shrink with more workers, timed at `--driver-docs`
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +42,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORK = ROOT / "bench/work/executor"
-CHAIN = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
-         "split", "tokenizer", "pack"]
+def chain_stages() -> list[str]:
+    """The default chain's stage names, from configs/pubmed.yaml (every one gets the run's worker count)."""
+    import yaml
+    return [next(iter(e)) if isinstance(e, dict) else e for e in yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())["stages"]]
 PUBMED_DOCS = 36_000_000
 PUBMED_FILES = 1334
 CORES = [64, 512, 1024]
@@ -78,14 +84,23 @@ def run_variant(name: str, docs: int, executor: dict, num_proc: int) -> dict:
 
 
 def contract_files(run: Path) -> dict[str, str]:
+    """Digests of the files whose bytes are the contract: stages/, tokenizer/ and final/,
+    except stats (timings) and the dataset card (final/README.md quotes the config: executor,
+    num_proc, the run folder)."""
     import hashlib
     out = {}
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run).as_posix()
         if path.is_file() and rel.split("/")[0] in ("stages", "tokenizer", "final") and \
-                not rel.endswith(("stats.json",)) and "/shards/" not in rel:
+                not rel.endswith(("stats.json",)) and "/shards/" not in rel and rel != "final/README.md":
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
+
+
+def compare_runs(names: list[str]) -> dict:
+    digests = {name: contract_files(WORK / name) for name in names}
+    first = next(iter(digests.values()))
+    return {"identical_outputs": all(d == first for d in digests.values()), "files_compared": len(first)}
 
 
 def driver_steps(n: int) -> dict:
@@ -226,8 +241,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--driver-docs", type=int, default=2_000_000)
+    ap.add_argument("--keep-driver-steps", action="store_true",
+                    help="take the driver-step timings (2 M documents) from the previous bench/executor.json "
+                         "instead of timing them again (they do not depend on the executor)")
     ap.add_argument("--project-only", action="store_true",
-                    help="recompute only the projection from the runs in bench/executor.json")
+                    help="recompute only the projection from the runs in bench/executor.json (and the byte "
+                         "comparison, from the run folders the last run left in bench/work/executor)")
     args = ap.parse_args()
     if args.project_only:
         result = json.loads((ROOT / "bench/executor.json").read_text())
@@ -235,29 +254,46 @@ def main() -> int:
             result["driver_steps"].update(pack_plan_step(result["driver_steps"]["docs"]))
         one = result["runs"]["ray_1_worker"]
         result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
+        if all((WORK / name).is_dir() for name in result["runs"]):   # compare the runs' bytes again
+            result.update(compare_runs(list(result["runs"])))
         (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["projection"], indent=2))
         return 0
     WORK.mkdir(parents=True, exist_ok=True)
-    stages = {s: 1 for s in CHAIN}
+    chain = chain_stages()
+    stages = {s: 1 for s in chain}
     variants = {
+        "local_1_process": ({"kind": "local"}, 1),
         "local_2_processes": ({"kind": "local"}, 2),
         "ray_1_worker": ({"kind": "ray", "num_cpus": 2, "workers": stages}, 1),
-        "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in CHAIN}}, 1),
+        "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in chain}}, 1),
     }
-    result = {"docs": args.docs, "config": "configs/pubmed.yaml (input.limit = docs, report off)", "runs": {}}
+    load_at_start = [round(x, 1) for x in os.getloadavg()]
+    result = {"command": " ".join(["python scripts/bench_executor.py", *sys.argv[1:]]),
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "docs": args.docs, "config": "configs/pubmed.yaml (input.limit = docs, report off)", "runs": {}}
     for name, (executor, num_proc) in variants.items():
         print(f"running {name} ...", file=sys.stderr)
         result["runs"][name] = run_variant(name, args.docs, executor, num_proc)
-    digests = {name: contract_files(WORK / name) for name in variants}
-    first = next(iter(digests.values()))
-    result["identical_outputs"] = all(d == first for d in digests.values())
-    result["files_compared"] = len(first)
-    print("timing driver steps ...", file=sys.stderr)
-    result["driver_steps"] = {**driver_steps(args.driver_docs), **pack_plan_step(args.driver_docs)}
-    one = result["runs"]["ray_1_worker"]
+    result.update(compare_runs(list(variants)))
+    previous = json.loads((ROOT / "bench/executor.json").read_text()) if (ROOT / "bench/executor.json").exists() else {}
+    if args.keep_driver_steps and "driver_steps" in previous:
+        result["driver_steps"] = {**previous["driver_steps"], "kept_from_previous_run": True}
+    else:
+        print("timing driver steps ...", file=sys.stderr)
+        result["driver_steps"] = {**driver_steps(args.driver_docs), **pack_plan_step(args.driver_docs)}
+    runs = result["runs"]
+    one = runs["ray_1_worker"]
     result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
-    result["speedup_2_vs_1_ray_workers"] = round(result["runs"]["ray_2_workers"]["docs_per_s"] / one["docs_per_s"], 2)
+    # Chain wall time ratios on the same work (docs/s of one over the other).
+    result["speedup_2_vs_1_ray_workers"] = round(runs["ray_2_workers"]["docs_per_s"] / one["docs_per_s"], 2)
+    result["speedup_2_vs_1_local_processes"] = round(runs["local_2_processes"]["docs_per_s"]
+                                                     / runs["local_1_process"]["docs_per_s"], 2)
+    result["ray_1_worker_vs_local_1_process"] = round(one["docs_per_s"] / runs["local_1_process"]["docs_per_s"], 2)
+    result["ray_2_workers_vs_local_2_processes"] = round(runs["ray_2_workers"]["docs_per_s"]
+                                                         / runs["local_2_processes"]["docs_per_s"], 2)
+    result["load_average_at_start"] = load_at_start
+    result["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

@@ -92,6 +92,8 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=256)
     ap.add_argument("--workers", default="1,2", help="worker counts to run the stage with (num_proc), in turn")
     ap.add_argument("--ray", action="store_true", help="also run under Ray (executor: ray) with the largest worker count")
+    ap.add_argument("--out", help="write the result to this JSON file instead of under minhash_scale in "
+                                  "bench/results.json (a smaller --docs run that should not replace the 2 M figures)")
     args = ap.parse_args()
     data = WORK / f"input-{args.docs}"
     meta = data / "planted.npy"        # row numbers of the planted near duplicates
@@ -125,6 +127,11 @@ def main() -> int:
         for (executor, n), r in by.items():
             if (executor, n) != ("local", 1):
                 result[f"wall_{executor}_{n}_vs_local_1"] = round(r["wall_s"] / by[("local", 1)]["wall_s"], 3)
+    result["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result))
+        return 0
     results_path = ROOT / "bench/results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
     results["minhash_scale"] = result

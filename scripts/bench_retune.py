@@ -3,6 +3,7 @@
 run with the new threshold.
 
     python scripts/bench_retune.py [--docs 1500] [--before 0.9] [--after 0.5]   # make bench-retune
+    python scripts/bench_retune.py --input OTHER.jsonl --out bench/work/retune-other.json  # another corpus
 
 1. first: a fresh run with max_score = --before (run folder A);
 2. retune: the same config with max_score = --after, run again on folder A: toxicity decides
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,10 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "bench/work/retune"
 
 
-def write_config(name: str, docs: int, max_score: float, out: Path) -> Path:
+def write_config(name: str, docs: int, max_score: float, out: Path, input_path: str | None = None) -> Path:
     import yaml
     raw = yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())
     raw["input"] = {**raw["input"], "limit": docs}
+    if input_path:                  # another corpus (a .jsonl of {"id", "text"} rows, or any reader's format)
+        raw["input"] = {"paths": [str(Path(input_path).resolve())], "limit": docs}
     raw["output_dir"] = str(out)
     raw["report"] = False
     raw["stages"] = [{"toxicity": {**(e["toxicity"] or {}), "max_score": max_score}} if "toxicity" in e else e
@@ -67,9 +71,65 @@ def run(cfg: Path) -> dict:
             "run_folder": manifest.get("run_folder"), "stages": stages}
 
 
+def other_corpus(n: int, path: Path) -> Path:
+    """A corpus the default one is not: abstracts of the other committed MEDLINE file
+    (data/raw/pubmed20n0014.xml.gz) with 8 % near or exact duplicates of earlier ones, 4 % junk
+    (number tables, repeated words) and 2 % with planted PHI (a name, a record number, a date,
+    a phone number), shuffled, as JSONL. Deterministic (seed 0)."""
+    import random
+    sys.path.insert(0, str(ROOT))
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    rng = random.Random(0)
+    n_dup, n_junk, n_phi = n * 8 // 100, n * 4 // 100, n * 2 // 100
+    base = []
+    for batch in read_documents(InputConfig(paths=[str(ROOT / "data/raw/pubmed20n0014.xml.gz")]), 1000):
+        for row in batch.table.select(["id", "text"]).to_pylist():
+            if len((row["text"] or "").split()) >= 60:
+                base.append(row)
+        if len(base) >= n - n_dup - n_junk:
+            break
+    base = base[:n - n_dup - n_junk]
+    docs = [dict(d) for d in base]
+    for i in range(n_phi):        # PHI planted in real abstracts, mid-text
+        d = docs[rng.randrange(len(docs))]
+        words = d["text"].split()
+        cut = len(words) // 2
+        d["text"] = " ".join(words[:cut] + [f"Patient Maria Lopez-{i}, MRN {4400000 + i}, seen on 03/{i % 28 + 1:02d}/2019 "
+                                            f"(phone 617-555-{1000 + i}) at Mercy General Hospital."] + words[cut:])
+    for i in range(n_dup):
+        src = base[rng.randrange(len(base))]
+        words = src["text"].split()
+        if i % 2:
+            words[rng.randrange(len(words))] = "notably"
+        docs.append({"id": f"dup{i:04d}", "text": " ".join(words)})
+    for i in range(n_junk):
+        if i % 2:
+            text = " ".join(str(rng.randrange(10**6)) for _ in range(120))
+        else:
+            text = " ".join(["click here subscribe now"] * 40)
+        docs.append({"id": f"junk{i:04d}", "text": text})
+    rng.shuffle(docs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for d in docs:
+            fh.write(json.dumps({"id": d["id"], "text": d["text"]}, ensure_ascii=False) + "\n")
+    return path
+
+
 def digests(run_dir: Path) -> dict[str, str]:
-    return {p.relative_to(run_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()}
+    """final/ and tokenizer/ files by content, except the dataset card (final/README.md), which
+    names the run folder and the config file: the retuned and the fresh run differ there by
+    design."""
+    return {rel: hashlib.sha256(p.read_bytes()).hexdigest()
+            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()
+            for rel in [p.relative_to(run_dir).as_posix()] if rel != "final/README.md"}
+
+
+def comparison(a: Path, b: Path) -> dict:
+    da, db = digests(a), digests(b)
+    return {"files_compared": len(da), "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
+            "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k))}
 
 
 def main() -> None:
@@ -77,26 +137,44 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1500)
     ap.add_argument("--before", type=float, default=0.9)
     ap.add_argument("--after", type=float, default=0.5)
+    ap.add_argument("--input", help="another corpus instead of configs/pubmed.yaml's input (same chain)")
+    ap.add_argument("--other-corpus", action="store_true",
+                    help="build the other corpus (see other_corpus) and use it as --input; writes "
+                         "bench/retune_other.json unless --out says otherwise")
     ap.add_argument("--out", default=str(ROOT / "bench/retune.json"))
+    ap.add_argument("--recompare", action="store_true",
+                    help="only compare again the run folders the last run left in bench/work/retune, and update "
+                         "the comparison in --out (after a change to what is compared)")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    if args.recompare:
+        result = json.loads(Path(args.out).read_text())
+        result.update(comparison(WORK / "retuned", WORK / "fresh"))
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps({k: result[k] for k in ("files_compared", "identical_final_and_tokenizer", "differing")}))
+        return
+    if args.other_corpus:
+        args.input = str(other_corpus(args.docs, WORK / f"other-corpus-{args.docs}.jsonl").relative_to(ROOT))
+        if args.out == str(ROOT / "bench/retune.json"):
+            args.out = str(ROOT / "bench/retune_other.json")
     a, b = WORK / "retuned", WORK / "fresh"
     for d in (a, b):
         shutil.rmtree(d, ignore_errors=True)
-    first = run(write_config("first", args.docs, args.before, a))
-    retune = run(write_config("retune", args.docs, args.after, a))
-    fresh = run(write_config("fresh", args.docs, args.after, b))
-    da, db = digests(a), digests(b)
+    load_at_start = [round(x, 1) for x in os.getloadavg()]
+    first = run(write_config("first", args.docs, args.before, a, args.input))
+    retune = run(write_config("retune", args.docs, args.after, a, args.input))
+    fresh = run(write_config("fresh", args.docs, args.after, b, args.input))
     result = {
-        "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}",
+        "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}"
+                   + (" --other-corpus" if args.other_corpus else f" --input {args.input}" if args.input else ""),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": "configs/pubmed.yaml", "docs": args.docs, "max_score": {"before": args.before, "after": args.after},
+        "config": "configs/pubmed.yaml", "input": args.input or "configs/pubmed.yaml's", "docs": args.docs, "max_score": {"before": args.before, "after": args.after},
         "first": first, "retune": retune, "fresh": fresh,
         "retune_vs_first_wall": round(retune["wall_s"] / first["wall_s"], 3),
         "retune_vs_first_chain": round(retune["chain_seconds"] / first["chain_seconds"], 3),
-        "files_compared": len(da),
-        "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
-        "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k)),
+        **comparison(a, b),
+        # Other processes on the machine stretch the wall times (and the first run's more: phi).
+        "load_average_at_start": load_at_start, "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

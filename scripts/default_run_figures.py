@@ -5,6 +5,7 @@ against (scripts/readme_figures.py).
 
     make prepare CONFIG=configs/pubmed.yaml
     python scripts/default_run_figures.py runs/pubmed      # writes bench/default_run.json
+    make bench-default-run                                 # the same in a fresh folder (part of make bench)
 
 Only counts, timings and tokenizer figures are copied (the literature profile keeps PMIDs; no
 text, no id)."""
@@ -31,7 +32,8 @@ def main() -> None:
     for s in stages:
         s["docs_per_s"] = round(s["docs_in"] / s["seconds"], 1) if s.get("seconds") else None
     out = {
-        "command": "make prepare CONFIG=configs/pubmed.yaml; python scripts/default_run_figures.py runs/pubmed",
+        "command": ("make prepare CONFIG=configs/pubmed.yaml; python scripts/default_run_figures.py runs/pubmed"
+                    if Path(args.run_dir) == Path("runs/pubmed") else "make bench-default-run"),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "run_dir": str(args.run_dir),
         **{k: manifest.get(k) for k in KEYS},

@@ -211,17 +211,27 @@ def heuristics_table(src: dict) -> str:
 
 def executor_scaling(src: dict) -> str:
     e = load("executor.json", src)
-    labels = {"local_2_processes": "local, `num_proc: 2`", "ray_1_worker": "Ray (local instance, 2 CPUs), 1 worker per stage",
+    labels = {"local_1_process": "local, `num_proc: 1`", "local_2_processes": "local, `num_proc: 2`",
+              "ray_1_worker": "Ray (local instance, 2 CPUs), 1 worker per stage",
               "ray_2_workers": "Ray (local instance, 2 CPUs), 2 workers per stage"}
     lines = ["| executor | documents read | chain wall | docs/s | docs/s per worker |", "|---|---:|---:|---:|---:|"]
     for name, run in e["runs"].items():
-        workers = 1 if name == "ray_1_worker" else 2
+        workers = 1 if name in ("ray_1_worker", "local_1_process") else 2
         lines.append(f"| {labels.get(name, name)} | {run['docs_read']:,} | {run['chain_seconds']:,.1f} s | "
                      f"{run['docs_per_s']:,.1f} | {run['docs_per_s'] / workers:,.1f} |")
     lines.append("")
     same = "byte-identical" if e["identical_outputs"] else "NOT identical"
-    lines.append(f"The three runs' data/, removed/, tokenizer and final/ files ({e['files_compared']:,} files) are {same}. "
-                 f"2 Ray workers do {e['speedup_2_vs_1_ray_workers']:.2f}x the documents per second of 1.")
+    text = (f"The {len(e['runs'])} runs' data/, removed/, tokenizer and final/ files ({e['files_compared']:,} files) are "
+            f"{same}. 2 Ray workers do {e['speedup_2_vs_1_ray_workers']:.2f}x the documents per second of 1")
+    if "speedup_2_vs_1_local_processes" in e:
+        text += (f"; 2 local processes {e['speedup_2_vs_1_local_processes']:.2f}x one; 1 Ray worker "
+                 f"{e['ray_1_worker_vs_local_1_process']:.2f}x one local process, 2 Ray workers "
+                 f"{e['ray_2_workers_vs_local_2_processes']:.2f}x two")
+    text += "."
+    if "load_average_at_start" in e:
+        text += (f" Load average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in e['load_average_at_start'])}, "
+                 f"at the end {', '.join(f'{x:.1f}' for x in e['load_average_at_end'])} ({e['docs']:,} documents, {e['date'][:10]}).")
+    lines.append(text)
     p = e["projection"]
     d = e["driver_steps"]
     lines.append("")

@@ -51,6 +51,17 @@ def tiny_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def ray_instance():
+    """One local Ray instance (2 CPUs) in the test process, for the tests that drive the Ray
+    executor directly: started once per session (each start costs seconds)."""
+    from pipeline.executor import RayExecutor
+    executor = RayExecutor(num_cpus=2)
+    executor.start()
+    yield executor
+    executor.close()
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         for r in rows:

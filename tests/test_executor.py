@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RAW, ROOT, run_cli, write_config
+from conftest import RAW, ROOT, run_cli, write_config, write_jsonl
 
 # Every stage of the default chain, on 300 real abstracts cut into 3 shards.
 CHAIN = """input: {{paths: [{raw}], limit: 300}}
@@ -120,6 +120,11 @@ def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
         assert phi["executor"] == kind and phi["shards"] == 3
     ray_info = json.loads((local_and_ray["ray"] / "manifest.json").read_text())["executor"]
     assert ray_info["address"] == "local" and ray_info["cluster_cpus"] == 2
+    # One actor pool per stage: MinHash's several map passes (signatures, partitions, writes)
+    # ran on the same actors, each set up once.
+    minhash = json.loads((local_and_ray["ray"] / "stages/06_dedup_minhash/stats.json").read_text())
+    assert minhash["executor_workers"]["map_calls"] >= 3
+    assert minhash["executor_workers"]["setups"] <= minhash["executor_workers"]["workers"] == 2
 
 
 @pytest.mark.slow
@@ -342,3 +347,142 @@ def test_several_input_files_are_read_one_task_per_file(tmp_path):
     mixed = sorted(p.name for p in (tmp_path / "mixed/stages/01_normalize/data").glob("*.arrow"))
     assert mixed == ["00000.arrow", "00001.arrow"]
     assert json.loads((tmp_path / "mixed/stages/01_normalize/stats.json").read_text())["docs_out"] == 32
+
+
+class CountingStage:
+    """The executor contract's smallest stage: setup() writes the worker's process id to a log
+    (models load there); its task methods say which process ran them."""
+    name = "counting"
+    methods_without_setup = ("where_without_models",)
+
+    def __init__(self, config, ctx):
+        self.config, self.ctx = config, ctx
+
+    def setup(self):
+        with open(self.config["log"], "a") as log:
+            log.write(f"{os.getpid()}\n")
+
+    def where(self, task):
+        return {"pid": os.getpid(), "shard": task.params["i"]}
+
+    where_without_models = where
+
+
+def _setups_across_map_calls(executor, tmp_path):
+    from pipeline.runpath import RunPath
+    from pipeline.tasks import ShardTask
+    log = tmp_path / "setups.log"
+    stage = CountingStage({"log": str(log)}, None)
+    tasks = [ShardTask(RunPath.of(tmp_path), params={"i": i}) for i in range(6)]
+    calls = [list(executor.map(stage, "where_without_models", tasks))]
+    assert not log.exists()                         # a method without models loads none
+    calls += [list(executor.map(stage, "where", tasks)) for _ in range(3)]
+    stats = executor.stage_stats()
+    assert all([r["shard"] for r in call] == list(range(6)) for call in calls)     # task order
+    pids = {r["pid"] for call in calls for r in call}
+    setups = log.read_text().split()
+    # The same (at most two) workers served all four calls; each set up once, at the first
+    # call that needed the models.
+    assert 1 <= len(pids) <= 2 and os.getpid() not in pids
+    assert len(setups) == len(set(setups)) and set(setups) <= {str(p) for p in pids}
+    assert {str(r["pid"]) for r in calls[1]} <= set(setups)
+    return stage, tasks, stats
+
+
+def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_stage(tmp_path):
+    from pipeline.executor import LocalExecutor
+    executor = LocalExecutor(num_proc=2)
+    try:
+        _, tasks, stats = _setups_across_map_calls(executor, tmp_path)
+        assert stats == {"workers": 2}
+        executor.end_stage()
+        # The next stage runs in the same two processes (started once per run), set up anew.
+        other = CountingStage({"log": str(tmp_path / "other.log")}, None)
+        again = list(executor.map(other, "where", tasks))
+        started = set(executor._pool.processes)
+        assert len(started) == 2 and {r["pid"] for r in again} <= started
+        assert set((tmp_path / "other.log").read_text().split()) == {str(r["pid"]) for r in again}
+    finally:
+        executor.close()
+
+
+@pytest.mark.ray
+def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_go_with_it(ray_instance, tmp_path):
+    import ray
+    from ray.exceptions import RayActorError
+
+    from pipeline.executor import RayExecutor
+    executor = RayExecutor(workers={"counting": 2})
+    stage, tasks, stats = _setups_across_map_calls(executor, tmp_path)
+    assert stats["workers"] == 2 and stats["nodes"] == 1 and stats["map_calls"] == 4
+    assert stats["setups"] == len((tmp_path / "setups.log").read_text().split())
+    actors = executor._pool.actors
+    executor.end_stage()                            # the stage's actors end with it
+    with pytest.raises(RayActorError):
+        ray.get(actors[0].run.remote("where", tasks[0].to_json()), timeout=60)
+    executor.close()
+    assert ray.is_initialized()                     # the session's instance is not this executor's
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.cluster
+def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
+    """As docs/scaling-out.md tells a user: `ray start --head`, a second node with
+    `ray start --address ...` (two raylets on this machine, one CPU each), then a run with
+    `executor: {kind: ray, address: auto}`. Its tasks ran on both nodes, and the bytes are a
+    local run's. The test stops only the cluster it started (its own process groups)."""
+    import shutil
+    import signal
+    import tempfile
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    port = _free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-")          # short: Ray's socket paths have a length limit
+    # Token authentication (Ray's default) off for this throwaway cluster: the user's token
+    # file (~/.ray/auth_token) stays out of the test.
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "disabled"}
+    common = ["--num-cpus", "1", "--object-store-memory", str(150 * 2**20), "--disable-usage-stats", "--block"]
+    nodes = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--temp-dir", temp_dir,
+                               "--include-dashboard", "false", *common],
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    try:
+        import socket
+        import time
+        deadline = time.monotonic() + 120              # the head's port first, then the second node
+        while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}", *common],
+                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      env=env))
+        wait = "import ray, time\nray.init(address='auto')\nwhile ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n"
+        subprocess.run([sys.executable, "-c", wait], env=env, check=True, timeout=120, capture_output=True)
+        src = write_jsonl(tmp_path / "in.jsonl", _notes(200))
+        chain = ("input: {{paths: [{src}]}}\noutput_dir: {out}\nbatch_size: 25\nshard_size: 50\n"
+                 "executor: {executor}\nstages: [normalize, dedup_minhash]\n")
+        for name, executor in (("cluster", "{kind: ray, address: auto}"), ("local", "{kind: local}")):
+            cfg = write_config(tmp_path / f"{name}.yaml", chain.format(src=src, out=tmp_path / name, executor=executor))
+            proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        for node in reversed(nodes):
+            node.send_signal(signal.SIGTERM)           # --block: the node stops its own processes
+            try:
+                node.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(node.pid, signal.SIGKILL)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    manifest = json.loads((tmp_path / "cluster/manifest.json").read_text())
+    assert manifest["executor"]["address"] == "auto" and manifest["executor"]["cluster_nodes"] == 2
+    for stage in ("01_normalize", "02_dedup_minhash"):
+        workers = json.loads((tmp_path / "cluster/stages" / stage / "stats.json").read_text())["executor_workers"]
+        assert workers["workers"] == 2 and workers["nodes"] == 2, (stage, workers)
+    cluster, local = _files(tmp_path / "cluster"), _files(tmp_path / "local")
+    assert sorted(cluster) == sorted(local) and [n for n in local if local[n] != cluster[n]] == []
