@@ -50,7 +50,7 @@ def card_metadata(manifest: dict, config) -> dict:
         languages = keep if isinstance(keep, list) else None
     sources = card.source_datasets
     if sources is None:
-        sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for p in config.run.input.paths]
+        sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for inp in config.inputs.values() for p in inp.paths]
     pretty = card.pretty_name or f"medprep: {config.output_dir.name}"
     meta = {"pretty_name": pretty, "license": card.license}
     if languages:
@@ -102,6 +102,7 @@ def card_text(config, manifest: dict) -> str:
         parts.append(_tokenizer(run_dir, manifest))
     parts.append(_funnel(manifest, stats))
     parts.append(_phi(manifest, stats))
+    parts.append(_sources(manifest))
     dedup = _dedup(manifest, stats)
     if dedup:
         parts.append(dedup)
@@ -122,6 +123,23 @@ def _contents(manifest: dict, row_len: int) -> str:
             + shape + " Tokens after the last full row of a split are counted as leftover, not packed. "
             f"{_n(manifest.get('steps_per_epoch'))} optimizer steps per epoch at batch size "
             f"{_n(manifest.get('batch_size'))} rows (`ceil(train rows / batch size)`).")
+
+
+def _sources(manifest: dict) -> str:
+    """A multi-source run: documents per source, and the mix's token shares of the train split."""
+    sources = manifest.get("sources")
+    if not sources:
+        return ""
+    out = ["## Sources", "", _table(["source", "documents read", "documents kept"],
+                                    [[n, _n(f["docs_read"]), _n(f["docs_out"])] for n, f in sources.items()])]
+    mix = manifest.get("mix")
+    if mix:
+        out += ["", "Train tokens mixed by weight (repeated sources' documents appear that many epochs; validation "
+                "holds each source's documents once):", "",
+                _table(["source", "weight", "share", "epochs", "train tokens before", "after"],
+                       [[n, f"{m['weight']:.3f}", f"{m['share']:.3f}", f"{m['epochs']:.2f}",
+                         _n(m["train_tokens_before"]), _n(m["train_tokens_after"])] for n, m in mix["sources"].items()])]
+    return "\n".join(out)
 
 
 def _loading(run_dir: RunPath, manifest: dict) -> str:
@@ -228,7 +246,7 @@ def _tokenizer(run_dir: RunPath, manifest: dict) -> str:
 
 
 def _funnel(manifest: dict, stats: list[dict]) -> str:
-    rows = [[f"{s['position']:02d} {s['stage']}", _n(s["docs_in"]), _n(s["docs_out"]),
+    rows = [[f"{s['position']:02d} {s['source'] + '.' if s.get('source') else ''}{s['stage']}", _n(s["docs_in"]), _n(s["docs_out"]),
              _n(sum(s["removed"].values())),
              ", ".join(f"`{r}` {_n(n)}" for r, n in sorted(s["removed"].items(), key=lambda kv: (-kv[1], kv[0])))
              or "-"] for s in stats]
@@ -244,11 +262,18 @@ def _funnel(manifest: dict, stats: list[dict]) -> str:
 
 
 def _phi(manifest: dict, stats: list[dict]) -> str:
-    phi = next((s for s in stats if "entities" in s), None)
-    if phi is None:
+    stages = [s for s in stats if "entities" in s]
+    if not stages:
         return ("## Protected health information\n\nNo de-identification stage ran: the texts are as the input "
                 "gave them, after the filters.")
-    privacy = manifest.get("privacy") or {}
+    # A multi-source run: each source's phi stage, with that source's privacy record.
+    parts = [_phi_stage(phi, (manifest.get("sources") or {}).get(phi["source"], {}).get("privacy") or {}
+                        if phi.get("source") else manifest.get("privacy") or {}) for phi in stages]
+    header = "## Protected health information\n\n"
+    return "\n\n".join([parts[0]] + [p[len(header):] if p.startswith(header) else p for p in parts[1:]])
+
+
+def _phi_stage(phi: dict, privacy: dict) -> str:
     mode = phi.get("mode")
     how = ("each identifier found is replaced by a typed placeholder (`<|NAME|>`, `<|DATE|>`, ...)"
            if mode == "placeholder" else "each identifier found is replaced by a consistent surrogate (a fake "
@@ -263,7 +288,7 @@ def _phi(manifest: dict, stats: list[dict]) -> str:
                if privacy.get("raw_purged") else "; the stages before it keep their raw data in the run folder")
     ents = phi.get("entities") or {}
     out = ["## Protected health information", "",
-           f"Stage `{phi['stage']}` (profile `{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything "
+           f"Stage `{phi.get('source') + '.' if phi.get('source') else ''}{phi['stage']}` (profile `{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything "
            f"is hashed, counted into the vocabulary or packed: {how}; {ids}; {meta}{raw}. "
            f"{_n(phi.get('docs_with_phi', 0))} of {_n(phi['docs_in'])} documents had at least one identifier "
            "replaced. Counts by type (no value, id or pseudonym is ever recorded):", ""]

@@ -218,16 +218,16 @@ def stage(args) -> None:
     config = load_config(args.config, text_unit=args.text_unit, check_inputs=False, executor=args.executor)
     specs = expand_names(config, [args.name])
     # Only a stage that reads the source needs the config's input files to exist.
-    if args.input is None and specs[0] is config.stages[0]:
+    if args.input is None and config.reads_source(specs[0]):
         load_config(args.config, text_unit=args.text_unit, check_inputs=True)
     dirs = stage_dirs_for(config)
     if args.output:
         out = RunPath.of(args.output, direct=config.output_dir.direct)
         for spec in specs:
-            dirs[spec.name] = out if len(specs) == 1 else out / spec.folder
+            dirs[spec.key] = out if len(specs) == 1 else out / spec.folder
     for i, spec in enumerate(specs):
         run_stage(config, spec, input_paths=args.input if i == 0 else None,
-                  output_dir=dirs[spec.name] if args.output else None, force=args.force,
+                  output_dir=dirs[spec.key] if args.output else None, force=args.force,
                   stage_dirs=dirs)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.runpath import RunPath
 from pipeline.errors import ConfigError
@@ -73,8 +73,36 @@ class CardConfig(Strict):
     languages: list[Annotated[str, Field(pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]+)?$")]] | None = None
 
 
-class RunConfig(Strict):
+SOURCE_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+class SourceConfig(Strict):
+    """One source of a multi-source run (docs/sources.md): its input and its own per-document
+    chain; the run's `stages:` are then the shared tail every source's documents go through."""
     input: InputConfig
+    stages: list[dict[str, Any]] = Field(min_length=1)
+    # The source's documents carry PHI: its chain must hold a stage that removes it (phi), so
+    # that none reaches the shared tail (cross-source hashing, the tokenizer, pack).
+    private: bool = False
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _stage_entries(cls, value):
+        return stage_entries(value)
+
+
+class MixEntry(Strict):
+    """A source's share of the packed train tokens, and how often its documents may repeat to
+    reach it."""
+    weight: float = Field(gt=0.0)
+    max_epochs: float = Field(default=1.0, ge=1.0)
+
+
+class RunConfig(Strict):
+    # One source (`input:`), or several (`sources:`, each with its input and chain).
+    input: InputConfig | None = None
+    sources: dict[Annotated[str, Field(pattern=SOURCE_NAME)], SourceConfig] | None = None
+    mix: dict[str, MixEntry] | None = None
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
 
     @field_validator("executor", mode="before")
@@ -112,40 +140,76 @@ class RunConfig(Strict):
     @field_validator("stages", mode="before")
     @classmethod
     def _stage_entries(cls, value):
-        if not isinstance(value, list):
-            raise ValueError("must be a list of {stage_name: {options}} entries")
-        out = []
-        for i, entry in enumerate(value):
-            if isinstance(entry, str):
-                entry = {entry: {}}
-            if not isinstance(entry, dict) or len(entry) != 1:
-                raise ValueError(f"entry {i} must be a stage name or a one-key mapping {{name: {{options}}}}")
-            (name, opts), = entry.items()
-            out.append({name: opts if opts is not None else {}})
-        return out
+        return stage_entries(value)
+
+    @model_validator(mode="after")
+    def _one_or_several_sources(self):
+        if (self.input is None) == (self.sources is None):
+            raise ValueError("give either input: (one source) or sources: (several), not both or neither")
+        if self.mix is not None and self.sources is None:
+            raise ValueError("mix: weights sources; it needs sources:")
+        return self
+
+
+def stage_entries(value) -> list[dict]:
+    """A chain's entries as {name: options} (a bare name means no options)."""
+    if not isinstance(value, list):
+        raise ValueError("must be a list of {stage_name: {options}} entries")
+    out = []
+    for i, entry in enumerate(value):
+        if isinstance(entry, str):
+            entry = {entry: {}}
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ValueError(f"entry {i} must be a stage name or a one-key mapping {{name: {{options}}}}")
+        (name, opts), = entry.items()
+        out.append({name: opts if opts is not None else {}})
+    return out
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    position: int            # 1-based place in the chain
+    position: int            # 1-based place in the chain (a shared tail: after the longest source chain)
     name: str
     config: BaseModel
+    # The source whose chain holds it (a multi-source run's per-source stage), else None.
+    source: str | None = None
+    where: str = ""          # its entry in the config, for errors: stages[3].dedup_exact
+
+    @property
+    def key(self) -> str:
+        """What names it in a run: `notes.heuristics` for a source's stage, else its name."""
+        return f"{self.source}.{self.name}" if self.source else self.name
 
     @property
     def folder(self) -> str:
-        return f"{self.position:02d}_{self.name}"
+        return f"{self.position:02d}_{self.key}"
 
 
 @dataclass
 class Config:
     run: RunConfig
-    stages: list[StageSpec]
+    stages: list[StageSpec]      # every source's chain (in config order), then the shared tail
     source: str = "<config>"
     raw: dict = field(default_factory=dict)
 
     @property
     def output_dir(self) -> RunPath:
         return RunPath.of(self.run.output_dir, direct=self.run.commit == "direct")
+
+    @property
+    def multi_source(self) -> bool:
+        return self.run.sources is not None
+
+    @property
+    def inputs(self) -> dict[str | None, InputConfig]:
+        """Each source's input by name (one source: {None: input})."""
+        if self.run.sources is None:
+            return {None: self.run.input}
+        return {name: src.input for name, src in self.run.sources.items()}
+
+    @property
+    def source_names(self) -> list[str]:
+        return list(self.run.sources or ())
 
     def stage(self, name: str) -> StageSpec:
         for spec in self.stages:
@@ -155,6 +219,33 @@ class Config:
 
     def has_stage(self, name: str) -> bool:
         return any(s.name == name for s in self.stages)
+
+    def previous(self, spec: StageSpec) -> list[StageSpec]:
+        """The stages whose output is this one's input: none (it reads its source), the one
+        before it in its chain, or, for the first stage of a shared tail, every source's last."""
+        own = [s for s in self.stages if s.source == spec.source]
+        i = own.index(spec)
+        if i:
+            return [own[i - 1]]
+        if spec.source is None and self.multi_source:
+            return [[s for s in self.stages if s.source == name][-1] for name in self.source_names]
+        return []
+
+    def before(self, spec: StageSpec) -> list[StageSpec]:
+        """Every stage whose documents flow into this one, in chain order."""
+        if spec.source is not None:
+            return [s for s in self.stages if s.source == spec.source and s.position < spec.position]
+        return self.stages[:self.stages.index(spec)]
+
+    def chains(self) -> dict[str | None, list[StageSpec]]:
+        """Each source's whole chain (its stages, then the shared tail) by source."""
+        tail = [s for s in self.stages if s.source is None]
+        if not self.multi_source:
+            return {None: tail}
+        return {name: [s for s in self.stages if s.source == name] + tail for name in self.source_names}
+
+    def reads_source(self, spec: StageSpec) -> bool:
+        return not self.previous(spec)
 
 
 def _loc(loc: tuple) -> str:
@@ -207,18 +298,39 @@ def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None
         raw["input"] = {**raw["input"], "paths": [resolve(p) for p in raw["input"]["paths"]]}
     if isinstance(raw.get("stages"), list):
         raw["stages"] = [_resolve_stage_paths(entry, resolve) for entry in raw["stages"]]
+    if isinstance(raw.get("sources"), dict):
+        raw["sources"] = {name: _resolve_source(src, resolve) for name, src in raw["sources"].items()}
+        if input_paths:
+            raise ConfigError(f"{path}: --input replaces the one input of a config; this one has several "
+                              "sources (sources:): run one source's stage with --input instead "
+                              "(python -m pipeline.stage SOURCE.STAGE --input ...)")
     if input_paths:
         # Files given on the command line are read by their suffix, not the config's format.
         raw["input"] = {**(raw.get("input") or {}), "paths": list(input_paths), "format": "auto"}
     if output_dir:
         raw["output_dir"] = output_dir
-    if text_unit:
+    if text_unit and isinstance(raw.get("sources"), dict):
+        raw["sources"] = {name: {**src, "input": {**(src.get("input") or {}), "text_unit": text_unit}}
+                          if isinstance(src, dict) else src for name, src in raw["sources"].items()}
+    elif text_unit:
         raw["input"] = {**(raw.get("input") or {}), "text_unit": text_unit}
     if executor:
         current = raw.get("executor")
         current = {"kind": current} if isinstance(current, str) else dict(current or {})
         raw["executor"] = {**current, "kind": executor}
     return validate_config(raw, source=str(path), check_inputs=check_inputs, locate=resolve.where)
+
+
+def _resolve_source(src, resolve):
+    """A source entry with its input paths and its stages' `*_path` options resolved."""
+    if not isinstance(src, dict):
+        return src
+    src = dict(src)
+    if isinstance(src.get("input"), dict) and isinstance(src["input"].get("paths"), list):
+        src["input"] = {**src["input"], "paths": [resolve(p) for p in src["input"]["paths"]]}
+    if isinstance(src.get("stages"), list):
+        src["stages"] = [_resolve_stage_paths(entry, resolve) for entry in src["stages"]]
+    return src
 
 
 def _resolve_stage_paths(entry, resolve):
@@ -284,6 +396,23 @@ def _matches(path: str) -> bool:
     return Path(path).exists()
 
 
+def _chains(run: RunConfig | None, raw: dict) -> list[tuple[str, list[dict], str | None]]:
+    """(key path, entries, source) of each chain the config gives: every source's, then the
+    shared tail (one source: its chain)."""
+    def entries(value):
+        try:
+            return stage_entries(value)
+        except ValueError:
+            return []
+    if run is not None:
+        out = [(f"sources.{n}.stages", src.stages, n) for n, src in (run.sources or {}).items()]
+        return out + [("stages", run.stages, None)]
+    sources = raw.get("sources") if isinstance(raw.get("sources"), dict) else {}
+    out = [(f"sources.{n}.stages", entries(src.get("stages")), n) for n, src in sources.items()
+           if isinstance(src, dict)]
+    return out + [("stages", entries(raw.get("stages")), None)]
+
+
 def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool = True,
                     locate=lambda value: value) -> Config:
     from pipeline.stages import REGISTRY
@@ -291,54 +420,72 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     problems: list[str] = []
     try:
         run = RunConfig.model_validate(raw)
-        entries = run.stages
     except ValidationError as exc:
         # Top-level problems are reported together with the stages' own.
         problems.extend(_errors(exc))
         run = None
-        try:
-            entries = RunConfig._stage_entries(raw.get("stages"))
-        except ValueError:
-            entries = []
+    chains = _chains(run, raw)
+    multi = len(chains) > 1 or isinstance(raw.get("sources"), dict)
+    longest = max([len(entries) for _, entries, src in chains if src is not None], default=0)
 
     specs: list[StageSpec] = []
     if run is not None:
         for name in run.executor.workers:
             if name not in REGISTRY:
                 problems.append(f"executor.workers.{name}: unknown stage (known: {', '.join(REGISTRY.names())})")
-    for i, entry in enumerate(entries):
-        (name, opts), = entry.items()
-        where = f"stages[{i}].{name}"
-        if name not in REGISTRY:
-            problems.append(f"stages[{i}]: unknown stage '{name}' (known: {', '.join(REGISTRY.names())})")
-            continue
-        if not isinstance(opts, dict):
-            problems.append(f"{where}: options must be a mapping")
-            continue
-        try:
-            cfg = REGISTRY[name].Config.model_validate(opts)
-        except ConfigError as exc:           # a stage from another package that cannot be loaded
-            problems.append(f"stages[{i}]: {exc}")
-            continue
-        except ValidationError as exc:
-            problems.extend(_errors(exc, where))
-            continue
-        specs.append(StageSpec(position=i + 1, name=name, config=cfg))
+    for prefix, entries, src in chains:
+        for i, entry in enumerate(entries):
+            (name, opts), = entry.items()
+            where = f"{prefix}[{i}].{name}"
+            if name not in REGISTRY:
+                problems.append(f"{prefix}[{i}]: unknown stage '{name}' (known: {', '.join(REGISTRY.names())})")
+                continue
+            if not isinstance(opts, dict):
+                problems.append(f"{where}: options must be a mapping")
+                continue
+            try:
+                cls = REGISTRY[name]
+                cfg = cls.Config.model_validate(opts)
+            except ConfigError as exc:           # a stage from another package that cannot be loaded
+                problems.append(f"{prefix}[{i}]: {exc}")
+                continue
+            except ValidationError as exc:
+                problems.extend(_errors(exc, where))
+                continue
+            if multi and src is not None and cls.placement == "shared":
+                problems.append(f"{where}: a stage over the whole corpus goes in the shared tail (stages:), "
+                                "not in a source's chain")
+            if multi and src is None and cls.placement == "source":
+                problems.append(f"{where}: a per-source stage (it depends on what the source is); "
+                                "put it in each source's stages: (sources.NAME.stages)")
+            position = i + 1 + (longest if multi and src is None else 0)
+            specs.append(StageSpec(position=position, name=name, config=cfg, source=src if multi else None,
+                                   where=where))
 
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        problems.append("stages: a stage is listed twice")
-    order = [REGISTRY.rank(n) for n in names]
-    if order != sorted(order):
-        problems.append("stages: out of order; the chain is " + " -> ".join(REGISTRY.names()))
+    config = Config(run=run, stages=specs, source=source, raw=raw)
+    for key, chain in _spec_chains(config, chains, specs).items():
+        names = [s.name for s in chain]
+        what = f"sources.{key} and stages" if key else "stages"
+        if len(set(names)) != len(names):
+            problems.append(f"{what}: a stage is listed twice")
+        order = [REGISTRY.rank(n) for n in names]
+        if order != sorted(order):
+            problems.append(f"{what}: out of order; the chain is " + " -> ".join(REGISTRY.names()))
+    if run is not None and run.sources is not None:
+        problems.extend(_source_problems(run, specs))
+    elif run is not None:
+        for spec in specs:
+            problems.extend(f"{spec.where}.{p}" for p in REGISTRY[spec.name].source_problems(spec.config, []))
 
     if check_inputs and run is not None:
-        files = expand_paths(run.input.paths)
-        missing = [locate(str(f)) for f in files if not f.exists()]
-        if missing:
-            problems.append(f"input.paths: not found: {', '.join(missing[:5])}")
-        elif not files:
-            problems.append(f"input.paths: no input files matched: {', '.join(locate(p) for p in run.input.paths)}")
+        for name, input_cfg in config.inputs.items():
+            at = f"sources.{name}.input.paths" if name else "input.paths"
+            files = expand_paths(input_cfg.paths)
+            missing = [locate(str(f)) for f in files if not f.exists()]
+            if missing:
+                problems.append(f"{at}: not found: {', '.join(missing[:5])}")
+            elif not files:
+                problems.append(f"{at}: no input files matched: {', '.join(locate(p) for p in input_cfg.paths)}")
     from pipeline.preflight import missing_model_files
     missing, reported = missing_model_files(specs)
     problems.extend(missing)
@@ -346,7 +493,39 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
         for key, value in spec.config.model_dump().items():
             # Stage options that name a model or file must exist before the run starts.
             if key.endswith("_path") and value and value not in reported and not Path(value).exists():
-                problems.append(f"stages[{spec.position - 1}].{spec.name}.{key}: file not found: {locate(value)}")
+                problems.append(f"{spec.where}.{key}: file not found: {locate(value)}")
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))
-    return Config(run=run, stages=specs, source=source, raw=raw)
+    return config
+
+
+def _spec_chains(config: Config, chains, specs: list[StageSpec]) -> dict:
+    """Each source's chain of validated specs, its own stages then the tail (one source: None)."""
+    tail = [s for s in specs if s.source is None]
+    sources = [src for _, _, src in chains if src is not None]
+    if not sources:
+        return {None: tail}
+    return {src: [s for s in specs if s.source == src] + tail for src in sources}
+
+
+def _source_problems(run: RunConfig, specs: list[StageSpec]) -> list[str]:
+    """What a multi-source config can get wrong beyond one chain: a mix of sources it does not
+    have, a stage option naming one (dedup's priority), PHI that could reach the shared tail."""
+    from pipeline.stages import REGISTRY
+    names = list(run.sources)
+    problems = []
+    for key in run.mix or {}:
+        if key not in names:
+            problems.append(f"mix.{key}: unknown source (sources: {', '.join(names)})")
+    if run.mix is not None:
+        for name in names:
+            if name not in run.mix:
+                problems.append(f"mix: no weight for source '{name}' (every source needs one)")
+    for spec in specs:
+        problems.extend(f"{spec.where}.{p}" for p in REGISTRY[spec.name].source_problems(spec.config, names))
+    for name, src in run.sources.items():
+        chain = [s for s in specs if s.source == name]
+        if src.private and not any(REGISTRY[s.name].clears_phi for s in chain):
+            problems.append(f"sources.{name}: its documents carry PHI (private: true) but its chain has no stage "
+                            "that removes it (phi); PHI must be removed before the shared tail")
+    return problems

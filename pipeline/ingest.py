@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+from dataclasses import replace
+
+from pipeline.documents import SOURCE
 from pipeline.inputs import IdCounter, StageInputs
 from pipeline.readers import expand_paths, read_documents
 from pipeline.runpath import RunPath, load_npy, read_json, save_npy, write_json
@@ -24,11 +27,16 @@ from pipeline.tasks import InputShard, ShardTask
 DONE = "_DONE.json"
 
 
-def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: IdCounter) -> tuple[list, object, int]:
+def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: IdCounter,
+                  source: str | None = None) -> tuple[list, object, int]:
     """Documents to shards of `shard_size` rows; a batch's set-aside records go to the shard its
     first document lands in (the last shard for trailing ones). Returns ([name, rows], schema,
     the documents' text in UTF-8 bytes: what the run folder's size is compared with)."""
     text_bytes = 0
+    if source is not None:
+        # A multi-source run: every document carries its source, every shard's name starts with it.
+        prefix = f"{source}.{prefix}"
+        batches = _with_source(batches, source)
     writer = ShardWriter(folder, None, shard_size, prefix=prefix)
     asides: dict[int, list] = {}
     empty_schema = None
@@ -57,6 +65,19 @@ def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: I
     return [[n, c] for n, c in zip(names, counts)], writer.schema, text_bytes
 
 
+def _with_source(batches, source: str):
+    """The reader's batches with a `source` column (the source's name on every row)."""
+    import pyarrow as pa
+    for batch in batches:
+        table = batch.table
+        column = pa.array([source] * table.num_rows, pa.string())
+        if SOURCE in table.column_names:
+            table = table.set_column(table.column_names.index(SOURCE), SOURCE, column)
+        else:
+            table = table.append_column(SOURCE, column)
+        yield replace(batch, table=table)
+
+
 class SourceReader:
     """Reads one input file into shards: the task an executor runs per file. Not a stage, but
     what an executor wraps has the same shape (name, config, ctx, setup, task methods)."""
@@ -76,21 +97,22 @@ class SourceReader:
         cfg = InputConfig.model_validate({**p["input"], "paths": [p["file"]]})
         ids = IdCounter()
         shards, schema, text_bytes = _write_shards(read_documents(cfg, task.batch_size), task.folder,
-                                                   p["shard_size"], f"{p['index']:05d}-", ids)
+                                                   p["shard_size"], f"{p['index']:05d}-", ids, p.get("source"))
         hashes = np.concatenate(ids.hashes) if ids.hashes else np.zeros(0, np.uint64)
         save_npy(task.folder / f"ids-{p['index']:05d}.npy", hashes)
         return {"shards": shards, "schema": schema.to_string() if schema is not None else None,
                 "text_bytes": text_bytes}
 
 
-def ingest_source(input_cfg, run, folder: RunPath, executor=None) -> StageInputs:
+def ingest_source(input_cfg, run, folder: RunPath, executor=None, source: str | None = None) -> StageInputs:
+    """The source cut into shards in `folder` (`source`: a multi-source run's source name)."""
     done = folder / DONE
     t0 = time.perf_counter()
     if not done.exists():
         folder.rmtree()
         folder.mkdir()
         files = expand_paths(input_cfg.paths)
-        info = _ingest_per_file(input_cfg, run, folder, files, executor) \
+        info = _ingest_per_file(input_cfg, run, folder, files, executor, source) \
             if executor is not None and input_cfg.limit is None and len(files) > 1 else None
         if info is None:
             from pipeline.progress import current
@@ -98,7 +120,7 @@ def ingest_source(input_cfg, run, folder: RunPath, executor=None) -> StageInputs
                 current().phase("reading the source")
             ids = IdCounter()
             shards, _, text_bytes = _write_shards(read_documents(input_cfg, run.batch_size), folder, run.shard_size,
-                                                  "", ids)
+                                                  "", ids, source)
             info = {"shards": shards, "duplicate_ids": ids.result(), "text_bytes": text_bytes}
         info["seconds"] = round(time.perf_counter() - t0, 3)
         write_json(done, info)
@@ -112,11 +134,11 @@ def ingest_source(input_cfg, run, folder: RunPath, executor=None) -> StageInputs
     return inputs
 
 
-def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executor) -> dict | None:
+def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executor, source=None) -> dict | None:
     """One task per file. Files whose columns differ are read again in order by the driver,
     which conforms them to the first file's columns (or names the file that cannot be)."""
     reader = SourceReader()
-    params = {"shard_size": run.shard_size, "input": input_cfg.model_dump()}
+    params = {"shard_size": run.shard_size, "input": input_cfg.model_dump(), "source": source}
     tasks = [ShardTask(folder, batch_size=run.batch_size, params={**params, "file": str(f), "index": i})
              for i, f in enumerate(files)]
     results = list(executor.map(reader, "ingest_file", tasks))

@@ -41,18 +41,20 @@ class Run:
         self.dir = as_run_path(run_dir)
         if not (self.dir / "stages").is_dir():
             raise UserError(f"{run_dir}: not a run folder (no stages/)")
-        self.stats = sorted((read_json(p) for p in (self.dir / "stages").glob("*/" + STATS)),
-                            key=lambda s: s["position"])
+        from pipeline.shards import chain_order
+        self.stats = sorted((read_json(p) for p in (self.dir / "stages").glob("*/" + STATS)), key=chain_order)
         if not self.stats:
             raise UserError(f"{run_dir}: no stage has finished yet (no stages/*/stats.json)")
         manifest = self.dir / "manifest.json"
         self.manifest = read_json(manifest) if manifest.exists() else {}
 
     def folder(self, s: dict) -> RunPath:
-        return self.dir / "stages" / f"{s['position']:02d}_{s['stage']}"
+        return self.dir / "stages" / s.get("folder", f"{s['position']:02d}_{s['stage']}")
 
     def previous(self, s: dict) -> dict | None:
-        before = [p for p in self.stats if p["position"] < s["position"]]
+        # A source's stage follows its own source's (a shared tail's first stage: the last source's).
+        before = [p for p in self.stats if p["position"] < s["position"]
+                  and (s.get("source") is None or p.get("source") == s.get("source"))]
         return before[-1] if before else None
 
     def private_until(self) -> int:

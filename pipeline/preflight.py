@@ -36,7 +36,7 @@ def missing_model_files(specs) -> tuple[list[str], set[str]]:
     for spec in specs:
         for path, remedy in REGISTRY[spec.name].model_files(spec.config).items():
             if not Path(path).is_file():
-                problems.append(f"stages[{spec.position - 1}].{spec.name}: model file missing: {path} ({remedy})")
+                problems.append(f"{spec.where}: model file missing: {path} ({remedy})")
                 paths.add(str(path))
     return problems, paths
 

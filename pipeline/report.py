@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from pipeline.runpath import RunPath, as_run_path, read_json
 from pipeline.sections import Section, bars, table
-from pipeline.shards import STATS, is_purged, read_shard, shard_paths
+from pipeline.shards import STATS, chain_order, is_purged, read_shard, shard_paths
 
 EXAMPLES_PER_REASON = 2
 SAMPLE = 20_000          # documents read for histograms
@@ -25,11 +25,12 @@ EXAMPLE_CHARS = 1500
 
 
 def load_stats(run_dir: RunPath) -> list[dict]:
-    return sorted((read_json(p) for p in (run_dir / "stages").glob("*/" + STATS)), key=lambda s: s["position"])
+    return sorted((read_json(p) for p in (run_dir / "stages").glob("*/" + STATS)), key=chain_order)
+
 
 
 def _stage_dir(run_dir: RunPath, s: dict) -> RunPath:
-    return run_dir / "stages" / f"{s['position']:02d}_{s['stage']}"
+    return run_dir / "stages" / s.get("folder", f"{s['position']:02d}_{s['stage']}")
 
 
 def _read(folder: RunPath, sub: str = "data", columns=None, limit=SAMPLE) -> pa.Table | None:
@@ -40,7 +41,8 @@ def _read(folder: RunPath, sub: str = "data", columns=None, limit=SAMPLE) -> pa.
             n += t.num_rows
         if n >= limit:
             break
-    return pa.concat_tables(tables).slice(0, limit) if tables else None
+    # A shared tail holds several sources' columns: a column one lacks is null there.
+    return pa.concat_tables(tables, promote_options="permissive").slice(0, limit) if tables else None
 
 
 class ReportRun:
@@ -65,17 +67,23 @@ def _stages(stats: list[dict], manifest: dict) -> list:
     """The stage object of each stats entry, with its options from the manifest's config (None
     for a stage this installation does not know)."""
     from pipeline.stages import REGISTRY
+    config = manifest.get("config", {})
+    chains = {None: config.get("stages", [])}
+    chains.update({name: (src or {}).get("stages", []) for name, src in (config.get("sources") or {}).items()})
     options = {}
-    for entry in manifest.get("config", {}).get("stages", []):
-        if isinstance(entry, dict) and len(entry) == 1:
-            (name, opts), = entry.items()
-            options[name] = opts or {}
+    for source, entries in chains.items():
+        for entry in entries:
+            if isinstance(entry, dict) and len(entry) == 1:
+                (name, opts), = entry.items()
+                options[(source, name)] = opts or {}
+            elif isinstance(entry, str):
+                options[(source, entry)] = {}
     out = []
     for s in stats:
         stage = None
         if s["stage"] in REGISTRY:
             cls = REGISTRY[s["stage"]]
-            for opts in (options.get(s["stage"], {}), {}):
+            for opts in (options.get((s.get("source"), s["stage"]), {}), {}):
                 try:
                     stage = cls(cls.Config.model_validate(opts), None)
                     break
@@ -112,10 +120,42 @@ def _renamer(stats: list[dict], stages: list):
     return None, None
 
 
+def _chains(stats: list[dict], stages: list) -> list[tuple[list[dict], list]]:
+    """The chains of a run as (stats, stages): one, or a multi-source run's sources' own (each
+    with its stages' `source`), then its shared tail."""
+    sources = list(dict.fromkeys(s["source"] for s in stats if s.get("source")))
+    if not sources:
+        return [(stats, stages)]
+    pairs = list(zip(stats, stages))
+    return [tuple(map(list, zip(*[p for p in pairs if p[0].get("source") == key]))) for key in sources + [None]
+            if any(p[0].get("source") == key for p in pairs)]
+
+
 def _examples(run_dir: RunPath, stats: list[dict], stages: list) -> list[tuple[str, str, str, str]]:
-    """(stage, reason, id, redacted text) for a few removed documents per reason. Documents
+    """(stage, reason, id, redacted text) for a few removed documents per reason, chain by chain
+    (a shared tail's documents are looked up in every source's last stage)."""
+    picks = []
+    chains = _chains(stats, stages)
+    last_of_sources = [chain[-1] for chain, _ in chains[:-1]] if len(chains) > 1 else []
+    for chain, chain_stages in chains:
+        before = last_of_sources if chain and chain[0].get("source") is None else []
+        picks += _chain_examples(run_dir, chain, chain_stages, before)
+    texts = [text for *_, text, _ in picks if text]
+    redact = None
+    if texts:
+        redact = next((r for r in (st.report_redactor() for st in stages if st is not None) if r), None)
+    # Redact the whole text, then cut: a value on the cut would otherwise show in part.
+    redacted = iter(t[:EXAMPLE_CHARS] for t in redact(texts)) if redact is not None else None
+    unredacted = "(text not shown: no stage of the chain redacts the report's examples)"
+    return [(stage, reason, doc_id, (next(redacted) if redacted is not None else unredacted) if text else missing)
+            for stage, reason, doc_id, text, missing in picks]
+
+
+def _chain_examples(run_dir: RunPath, stats: list[dict], stages: list, before: list[dict]) -> list[tuple]:
+    """One chain's picks: (stage, reason, id, text or None, what to say without it). Documents
     removed before a stage that renames ids are shown under its names for them (as removed/
-    holds them once a purge has run), never under their raw ids."""
+    holds them once a purge has run), never under their raw ids. `before`: the stages whose
+    output is the chain's input (a shared tail's)."""
     renamed_at, rename = _renamer(stats, stages)
     picks = []
     for i, s in enumerate(stats):
@@ -130,11 +170,13 @@ def _examples(run_dir: RunPath, stats: list[dict], stages: list) -> list[tuple[s
         texts: dict[str, str] = {}
         if "text" in removed.column_names:
             texts = dict(zip(removed["id"].to_pylist(), removed["text"].to_pylist()))
-        elif i:
+        elif i or before:
             # The renaming stage's removed ids are its names for the ids its input holds.
-            texts = _texts_of(_stage_dir(run_dir, stats[i - 1]), {doc_id for _, doc_id in chosen},
-                              rename if s["position"] == renamed_at else None)
-        purged = is_purged(folder) or (i > 0 and is_purged(_stage_dir(run_dir, stats[i - 1])))
+            for prev in ([stats[i - 1]] if i else before):
+                texts.update(_texts_of(_stage_dir(run_dir, prev), {doc_id for _, doc_id in chosen},
+                                       rename if s["position"] == renamed_at else None))
+        previous = [stats[i - 1]] if i else before
+        purged = is_purged(folder) or any(is_purged(_stage_dir(run_dir, p)) for p in previous)
         raw_ids = rename is not None and s["position"] < renamed_at and not is_purged(folder)
         for reason, doc_id in chosen:
             shown = doc_id
@@ -142,16 +184,28 @@ def _examples(run_dir: RunPath, stats: list[dict], stages: list) -> list[tuple[s
                 shown = rename([doc_id])[0]
             missing = "(no text: removed from the run folder after the run)" if purged \
                 else "(no text: set aside by the reader)"
-            picks.append((s["stage"], reason, shown, texts.get(doc_id), missing))
-    texts = [text for *_, text, _ in picks if text]
-    redact = None
-    if texts:
-        redact = next((r for r in (st.report_redactor() for st in stages if st is not None) if r), None)
-    # Redact the whole text, then cut: a value on the cut would otherwise show in part.
-    redacted = iter(t[:EXAMPLE_CHARS] for t in redact(texts)) if redact is not None else None
-    unredacted = "(text not shown: no stage of the chain redacts the report's examples)"
-    return [(stage, reason, doc_id, (next(redacted) if redacted is not None else unredacted) if text else missing)
-            for stage, reason, doc_id, text, missing in picks]
+            picks.append((_label(s), reason, shown, texts.get(doc_id), missing))
+    return picks
+
+
+def _label(s: dict) -> str:
+    """A stage as the report names it: `SOURCE.STAGE` for a source's stage."""
+    return f"{s['source']}.{s['stage']}" if s.get("source") else s["stage"]
+
+
+def _source_funnels(manifest: dict) -> str:
+    """A multi-source run's funnel per source (the manifest's `sources`), or nothing."""
+    parts = []
+    for name, funnel in (manifest.get("sources") or {}).items():
+        steps = funnel["stages"]
+        labels = ["read"] + [step["stage"] for step in steps]
+        counts = [funnel["docs_read"]] + [step["docs_out"] for step in steps]
+        parts.append(f"<h3>Source {html.escape(name)}</h3>" + bars(labels, counts, f"{name}: documents kept")
+                     + table(["stage", "in", "out", "removed", "by reason"],
+                             [[step["stage"], step["docs_in"], step["docs_out"], sum(step["removed"].values()),
+                               ", ".join(f"{k}: {v}" for k, v in step["removed"].items()) or "-"]
+                              for step in steps]))
+    return ("<h2>Documents through the stages, by source</h2>" + "".join(parts)) if parts else ""
 
 
 def _sections(run: ReportRun, stages: list) -> list[Section]:
@@ -169,17 +223,21 @@ def write_report(run_dir) -> RunPath:
     stats = load_stats(run_dir)
     manifest = read_json(run_dir / "manifest.json") if (run_dir / "manifest.json").exists() else {}
     stages = _stages(stats, manifest)
-    figures: dict = {"funnel": [[s["stage"], s["docs_in"], s["docs_out"]] for s in stats],
-                     "removed": {s["stage"]: s["removed"] for s in stats}}
+    figures: dict = {"funnel": [[_label(s), s["docs_in"], s["docs_out"]] for s in stats],
+                     "removed": {_label(s): s["removed"] for s in stats}}
+    if manifest.get("sources"):
+        figures["sources"] = {name: [[step["stage"], step["docs_in"], step["docs_out"]] for step in f["stages"]]
+                              for name, f in manifest["sources"].items()}
     parts = ["<h2>Documents through the stages</h2>"]
-    if stats:
+    if stats and not manifest.get("sources"):
         labels = ["read"] + [s["stage"] for s in stats]
         counts = [stats[0]["docs_in"]] + [s["docs_out"] for s in stats]
         parts.append(bars(labels, counts, "documents kept after each stage"))
     parts.append(table(["stage", "in", "out", "removed", "by reason", "seconds", "docs/s"],
-                       [[s["stage"], s["docs_in"], s["docs_out"], sum(s["removed"].values()),
+                       [[_label(s), s["docs_in"], s["docs_out"], sum(s["removed"].values()),
                          ", ".join(f"{k}: {v}" for k, v in s["removed"].items()) or "-", s["seconds"],
                          f"{s['docs_in'] / s['seconds']:,.0f}" if s["seconds"] else "-"] for s in stats]))
+    parts.append(_source_funnels(manifest))
     from pipeline.inspect import reason_commands
     commands = reason_commands(run_dir, stats, manifest)
     if commands:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pipeline
 from pipeline.cache import cache_root, run_cache
 from pipeline.config import Config, StageSpec, expand_paths
+from pipeline.documents import SOURCE
 from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
@@ -67,12 +68,17 @@ def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) 
     """The stage of `spec` with its RunContext: the options of the stages it `needs`, where the
     files it `reads` are, its cache, and the columns the stages before it add."""
     stage = bare_stage(spec)
-    earlier = config.stages[:config.stages.index(spec)]
+    earlier = config.before(spec)
+    chain = earlier + [s for s in config.stages if s.source == spec.source and s.position > spec.position]
     stage.ctx = RunContext(
         run_dir=config.output_dir, seed=config.run.seed,
-        upstream={name: config.stage(name).config for name in stage.needs if config.has_stage(name)},
+        upstream={s.name: s.config for s in reversed(chain) if s.name in stage.needs},
         read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.cache_namespace()),
-        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields()))
+        # A multi-source run's `source` column is the run's own (set from the config, replacing any
+        # field of that name): an annotation, kept by a stage that drops the source's other fields.
+        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields())
+        + ((SOURCE,) if config.multi_source else ()),
+        mix={k: v.model_dump() for k, v in config.run.mix.items()} if config.run.mix else None)
     return stage
 
 
@@ -84,7 +90,7 @@ def read_paths(config: Config, stage: Stage, stage_dirs: dict[str, RunPath]) -> 
     for name, publisher in stage.reads.items():
         candidates = [config.output_dir / REGISTRY[publisher].publishes[name]]
         if config.has_stage(publisher):
-            candidates.insert(0, stage_dirs[publisher] / name)
+            candidates.insert(0, stage_dirs[config.stage(publisher).key] / name)
             source = bare_stage(config.stage(publisher)).published_source(name)
             if source:
                 candidates.append(Path(source))
@@ -93,7 +99,7 @@ def read_paths(config: Config, stage: Stage, stage_dirs: dict[str, RunPath]) -> 
 
 
 def _where(config: Config, spec: StageSpec) -> str:
-    return f"{config.source}: stages[{spec.position - 1}].{spec.name}"
+    return f"{config.source}: {spec.where}"
 
 
 # ---- per-document stages: one task per shard, on the run's executor ------------------------
@@ -133,36 +139,47 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     """A stage's input: given files or the source (first stage), cut into shards once the
     stage folder exists; or the previous stage's output shards. (open(output), fingerprint)."""
     run = config.run
-    idx = config.stages.index(spec)
-    if input_paths is not None or idx == 0:
-        input_cfg = run.input
+    previous = config.previous(spec)
+    if input_paths is not None or not previous:
+        input_cfg = config.inputs[spec.source]
         if input_paths is not None:
             input_cfg = input_cfg.model_copy(update={"paths": list(input_paths), "format": "auto"})
             missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
             if missing:
                 raise UserError(f"--input: not found: {', '.join(missing)}")
         from pipeline.ingest import ingest_source
-        return (lambda output, executor: ingest_source(input_cfg, run, output.tmp / "input", executor)), \
+        return (lambda output, executor: ingest_source(input_cfg, run, output.tmp / "input", executor,
+                                                       source=spec.source)), \
             source_fingerprint(input_cfg)
-    prev = config.stages[idx - 1]
-    prev_dir = stage_dirs[prev.name]
-    if is_purged(prev_dir) and not is_done(prev_dir):
-        raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', whose documents are gone "
-                        f"({prev_dir}: {purge_note(prev_dir)}); rerun the chain from the start "
-                        f"('python -m pipeline run --config {config.source}')")
-    if not is_done(prev_dir):
-        raise UserError(f"stage '{spec.name}' reads the output of '{prev.name}', which has not finished "
-                        f"({prev_dir}); run 'python -m pipeline.stage {prev.name} --config {config.source}' "
-                        "first, or give --input")
-    prev_stats = read_json(prev_dir / STATS)
-    from pipeline.preflight import check_input_version
-    check_input_version(spec.name, prev.name, prev_dir, prev_stats, config.source)
-    shards_in = [InputShard(name, path, rows, stage_output=True) for name, path, rows in stage_shards(prev_dir)]
-    return (lambda output, executor: StageInputs(shards_in, batch_size=run.batch_size)), prev_stats["fingerprint"]
+    shards_in, fingerprints = [], []
+    for prev in previous:
+        prev_dir = stage_dirs[prev.key]
+        if is_purged(prev_dir) and not is_done(prev_dir):
+            raise UserError(f"stage '{spec.key}' reads the output of '{prev.key}', whose documents are gone "
+                            f"({prev_dir}: {purge_note(prev_dir)}); rerun the chain from the start "
+                            f"('python -m pipeline run --config {config.source}')")
+        if not is_done(prev_dir):
+            raise UserError(f"stage '{spec.key}' reads the output of '{prev.key}', which has not finished "
+                            f"({prev_dir}); run 'python -m pipeline.stage {prev.key} --config {config.source}' "
+                            "first, or give --input")
+        prev_stats = read_json(prev_dir / STATS)
+        from pipeline.preflight import check_input_version
+        check_input_version(spec.key, prev.key, prev_dir, prev_stats, config.source)
+        shards_in += [InputShard(name, path, rows, stage_output=True) for name, path, rows in stage_shards(prev_dir)]
+        fingerprints.append(prev_stats["fingerprint"])
+    # A shared tail reads every source's shards (named SOURCE.K), in name order as later stages do.
+    shards_in.sort(key=lambda shard: shard.name)
+    names = [shard.name for shard in shards_in]
+    if len(set(names)) != len(names):
+        raise UserError(f"stage '{spec.key}': two of its input shards have one name; a shared tail's input "
+                        "shards are named SOURCE.K (rerun the sources' stages: their output predates sources)")
+    fingerprint = fingerprints[0] if len(fingerprints) == 1 else digest(*fingerprints)
+    return (lambda output, executor: StageInputs(shards_in, batch_size=run.batch_size)), fingerprint
 
 
 def stage_dirs_for(config: Config) -> dict[str, RunPath]:
-    return {s.name: config.output_dir / "stages" / s.folder for s in config.stages}
+    """Each stage's folder, by its key (`SOURCE.STAGE` for a source's stage)."""
+    return {s.key: config.output_dir / "stages" / s.folder for s in config.stages}
 
 
 @contextmanager
@@ -184,7 +201,7 @@ def _stage_executor(config: Config, executor):
 def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: Path | None = None,
               force: bool = False, stage_dirs=None, executor=None) -> dict:
     stage_dirs = stage_dirs or stage_dirs_for(config)
-    folder = RunPath.of(output_dir, direct=config.output_dir.direct) if output_dir else stage_dirs[spec.name]
+    folder = RunPath.of(output_dir, direct=config.output_dir.direct) if output_dir else stage_dirs[spec.key]
     stage = make_stage(config, spec, stage_dirs)
     stage.check_private_files(_where(config, spec), [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
@@ -192,7 +209,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     if not force and is_done(folder):
         stats = read_json(folder / STATS)
         if stats.get("fingerprint") == fingerprint:
-            log.info("%s: finished before with the same config and input, skipped", spec.name)
+            log.info("%s: finished before with the same config and input, skipped", spec.key)
             stage_line(spec.folder, "skipped: done with the same config and input", event="stage_skipped")
             return stats
     document = isinstance(stage, DocumentStage)
@@ -223,9 +240,11 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         workers = executor.stage_stats()
     seconds = time.perf_counter() - t0
     extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document), "executor_workers": workers}
-    stats = output.commit({"stage": spec.name, "position": spec.position, "medprep": pipeline.__version__,
+    # A multi-source run's stage says its source and folder; the shared tail's, its counts by source.
+    where = {"source": spec.source, "folder": spec.folder} if config.multi_source else {}
+    stats = output.commit({"stage": spec.name, "position": spec.position, **where, "medprep": pipeline.__version__,
                            "fingerprint": fingerprint, "seconds": round(seconds, 3), "executor": kind, **extra},
-                          input_shards=inputs.names())
+                          input_shards=inputs.names(), by_source=config.multi_source and spec.source is None)
     if output_dir is None:
         _publish(stage, folder, config.output_dir)
     rate = stats["docs_in"] / seconds if seconds else 0.0
@@ -297,16 +316,26 @@ def _link_or_copy(src: RunPath, dst: RunPath) -> None:
 
 
 def expand_names(config: Config, names: list[str]) -> list[StageSpec]:
-    wanted: list[str] = []
+    """The stages a name means, in chain order: a stage (every source's, in a multi-source run),
+    a group, a source's stage (`SOURCE.STAGE`), a source's group (`SOURCE.GROUP`), or a
+    source (its whole chain)."""
+    wanted: list[StageSpec] = []
     for name in names:
-        members = GROUPS.get(name, [name])
-        if name not in GROUPS and name not in REGISTRY:
-            raise UserError(f"unknown stage or group '{name}' (see 'python -m pipeline stages')")
-        present = [m for m in members if config.has_stage(m)]
+        source, _, stage = name.rpartition(".") if "." in name else (None, "", name)
+        if source is None and name in config.source_names:
+            source, stage = name, None
+        elif source is not None and source not in config.source_names:
+            raise UserError(f"'{name}': no source '{source}' in {config.source} "
+                            f"(sources: {', '.join(config.source_names) or 'none: the config has one input'})")
+        if stage is not None and stage not in GROUPS and stage not in REGISTRY:
+            raise UserError(f"unknown stage or group '{stage}' (see 'python -m pipeline stages')")
+        members = GROUPS.get(stage, [stage]) if stage is not None else None
+        present = [s for s in config.stages if (members is None or s.name in members)
+                   and (source is None or s.source == source)]
         if not present:
             raise UserError(f"'{name}' is not in the chain of {config.source}")
         wanted.extend(present)
-    return [s for s in config.stages if s.name in wanted]
+    return [s for s in config.stages if s in wanted]
 
 
 def run_folder_size(config: Config, all_stats: list[dict]) -> dict:
@@ -324,7 +353,8 @@ def run_folder_size(config: Config, all_stats: list[dict]) -> dict:
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_size
-    text = all_stats[0].get("input_text_bytes") if all_stats else None
+    read = [s.get("input_text_bytes") for s in all_stats if "input_text_bytes" in s]
+    text = sum(read) if read else None
     out = {"keep": config.run.keep, "bytes": total, "input_text_bytes": text}
     if text:
         out["times_input_text"] = round(total / text, 2)
@@ -344,18 +374,19 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     stages = [bare_stage(spec) for spec in config.stages]
     for spec, stage in zip(config.stages, stages):
         stage.check_private_files(_where(config, spec), [config.output_dir])
-    reusable, purger = (set(), None) if force else purged_but_current(config, stage_dirs)
+    reusable = {} if force else purged_but_current(config, stage_dirs)
     all_stats = []
     t0 = time.perf_counter()
     from pipeline.executor import make_executor
     executor = make_executor(config.run.executor, config.run.num_proc)
     try:
         for spec, stage in zip(config.stages, stages):
-            if spec.name in reusable:
-                why = "done with the same config and input" if spec.name == purger else \
+            if spec.key in reusable:
+                purger = reusable[spec.key]
+                why = "done with the same config and input" if spec.key == purger else \
                     f"purged after the last run, and {purger} is done with the same config and input"
                 print(f"[{spec.folder}] skipped: {why}", file=sys.stderr)
-                all_stats.append(read_json(stage_dirs[spec.name] / STATS))
+                all_stats.append(read_json(stage_dirs[spec.key] / STATS))
                 continue
             stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs, executor=executor)
             all_stats.append(stats)
@@ -371,8 +402,10 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     if config.run.report:
         from pipeline.report import write_report
         write_report(config.output_dir)
-    for i, stage in enumerate(stages):
-        manifest.update(stage.after_chain([(s.folder, stage_dirs[s.name]) for s in config.stages[:i]]))
+    for spec, stage in zip(config.stages, stages):
+        fields = stage.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)])
+        # A source's stage reports on its source: its fields go under manifest.sources.SOURCE.
+        (manifest["sources"][spec.source] if spec.source else manifest).update(fields)
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
     from pipeline.card import write_card
@@ -391,43 +424,51 @@ def keep_final_only(stage_dirs: dict[str, RunPath]) -> None:
                                     "set keep: all to keep them")
 
 
-def purged_but_current(config: Config, stage_dirs: dict[str, RunPath]) -> tuple[set[str], str | None]:
+def purged_but_current(config: Config, stage_dirs: dict[str, RunPath]) -> dict[str, str]:
     """The stages whose documents a later stage purges after each run that need not rerun
-    although their data was purged, and that stage itself, with its name: it finished with the
-    fingerprint the current config and input give, and so did each of them. (run_stage cannot
-    skip it on its own: its input, the purged data, is gone.)"""
-    purger = next((s for s in reversed(config.stages) if bare_stage(s).purges_earlier_stages()), None)
-    if purger is None:
-        return set(), None
-    before = [s for s in config.stages if s.position < purger.position]
-    if not any(is_purged(stage_dirs[s.name]) for s in before):
-        return set(), None
-    input_fp = source_fingerprint(config.run.input)
-    for spec in config.stages[:purger.position]:
-        folder = stage_dirs[spec.name]
-        if not (is_done(folder) or is_purged(folder)):
-            return set(), None
-        input_fp = stage_fingerprint(make_stage(config, spec, stage_dirs), spec, input_fp, config)
-        if read_json(folder / STATS).get("fingerprint") != input_fp:
-            return set(), None
-    if not is_done(stage_dirs[purger.name]):
-        return set(), None
-    return {s.name for s in before} | {purger.name}, purger.name
+    although their data was purged, and that stage itself, each with the purger's key: it
+    finished with the fingerprint the current config and input give, and so did each of them.
+    (run_stage cannot skip it on its own: its input, the purged data, is gone.) Chain by chain:
+    a multi-source run's sources each have theirs."""
+    out: dict[str, str] = {}
+    for source, chain in config.chains().items():
+        purger = next((s for s in reversed(chain) if bare_stage(s).purges_earlier_stages()), None)
+        if purger is None:
+            continue
+        before = chain[:chain.index(purger)]
+        if not any(is_purged(stage_dirs[s.key]) for s in before):
+            continue
+        input_fp = source_fingerprint(config.inputs[source])
+        for spec in before + [purger]:
+            folder = stage_dirs[spec.key]
+            if not (is_done(folder) or is_purged(folder)):
+                break
+            input_fp = stage_fingerprint(make_stage(config, spec, stage_dirs), spec, input_fp, config)
+            if read_json(folder / STATS).get("fingerprint") != input_fp:
+                break
+        else:
+            if is_done(stage_dirs[purger.key]):
+                out.update({s.key: purger.key for s in before + [purger]})
+    return out
 
 
 def nothing_left(config: Config, spec: StageSpec, stage: Stage, stats: dict) -> str | None:
     """Why a run produced nothing: the stage that left no documents (or, by its own measure, no
     usable output), or None."""
-    inp = config.run.input
-    if stats["docs_in"] == 0:
+    inp = config.inputs[spec.source] if config.reads_source(spec) or not config.multi_source else None
+    if inp is None and stats["docs_in"] == 0:
+        msg = f"stage '{spec.key}' got no documents"
+    elif stats["docs_in"] == 0:
         msg = f"the input ({', '.join(inp.paths)}) holds no documents"
     elif stats["docs_out"] == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(stats["removed"].items(), key=lambda kv: -kv[1]))
-        msg = f"stage '{spec.name}' removed all {stats['docs_in']} documents ({reasons}): nothing is left"
+        msg = f"stage '{spec.key}' removed all {stats['docs_in']} documents ({reasons}): nothing is left"
     else:
         msg = stage.empty_output_reason(stats)
         if msg is None:
             return None
+    if inp is None:
+        return msg
     text_input = inp.format == "text" or (inp.format == "auto" and any(
         str(p).endswith(".txt") for p in expand_paths(inp.paths)))
     if text_input and inp.text_unit == "file":
@@ -454,13 +495,33 @@ def write_manifest(config: Config, all_stats: list[dict], seconds: float, execut
         "versions": run_versions(s.name for s in config.stages),
         "seconds": round(seconds, 3),
         "stages": all_stats,
-        "docs_read": all_stats[0]["docs_in"] if all_stats else 0,
+        "docs_read": sum(s["docs_in"] for spec, s in zip(config.stages, all_stats) if config.reads_source(spec)),
     }
     if all_stats and "duplicate_ids" in all_stats[0]:
         manifest["duplicate_ids"] = all_stats[0]["duplicate_ids"]
-    by_name = {s["stage"]: s for s in all_stats}
-    for spec in config.stages:
-        if spec.name in by_name:
-            manifest.update(bare_stage(spec).manifest_fields(by_name[spec.name]))
+    if config.multi_source:
+        manifest["sources"] = source_funnels(config, all_stats)
+    for spec, stats in zip(config.stages, all_stats):
+        manifest.update(bare_stage(spec).manifest_fields(stats))
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest
+
+
+def source_funnels(config: Config, all_stats: list[dict]) -> dict:
+    """Each source's documents through its chain and the shared tail: read, then in, out and
+    removed by reason at every stage (the tail's from its counts by source)."""
+    out = {}
+    for name in config.source_names:
+        steps = []
+        for spec, stats in zip(config.stages, all_stats):
+            if spec.source == name:
+                counts = stats
+            elif spec.source is None:
+                counts = stats.get("docs_by_source", {}).get(name, {"docs_in": 0, "docs_out": 0, "removed": {}})
+            else:
+                continue
+            steps.append({"stage": spec.key, "docs_in": counts["docs_in"], "docs_out": counts["docs_out"],
+                          "removed": counts["removed"]})
+        out[name] = {"input": config.inputs[name].paths, "docs_read": steps[0]["docs_in"] if steps else 0,
+                     "docs_out": steps[-1]["docs_out"] if steps else 0, "stages": steps}
+    return out

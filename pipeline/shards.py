@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.documents import DUPLICATE_OF, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
+from pipeline.documents import (DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT,
+                                SOURCE, source_of_shard)
 from pipeline.progress import documents_done
 from pipeline.runpath import RunPath, as_run_path, read_json, write_json
 
@@ -188,7 +189,8 @@ def shard_schema(path) -> pa.Schema:
 def read_table(folder, sub: str = "data", columns: list[str] | None = None) -> pa.Table | None:
     """All shards of a stage folder's data/ (or removed/) as one table, in shard order."""
     tables = [t for f in shard_paths(folder, sub) for t in read_shard(f, None, columns)]
-    return pa.concat_tables(tables) if tables else None
+    # A shared tail holds several sources' columns: a column one lacks is null there.
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
 def stage_shards(folder) -> list[tuple[str, RunPath, int | None]]:
@@ -290,8 +292,14 @@ class ShardFiles:
         # Kept rows hold where their text is instead of the text (a stage that passes texts through).
         self.text_refs = text_refs
         self.data = ArrowFile(self.folder / "data" / f"{name}.arrow", schema)
-        self.removed = ArrowFile(self.folder / "removed" / f"{name}.arrow",
-                                 REMOVED_SCHEMA_WITH_TEXT if keep_removed_text else REMOVED_SCHEMA)
+        removed_schema = REMOVED_SCHEMA_WITH_TEXT if keep_removed_text else REMOVED_SCHEMA
+        # A multi-source run's shard (named SOURCE.K): its removed rows say their source, and a
+        # duplicate's the source of the document kept in its place.
+        self.source = source_of_shard(name)
+        if self.source is not None:
+            removed_schema = removed_schema.append(pa.field(SOURCE, pa.string())) \
+                .append(pa.field("duplicate_of_source", pa.string()))
+        self.removed = ArrowFile(self.folder / "removed" / f"{name}.arrow", removed_schema)
         self.docs_in = 0
         self.reasons: Counter = Counter()
 
@@ -325,6 +333,10 @@ class ShardFiles:
         n = removed.num_rows
         dup = removed[DUPLICATE_OF] if DUPLICATE_OF in removed.column_names else pa.nulls(n, pa.string())
         cols = {"id": removed["id"], "reason": removed[REASON], "duplicate_of": dup}
+        if self.source is not None:
+            cols[SOURCE] = pa.array([self.source] * n, pa.string())
+            cols["duplicate_of_source"] = removed[DUPLICATE_OF_SOURCE] \
+                if DUPLICATE_OF_SOURCE in removed.column_names else pa.nulls(n, pa.string())
         if self.keep_removed_text:
             cols["text"] = removed["text"] if "text" in removed.column_names else pa.nulls(n, pa.string())
         for value in pc.value_counts(removed[REASON]).to_pylist():
@@ -427,9 +439,10 @@ class StageOutput:
     def done_shards(self) -> set[str]:
         return {p.stem for p in (self.tmp / MARKERS).glob("*.json")}
 
-    def commit(self, stats: dict, input_shards: list[str]) -> dict:
+    def commit(self, stats: dict, input_shards: list[str], by_source: bool = False) -> dict:
         """stats.json (counts summed over the shards' markers, then `stats`) and _SUCCESS, once
-        every input shard has its output shard; then the folder goes into place."""
+        every input shard has its output shard; then the folder goes into place. `by_source`:
+        the counts also by source (a shared tail's shards are named SOURCE.K)."""
         missing = sorted(set(input_shards) - self.done_shards())
         if missing:
             raise RuntimeError(f"{self.final.name}: no output for input shard {missing[0]} "
@@ -440,6 +453,9 @@ class StageOutput:
             reasons.update(m["removed"])
         stats = {"docs_in": sum(m["docs_in"] for m in markers), "docs_out": sum(m["docs_out"] for m in markers),
                  "removed": dict(sorted(reasons.items())), "shards": len(markers), **stats}
+        if by_source:
+            stats["docs_by_source"] = counts_by_source(
+                zip((p.stem for p in sorted((self.tmp / MARKERS).glob("*.json"))), markers))
         removed_total = sum(reasons.values())
         if stats["docs_in"] != stats["docs_out"] + removed_total:
             raise RuntimeError(f"{self.final.name}: accounting broken: in {stats['docs_in']} != "
@@ -452,6 +468,23 @@ class StageOutput:
             self.final.rmtree()
             self.tmp.rename(self.final)
         return stats
+
+
+def chain_order(stats: dict) -> tuple:
+    """A stage's stats.json in chain order: a multi-source run's sources' chains (by name), then
+    its tail."""
+    return (stats.get("source") is None and "source" in stats, stats.get("source") or "", stats["position"])
+
+
+def counts_by_source(named_markers) -> dict:
+    """{source: {docs_in, docs_out, removed: {reason: n}}} from (shard name, marker) pairs."""
+    out: dict = {}
+    for name, m in named_markers:
+        entry = out.setdefault(source_of_shard(name), {"docs_in": 0, "docs_out": 0, "removed": Counter()})
+        entry["docs_in"] += m["docs_in"]
+        entry["docs_out"] += m["docs_out"]
+        entry["removed"].update(m["removed"])
+    return {src: {**e, "removed": dict(sorted(e["removed"].items()))} for src, e in sorted(out.items())}
 
 
 def purge_documents(folder, why: str, keep: tuple[str, ...] = (STATS, "removed")) -> None:

@@ -56,6 +56,8 @@ class RunContext:
     # The columns the stages before this one add (their output_fields): annotations, not
     # fields of the source.
     annotation_columns: tuple[str, ...] = ()
+    # A multi-source run's `mix` ({source: {weight, max_epochs}}), for the stage that applies it.
+    mix: dict | None = None
 
 
 class Stage:
@@ -85,6 +87,12 @@ class Stage:
     # A stage from another package (entry point group `medprep.stages`): the built-in stage
     # it comes right after in the chain order. Built-in stages are ordered by the registry.
     after: ClassVar[str | None] = None
+    # Where the stage goes in a multi-source run (docs/sources.md): "any" (a source's chain or
+    # the shared tail), "source" (each source's chain only: it depends on what the source is),
+    # "shared" (the shared tail only: it sees the whole corpus).
+    placement: ClassVar[str] = "any"
+    # Whether the stage removes PHI from the texts (phi): a source marked private needs one.
+    clears_phi: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: RunContext | None):
         self.config = config
@@ -127,6 +135,12 @@ class Stage:
         """Where a file this stage `publishes` already is before the stage has run (a file it
         loads as it is), or None."""
         return None
+
+    @classmethod
+    def source_problems(cls, config: StageConfig, sources: list[str]) -> list[str]:
+        """Problems of the stage's options against a multi-source run's source names (an option
+        naming a source it does not have), as `key: message`, checked with the config."""
+        return []
 
     @classmethod
     def model_files(cls, config: StageConfig) -> dict[str, str]:
@@ -282,6 +296,7 @@ def scores_file(task: ShardTask):
 class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
+    placement: ClassVar[str] = "shared"
     phase_names: ClassVar[dict[str, str | None]] = {"copy_shard": "write", "apply_marks": "write",
                                                      "ids_of_rows": "ids"}
 
@@ -309,9 +324,11 @@ class GlobalStage(Stage):
     def apply_marks(self, task: ShardTask) -> dict:
         """The input shard with the given rows (shard-local) removed with `reason` and
         `duplicate_of`: the last step of a deduplication."""
-        from pipeline.documents import DUPLICATE_OF, REASON
+        from pipeline.documents import DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON
         rows = np.asarray(task.params["removed_rows"], np.int64)
         dup_of = np.asarray(task.params["duplicate_of"], object)
+        dup_source = task.params.get("duplicate_of_source")
+        dup_source = np.asarray(dup_source, object) if dup_source is not None else None
         first = task.row0
 
         def mark(table: pa.Table, row0: int) -> pa.Table:
@@ -324,5 +341,10 @@ class GlobalStage(Stage):
             reason[rows[sel] - lo] = task.params["reason"]
             dup[rows[sel] - lo] = dup_of[sel]
             table = table.append_column(REASON, pa.array(reason, pa.string()))
-            return table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
+            table = table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
+            if dup_source is not None:
+                src = np.full(table.num_rows, None, object)
+                src[rows[sel] - lo] = dup_source[sel]
+                table = table.append_column(DUPLICATE_OF_SOURCE, pa.array(src, pa.string()))
+            return table
         return rewrite_shard(self, task, mark)

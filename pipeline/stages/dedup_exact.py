@@ -12,7 +12,7 @@ from typing import Literal
 import numpy as np
 import xxhash
 
-from pipeline.documents import mark_duplicates
+from pipeline.documents import by_priority, mark_duplicates, priority_problems
 from pipeline.runpath import load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
 
@@ -21,6 +21,9 @@ class ExactDedupConfig(StageConfig):
     hash: Literal["xxh3_128"] = "xxh3_128"
     # Compare texts case-insensitively (whitespace is already normalized by `normalize`).
     lowercase: bool = False
+    # A multi-source run: whose copy survives (docs/sources.md), sources in order; a source not
+    # named comes after those named. None: the first in input order.
+    priority: list[str] | None = None
 
 
 def text_hashes(texts: list[str], lowercase: bool) -> np.ndarray:
@@ -34,6 +37,10 @@ class ExactDedup(GlobalStage):
     name = "dedup_exact"
     summary = "exact duplicates by 128-bit text hash; first in input order kept"
     Config = ExactDedupConfig
+    @classmethod
+    def source_problems(cls, config, sources: list[str]) -> list[str]:
+        return priority_problems(config.priority, sources)
+
     engines = ("xxhash",)
 
     def hash_shard(self, task) -> dict:
@@ -54,7 +61,8 @@ class ExactDedup(GlobalStage):
         _, first, inverse, counts = np.unique(keyed, return_index=True, return_inverse=True,
                                               return_counts=True)
         del keyed, hashes, parts
-        mark_duplicates(self, inputs, first[inverse].astype(np.int64), "exact_duplicate")
+        rep_of_row = by_priority(inputs, first[inverse].astype(np.int64), self.config.priority)
+        mark_duplicates(self, inputs, rep_of_row, "exact_duplicate")
         work.rmtree()
         sizes = counts[counts > 1]
         return {"duplicate_groups": int(len(sizes)), "largest_group": int(sizes.max()) if len(sizes) else 1,

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from pipeline.documents import mark_duplicates
+from pipeline.documents import by_priority, mark_duplicates, priority_problems
 from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
 from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -59,6 +59,9 @@ class MinHashConfig(StageConfig):
     # chains merge, so a removed document can be far from the one kept (a chain of versions
     # each 0.9 from the previous ends at Jaccard 0.3 from the first).
     clustering: Literal["star", "components"] = "star"
+    # A multi-source run: whose copy survives (docs/sources.md), sources in order; a source not
+    # named comes after those named. None: the first in input order.
+    priority: list[str] | None = None
 
     def hasher(self) -> MinHasher:
         return MinHasher(self.num_perm, self.seed, self.ngram, self.lowercase, self.hashfunc)
@@ -71,6 +74,10 @@ class MinHashDedup(GlobalStage):
     name = "dedup_minhash"
     summary = "MinHash LSH near-duplicates (datasketch-identical signatures), out of core"
     Config = MinHashConfig
+    @classmethod
+    def source_problems(cls, config, sources: list[str]) -> list[str]:
+        return priority_problems(config.priority, sources)
+
     engines = ("datasketch", "xxhash", "numpy", "scipy")
     phase_names = {**GlobalStage.phase_names, "signature_shard": "signatures", "partition_pairs": "partitions"}
 
@@ -156,6 +163,11 @@ class MinHashDedup(GlobalStage):
         else:
             labels, rep = _clusters(n, u, v)
             rep_of_row = rep[labels]
+            removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
+            similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
+        if cfg.priority:
+            # Whose copy survives, by source: the kept document of each cluster chosen again.
+            rep_of_row = by_priority(inputs, rep_of_row, cfg.priority)
             removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
             similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
         sigs.close()

