@@ -34,8 +34,11 @@ $(DATA) data: | $(STAMP)
 prepare: setup
 	$(BIN)/python -m pipeline run --config $(CONFIG)
 
+# 2 workers (pytest-xdist); tests/conftest.py groups the tests that share a fixture or Ray, and
+# --no-loadscope-reorder keeps its order (the longest groups first).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # datatrove 0.10 for the comparison, in a virtualenv of its own (see bench/requirements-datatrove.txt).
 .venv-bench/.installed: bench/requirements-datatrove.txt
