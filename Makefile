@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test bench bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test bench bench-decontaminate bench-executor bench-retune bench-phi bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -68,6 +68,11 @@ bench: setup .venv-bench/.installed
 	$(BIN)/python scripts/bench_heuristics_compat.py
 	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+	$(BIN)/python scripts/bench_decontaminate.py
+
+# decontaminate against PubMedQA, 100k and 1M synthetic items: bench/decontaminate.json.
+bench-decontaminate: setup
+	$(BIN)/python scripts/bench_decontaminate.py
 
 # heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
 # documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.

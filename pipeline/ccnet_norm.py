@@ -110,6 +110,32 @@ def _splice_non_ascii_chunks(data: np.ndarray, ends: np.ndarray) -> tuple[np.nda
     return np.concatenate(pieces), ends + shift[np.searchsorted(lo, ends)]
 
 
+def non_ascii_characters(data: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The non-ASCII characters of a UTF-8 buffer: where each starts (its lead byte), its size
+    in bytes, its kind (_LETTER_OR_DIGIT: RE2's [\\p{L}\\p{N}], _CONTROL or _OTHER), by code
+    point, and the positions of all their bytes, character by character."""
+    lead = np.flatnonzero(data >= 0xC0)
+    if not len(lead):
+        return lead, lead, np.zeros(0, np.uint8), lead
+    size = 2 + (data[lead] >= 0xE0) + (data[lead] >= 0xF0)
+    cp = (data[lead] & (0xFF >> (size + 1))).astype(np.int64)
+    for k in range(1, 4):
+        more = size > k
+        cp[more] = (cp[more] << 6) | (data[lead[more] + k] & 0x3F)
+    every = np.repeat(lead - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
+    return lead, size, np.take(_code_point_kinds(), cp), every
+
+
+def letter_or_digit_bytes(data: np.ndarray) -> np.ndarray:
+    """Which bytes of a UTF-8 buffer belong to a letter or digit ([\\p{L}\\p{N}], as the token
+    pass reads them): the one definition of a word's characters that decontamination shares."""
+    mask = np.take(_ASCII_LETTER_OR_DIGIT, data)
+    lead, size, char, every = non_ascii_characters(data)
+    if len(lead):
+        mask[every] = np.repeat(char == _LETTER_OR_DIGIT, size)
+    return mask
+
+
 # Byte kinds for the token pass. A non-ASCII character's bytes take its code point's kind:
 # a letter or digit's are WORD, a control's SEP, any other's OTHER then OTHER_REST (one token).
 SEP, NEWLINE, WORD, DIGIT, OTHER, OTHER_REST = range(6)
@@ -118,6 +144,7 @@ _KIND[list(range(0x21)) + [0x7F]] = SEP                   # space and controls b
 _KIND[0x0A] = NEWLINE
 _KIND[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")] = WORD
 _KIND[list(b"0123456789")] = DIGIT
+_ASCII_LETTER_OR_DIGIT = (_KIND == WORD) | (_KIND == DIGIT)
 # Each input byte's two output slots as one little-endian uint16: a space, and the byte written
 # for it (digits as 0).
 _SLOTS = ((np.where(_KIND == DIGIT, ord("0"), np.arange(256)).astype("<u2") << 8) | ord(" ")).astype("<u2")
@@ -153,18 +180,10 @@ def _token_pass(data: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     space between two tokens of a line, and each line's number of tokens."""
     kind = np.take(_KIND, data)
     kind[ends] = NEWLINE
-    lead = np.flatnonzero(data >= 0xC0)
+    lead, size, char, every = non_ascii_characters(data)
     if len(lead):
-        # Non-ASCII characters, by their code point (the table of RE2's [\p{L}\p{N}]).
-        size = 2 + (data[lead] >= 0xE0) + (data[lead] >= 0xF0)
-        cp = (data[lead] & (0xFF >> (size + 1))).astype(np.int64)
-        for k in range(1, 4):
-            more = size > k
-            cp[more] = (cp[more] << 6) | (data[lead[more] + k] & 0x3F)
-        char = np.take(_code_point_kinds(), cp)
         first = np.take(np.array([WORD, SEP, OTHER], np.uint8), char)
         rest = np.take(np.array([WORD, SEP, OTHER_REST], np.uint8), char)
-        every = np.repeat(lead - (np.cumsum(size) - size), size) + np.arange(int(size.sum()))
         kind[every] = np.repeat(rest, size)
         kind[lead] = first
     word = (kind - np.uint8(WORD)) < 2                     # WORD or DIGIT (smaller kinds wrap)

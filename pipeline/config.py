@@ -217,13 +217,22 @@ def load_config(path: str | os.PathLike, *, input_paths: list[str] | None = None
 
 
 def _resolve_stage_paths(entry, resolve):
-    """A stage entry with its `*_path` options resolved (other entries as they are)."""
+    """A stage entry with its `*_path` options resolved, and the `path` or `*_path` keys of the
+    mappings nested in them (a list of benchmark files); other entries as they are."""
     if not isinstance(entry, dict) or len(entry) != 1:
         return entry
     (name, opts), = entry.items()
     if not isinstance(opts, dict):
         return entry
-    return {name: {k: resolve(v) if k.endswith("_path") else v for k, v in opts.items()}}
+
+    def nested(value):
+        if isinstance(value, list):
+            return [nested(v) for v in value]
+        if isinstance(value, dict):
+            return {k: resolve(v) if isinstance(k, str) and (k == "path" or k.endswith("_path")) else nested(v)
+                    for k, v in value.items()}
+        return value
+    return {name: {k: resolve(v) if k.endswith("_path") else nested(v) for k, v in opts.items()}}
 
 
 class _Resolver:

@@ -26,10 +26,25 @@ stages:
   - phi: {{profile: literature}}
   - dedup_exact: {{}}
   - dedup_minhash: {{}}
+  - decontaminate: {{mode: cut, benchmarks: [{{name: sections, path: {bench}, fields: [question, contexts]}}]}}
   - split: {{validation_fraction: 0.1}}
   - tokenizer: {{vocab_size: 1000}}
   - pack: {{seq_len: 256, batch_size: 4, formats: [datasets, megatron]}}
 """
+
+
+def _sections_benchmark(path: Path) -> Path:
+    """A benchmark whose items are sections of every 20th abstract of the chain's input (JSONL,
+    a list field), so decontaminate cuts passages out of documents under both executors."""
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    rows = []
+    for batch in read_documents(InputConfig(paths=[str(RAW)], limit=300), 300):
+        texts = batch.table["text"].to_pylist()
+        rows += [{"id": f"s{i}", "question": "Is it?", "contexts": t.split("\n\n")[-1:]} for i, t in enumerate(texts)
+                 if i % 20 == 0 and "\n\n" in t]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
 
 
 def _files(run: Path) -> dict[str, bytes]:
@@ -47,10 +62,11 @@ def _files(run: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def local_and_ray(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("executors")
+    bench = _sections_benchmark(tmp / "sections.jsonl")
     runs = {}
     for kind, num_proc in (("local", 2), ("ray", 1)):
         cfg = write_config(tmp / f"{kind}.yaml", CHAIN.format(raw=RAW, out=tmp / kind,
-                                                            num_proc=num_proc, kind=kind))
+                                                            num_proc=num_proc, kind=kind, bench=bench))
         run_cli("-m", "pipeline", "run", "--config", str(cfg), timeout=900)
         runs[kind] = tmp / kind
     return runs
@@ -66,9 +82,15 @@ def test_ray_and_local_executors_write_the_same_bytes(local_and_ray):
     # The contract's files are all there: three shards through the document stages, the
     # tokenizer, the packed sequences in both formats.
     assert {"stages/02_langid/data/00000.arrow", "stages/02_langid/data/00002.arrow",
-            "stages/07_split/removed/00001.arrow", "tokenizer/tokenizer.json",
+            "stages/08_split/removed/00001.arrow", "tokenizer/tokenizer.json",
             "final/megatron/train_text_document.bin"} <= set(local)
     assert any(name.startswith("final/train/") and name.endswith(".arrow") for name in local)
+    # decontaminate cut the benchmark's sections out of the abstracts they come from (those the
+    # filters kept); an abstract of one section keeps only its title, too short to stay.
+    cut = json.loads((local_and_ray["local"] / "stages/07_decontaminate/stats.json").read_text())
+    found, cut = cut["benchmarks"]["sections"], cut["by_source"]["all"]
+    assert found["items_found"] == found["documents"] == cut["cut_documents"] >= 5
+    assert 0 < cut["removed"] < cut["cut_documents"]
 
 
 @pytest.mark.slow
@@ -103,7 +125,8 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
         return real_replace(src, dst, *args, **kwargs)
     monkeypatch.setattr(os, "replace", no_replace_in_run)
     monkeypatch.setattr(os, "rename", no_replace_in_run)
-    text = CHAIN.format(raw=RAW, out=f"file://{out}", num_proc=1, kind="local") + "commit: direct\n"
+    text = CHAIN.format(raw=RAW, out=f"file://{out}", num_proc=1, kind="local",
+                        bench=local_and_ray["local"].parent / "sections.jsonl") + "commit: direct\n"
     config = load_config(write_config(tmp_path / "direct.yaml", text))
     assert str(config.output_dir) == str(out) and config.output_dir.fs.type_name == "local"
     run_chain(config)
@@ -120,14 +143,15 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
 @pytest.mark.slow
 @pytest.mark.ray
 def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_ray):
-    """normalize and phi write texts; langid, heuristics, dedup, split, tokenizer and pack's
-    data/ hold where each text is, and every reader of shards.py gets whole documents back."""
+    """normalize, phi and decontaminate (mode cut) write texts; langid, heuristics, dedup,
+    split, tokenizer and pack's data/ hold where each text is, and every reader of shards.py gets
+    whole documents back."""
     import pyarrow as pa
 
     from pipeline.shards import TEXT_FILE, TEXT_ROW, read_table, shard_schema
     run = local_and_ray["local"]
     stages = sorted(p.name for p in (run / "stages").iterdir())
-    writers = {"01_normalize", "04_phi"}
+    writers = {"01_normalize", "04_phi", "07_decontaminate"}     # decontaminate: mode cut
     for name in stages:
         raw = pa.ipc.open_stream(pa.OSFile(str(run / "stages" / name / "data/00000.arrow"))).schema
         if name in writers:
@@ -138,7 +162,7 @@ def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_r
             assert shard_schema(run / "stages" / name / "data/00000.arrow").names.index("text") == \
                 raw.names.index(TEXT_FILE)
     # Whole documents: langid's texts are normalize's, split's are phi's, row for row by id.
-    for reader, writer in (("02_langid", "01_normalize"), ("07_split", "04_phi")):
+    for reader, writer in (("02_langid", "01_normalize"), ("08_split", "07_decontaminate")):
         docs, source = read_table(run / "stages" / reader), read_table(run / "stages" / writer)
         by_id = dict(zip(source["id"].to_pylist(), source["text"].to_pylist()))
         assert docs.num_rows > 0 and docs["text"].to_pylist() == [by_id[i] for i in docs["id"].to_pylist()]

@@ -14,7 +14,7 @@ import importlib
 from pipeline.errors import ConfigError
 
 CHAIN_ORDER = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi",
-               "dedup_exact", "dedup_minhash", "split", "tokenizer", "pack"]
+               "dedup_exact", "dedup_minhash", "decontaminate", "split", "tokenizer", "pack"]
 GROUPS = {
     "dedup": ["dedup_exact", "dedup_minhash"],
     "filters": ["langid", "perplexity", "heuristics", "toxicity"],
@@ -24,6 +24,7 @@ _MODULES = {
     "perplexity": "perplexity.Perplexity", "heuristics": "heuristics.Heuristics",
     "toxicity": "toxicity.Toxicity", "phi": "phi.PhiDeidentify",
     "dedup_exact": "dedup_exact.ExactDedup", "dedup_minhash": "dedup_minhash.MinHashDedup",
+    "decontaminate": "decontaminate.Decontaminate",
     "split": "split.Split", "tokenizer": "tokenizer.TrainTokenizer", "pack": "pack.Pack",
 }
 ENTRY_POINT_GROUP = "medprep.stages"

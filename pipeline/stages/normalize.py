@@ -37,22 +37,33 @@ class Normalize(DocumentStage):
     rewrites_text = True
 
     def process(self, table: pa.Table) -> pa.Table:
-        text = table["text"]
-        text = pc.utf8_normalize(text, form="NFC")
-        text = pc.replace_substring_regex(text, "\r\n?|\\x{2028}|\\x{2029}|\\x{85}", "\n")
-        if self.config.strip_html:
-            text = pc.replace_substring_regex(text, _SCRIPT, " ")
-            text = pc.replace_substring_regex(text, _TAG, " ")
-        if self.config.unescape_entities:
-            text = _unescape(text)
-        text = pc.replace_substring_regex(text, _CONTROL, "")
-        text = pc.replace_substring_regex(text, _SPACES, " ")
-        text = pc.replace_substring_regex(text, " ?\n ?", "\n")
-        keep = "\n" * (self.config.max_blank_lines + 1)
-        text = pc.replace_substring_regex(text, "\n{%d,}" % (len(keep) + 1), keep)
-        text = pc.utf8_trim_whitespace(text)
+        text = normalize_text(table["text"], self.config)
         table = set_column(table, "text", text)
         return first_reason(table, [("empty_text", pc.equal(pc.utf8_length(text), 0))])
+
+
+def normalize_text(text, config: NormalizeConfig) -> pa.ChunkedArray | pa.Array:
+    """The stage's text transform on a string array: what any text compared with the corpus
+    (benchmark items, a passage cut out of a document) goes through, so both read alike."""
+    text = pc.utf8_normalize(text, form="NFC")
+    text = pc.replace_substring_regex(text, "\r\n?|\\x{2028}|\\x{2029}|\\x{85}", "\n")
+    if config.strip_html:
+        text = pc.replace_substring_regex(text, _SCRIPT, " ")
+        text = pc.replace_substring_regex(text, _TAG, " ")
+    if config.unescape_entities:
+        text = _unescape(text)
+    text = pc.replace_substring_regex(text, _CONTROL, "")
+    return tidy_whitespace(text, config.max_blank_lines)
+
+
+def tidy_whitespace(text, max_blank_lines: int):
+    """Runs of spaces to one, no space around a line end, at most `max_blank_lines` blank lines,
+    none at the ends: the last step of the transform (and what a text cut into needs again)."""
+    text = pc.replace_substring_regex(text, _SPACES, " ")
+    text = pc.replace_substring_regex(text, " ?\n ?", "\n")
+    keep = "\n" * (max_blank_lines + 1)
+    text = pc.replace_substring_regex(text, "\n{%d,}" % (len(keep) + 1), keep)
+    return pc.utf8_trim_whitespace(text)
 
 
 def _unescape(text: pa.ChunkedArray) -> pa.ChunkedArray:
