@@ -16,6 +16,43 @@ REFERENCE = ROOT / "data/raw/pubmed20n0014.xml.gz"
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
+# `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup). A worker builds its
+# own session and module fixtures, so the tests that share an expensive one stay together, and
+# the tests that start a 2-CPU Ray instance run one after another on one worker (two Ray
+# instances on 2 cores only contend). The two longest groups are handed out first.
+FIRST_GROUPS = ("ray", "tiny_run")
+
+
+def _xdist_group(item) -> str | None:
+    if item.get_closest_marker("ray"):
+        return "ray"
+    if "tiny_run" in item.fixturenames:
+        return "tiny_run"
+    defs = getattr(item, "_fixtureinfo", None)
+    if defs and any(d.scope == "module" for fixture in defs.name2fixturedefs.values() for d in fixture):
+        return item.module.__name__           # a module-scoped fixture is built once
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):    # not an xdist worker: nothing to share out
+        return (yield)
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # Stable: every worker collects the same order (xdist checks), modules stay contiguous.
+    rank = {g: i for i, g in enumerate(FIRST_GROUPS)}
+    items.sort(key=lambda item: rank.get(_xdist_group(item), len(rank)))
+    result = yield                            # xdist names each group by renaming its node ids
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if config.getvalue("loadgroup") and lost:
+        raise pytest.UsageError(f"--dist loadgroup did not group {lost[0]} (pytest {pytest.__version__}); "
+                                "use pytest < 9.2 (pyproject.toml) or run without -n")
+    return result
+
+
 @pytest.fixture(scope="session")
 def real_docs() -> list[dict]:
     """Normalized real documents from the default corpus: the first 400 English abstracts and

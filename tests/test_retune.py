@@ -40,6 +40,24 @@ def _outputs(run: Path) -> dict[str, bytes]:
             if p.parent.name in ("data", "removed")}
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory) -> Path:
+    """The first run (FIRST thresholds), made once: each test retunes a copy of it."""
+    from pipeline.runner import run_chain
+    tmp = tmp_path_factory.mktemp("retune")
+    run_chain(_config(tmp, tmp / "run", "first"))
+    return tmp / "run"
+
+
+def _copy_of_first_run(first_run: Path, tmp_path: Path) -> Path:
+    """A copy of the first run in tmp_path (and tmp_path/first.yaml naming it), as if run there."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(first_run, run)
+    _config(tmp_path, run, "first")
+    return run
+
+
 def _refuse_setup(self):
     raise AssertionError(f"{self.name}: the model was loaded for a threshold-only rerun")
 
@@ -55,15 +73,15 @@ RETUNES = [
 
 
 @pytest.mark.parametrize("folder, stage_class, retune, after", RETUNES, ids=[r[0] for r in RETUNES])
-def test_threshold_only_reruns_do_not_load_the_model(tmp_path, monkeypatch, folder, stage_class, retune, after):
+def test_threshold_only_reruns_do_not_load_the_model(first_run, tmp_path, monkeypatch, folder, stage_class, retune,
+                                                     after):
     import importlib
 
     from pipeline.runner import run_chain
 
     module, cls = stage_class.split(":")
     stage_cls = getattr(importlib.import_module(module), cls)
-    run, fresh = tmp_path / "run", tmp_path / "fresh"
-    run_chain(_config(tmp_path, run, "first"))
+    run, fresh = _copy_of_first_run(first_run, tmp_path), tmp_path / "fresh"
     first = _stats(run, folder)
     assert first["decided_from_stored_scores"] is False
     key = first["cache_keys"][0]
@@ -109,15 +127,14 @@ def test_threshold_only_reruns_do_not_load_the_model(tmp_path, monkeypatch, fold
     assert [name for name in first_outputs if first_outputs[name] != back.get(name)] == []
 
 
-def test_a_scoring_option_change_scores_again(tmp_path):
+def test_a_scoring_option_change_scores_again(first_run, tmp_path):
     """Only thresholds are left out of the score fingerprint: another scoring option (langid's
     model_path, here naming the bundled model itself) gives another score folder, and the
     stage scores with its model, to the same documents."""
     from pipeline.runner import run_chain
     from pipeline.stages.langid import bundled_lid_model
 
-    run = tmp_path / "run"
-    run_chain(_config(tmp_path, run, "first"))
+    run = _copy_of_first_run(first_run, tmp_path)
     first = _stats(run, "02_langid")
     text = (tmp_path / "first.yaml").read_text().replace(
         "langid: {min_score: 0.65}", f"langid: {{min_score: 0.85, model_path: {bundled_lid_model()}}}")
