@@ -91,148 +91,204 @@ class ClinicalNameRecognizer(RuleRecognizer):
 
 
 def find_names(text: str, lex) -> list[tuple[int, int]]:
-    mode = case_mode(text)
-    toks = [(m.start(), m.end(), m.group()) for m in TOKEN.finditer(text)]
-    n = len(toks)
-    lows = [t[2].lower().removesuffix("'s").removesuffix("’s") for t in toks]
-    # "Parkinson's disease", "Hickman catheter", "Foley catheter": an eponym, not a person.
-    eponym = [i + 1 < n and lows[i + 1] in EPONYM_HEADS and re.fullmatch(r"(?:['’]s)?[ \t-]*", text[toks[i][1]:toks[i + 1][0]])
-              is not None for i in range(n)]
-    is_name = [lex.is_name(w) and not eponym[i] for i, w in enumerate(lows)]
-    common = [lex.is_common(w) for w in lows]
+    """Spans of person names in a note: cued words (titles, relatives, roles, verbs), name-list
+    words in name position, runs grown over the words beside them, signatures, a bare signed
+    last line; then every word of a found name, everywhere in the note."""
+    words = _NoteWords(text, lex)
+    words.mark_cued()
+    words.grow_runs()
+    words.mark_signatures()
+    words.mark_signed_last_line()
+    words.propagate()
+    return words.spans()
 
-    def capitalized(i: int) -> bool:
+
+class _NoteWords:
+    """A note's word tokens, what the name lists say of each, and which are marked as name words."""
+
+    def __init__(self, text: str, lex):
+        self.text, self.lex = text, lex
+        self.mode = case_mode(text)
+        self.toks = toks = [(m.start(), m.end(), m.group()) for m in TOKEN.finditer(text)]
+        self.n = n = len(toks)
+        self.lows = lows = [t[2].lower().removesuffix("'s").removesuffix("’s") for t in toks]
+        # "Parkinson's disease", "Hickman catheter", "Foley catheter": an eponym, not a person.
+        self.eponym = [i + 1 < n and lows[i + 1] in EPONYM_HEADS
+                       and re.fullmatch(r"(?:['’]s)?[ \t-]*", text[toks[i][1]:toks[i + 1][0]]) is not None
+                       for i in range(n)]
+        self.is_name = [lex.is_name(w) and not self.eponym[i] for i, w in enumerate(lows)]
+        self.common = [lex.is_common(w) for w in lows]
+        self.marked = [False] * n
+
+    def capitalized(self, i: int) -> bool:
         # In a mixed-case note an all-caps word is an acronym ("PT LINE"), not a capitalized name.
-        w = toks[i][2]
-        return w[0].isupper() and (mode != "upper" or len(w) > 1) and (mode != "mixed" or not w.isupper())
+        w = self.toks[i][2]
+        return w[0].isupper() and (self.mode != "upper" or len(w) > 1) and (self.mode != "mixed" or not w.isupper())
 
-    def gap(i: int) -> str:             # the characters between token i-1 and token i
-        return text[toks[i - 1][1]:toks[i][0]] if i > 0 else text[:toks[0][0]]
+    def gap(self, i: int) -> str:       # the characters between token i-1 and token i
+        toks = self.toks
+        return self.text[toks[i - 1][1]:toks[i][0]] if i > 0 else self.text[:toks[0][0]]
 
-    def joined(i: int) -> bool:         # token i continues the run of token i-1 ("Mary Ann", "R. Smith")
-        g = gap(i)
-        if i == 0 or "\n" in g or eponym[i]:
+    def joined(self, i: int) -> bool:   # token i continues the run of token i-1 ("Mary Ann", "R. Smith")
+        g = self.gap(i)
+        if i == 0 or "\n" in g or self.eponym[i]:
             return False
         if "." in g:                    # only after an initial or a title: "Smith. Parkinson's" is two sentences
-            return re.fullmatch(r"\.\s*", g) is not None and (len(toks[i - 1][2]) == 1 or lows[i - 1] in TITLE)
+            return re.fullmatch(r"\.\s*", g) is not None and (len(self.toks[i - 1][2]) == 1
+                                                              or self.lows[i - 1] in TITLE)
         return re.fullmatch(r"\s*|\s*-\s*", g) is not None
 
-    def strong(i: int) -> bool:         # a name-list word that is not a common word
-        return is_name[i] and not common[i] and len(lows[i]) > 1
+    def strong(self, i: int) -> bool:   # a name-list word that is not a common word
+        return self.is_name[i] and not self.common[i] and len(self.lows[i]) > 1
 
-    def unknown(i: int) -> bool:        # on no list at all: a rare surname ("Przybylo") or a typo
-        return not is_name[i] and not common[i] and len(lows[i]) > 2 and lows[i].isalpha()
+    def unknown(self, i: int) -> bool:  # on no list at all: a rare surname ("Przybylo") or a typo
+        low = self.lows[i]
+        return not self.is_name[i] and not self.common[i] and len(low) > 2 and low.isalpha()
 
-    def initial(i: int) -> bool:        # "A." in "DAN A. FORMAN-LYONS"
-        return len(toks[i][2]) == 1 and toks[i][2].isupper() and text[toks[i][1]:toks[i][1] + 1] == "."
+    def initial(self, i: int) -> bool:  # "A." in "DAN A. FORMAN-LYONS"
+        tok = self.toks[i]
+        return len(tok[2]) == 1 and tok[2].isupper() and self.text[tok[1]:tok[1] + 1] == "."
 
-    def nameish(i: int, after_title: bool) -> bool:
-        if lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
+    def stop(self, i: int) -> bool:     # a word that is never part of a name here
+        return self.lows[i] in NAME_STOP or self.lows[i] in CUE_WORDS
+
+    def nameish(self, i: int, after_title: bool) -> bool:
+        lows, is_name, common, mode, n = self.lows, self.is_name, self.common, self.mode, self.n
+        if self.stop(i):
             return False
-        if strong(i) or initial(i):
+        if self.strong(i) or self.initial(i):
             return True
         if after_title:
-            return not common[i] or capitalized(i) and mode == "mixed" or is_name[i]
-        if is_name[i] and toks[i][2][0].isupper() and (mode == "mixed" and capitalized(i) or mode == "lower"):
+            return not common[i] or self.capitalized(i) and mode == "mixed" or is_name[i]
+        if is_name[i] and self.toks[i][2][0].isupper() and (mode == "mixed" and self.capitalized(i) or mode == "lower"):
             return True                                 # a capital in a lower-case note is a name's
-        if is_name[i] and lows[i] not in lex.english and len(lows[i]) > 2:
+        if is_name[i] and lows[i] not in self.lex.english and len(lows[i]) > 2:
             return True
-        if is_name[i] and mode != "mixed" and i + 1 < n and joined(i + 1) and (strong(i + 1) or unknown(i + 1)):
+        if is_name[i] and mode != "mixed" and i + 1 < n and self.joined(i + 1) and (
+                self.strong(i + 1) or self.unknown(i + 1)):
             return True                                 # "KAREN ANN YANULIS"
-        return unknown(i) and (mode != "mixed" or capitalized(i))
+        return self.unknown(i) and (mode != "mixed" or self.capitalized(i))
 
-    marked = [False] * n
-    for i in range(n):
-        low = lows[i]
-        prev = lows[i - 1] if i > 0 else ""
-        # A title: the next one to three words are a name, whatever lists say ("Dr. Small").
-        # "MS: UNCHANGED" is mental status: a title is followed by its name on the same line.
-        if low in TITLE and i + 1 < n and re.fullmatch(r"\.?[ \t]+|\.", gap(i + 1)):
-            j = i + 1
-            initial_after = len(toks[j][2]) == 1 and toks[j][2].isupper() and low in ("mr", "mrs", "ms", "miss", "dr")
-            if initial_after or lows[j] not in NAME_STOP and lows[j] not in CUE_WORDS and (
-                    not common[j] or is_name[j] or capitalized(j) and mode == "mixed" and low in ("dr", "doctor")):
-                marked[j] = True
-                k = j + 1
-                while k < n and k <= j + 2 and joined(k) and nameish(k, after_title=True) and not _is_title(lows[k]):
-                    marked[k] = True
-                    k += 1
-            continue
-        if strong(i):
-            marked[i] = True
-        elif len(toks[i][2]) == 1 and text[toks[i][1]:toks[i][1] + 2] in (". ", ".") and i + 1 < n and joined(i + 1) \
-                and (strong(i + 1) or unknown(i + 1) or is_name[i + 1] and capitalized(i + 1)) \
-                and lows[i + 1] not in NAME_STOP:
-            marked[i] = marked[i + 1] = True            # "W. MAROTTA", "j. o'brien"
-        elif lows[i] in NAME_STOP or lows[i] in CUE_WORDS:
-            continue
-        elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", gap(i)) \
-                and (not common[i] or lows[i] in lex.given and (prev in FAMILY or prev in ROLE_TITLE and mode != "mixed"
-                                                                 or capitalized(i) and mode == "mixed")):
-            marked[i] = True
-        elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
-                capitalized(i) and mode == "mixed" or not common[i]):
-            marked[i] = True
-        elif is_name[i] and lows[i] in lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \
-                and lows[i + 1] not in NAME_STOP and lows[i + 1] in lex.surnames and (
-                    not (common[i] and common[i + 1]) or mode == "mixed" and capitalized(i) and capitalized(i + 1)):
-            marked[i] = marked[i + 1] = True            # "mary souza", "martin carey"
-    # Grow each run over the words beside it that can be part of a name ("Hank Przybylo").
-    changed = True
-    while changed:
-        changed = False
+    def _mark_after_title(self, i: int) -> None:
+        """A title: the next one to three words are a name, whatever lists say ("Dr. Small").
+        "MS: UNCHANGED" is mental status: a title is followed by its name on the same line."""
+        lows, toks, marked, low = self.lows, self.toks, self.marked, self.lows[i]
+        if not (i + 1 < self.n and re.fullmatch(r"\.?[ \t]+|\.", self.gap(i + 1))):
+            return
+        j = i + 1
+        initial_after = len(toks[j][2]) == 1 and toks[j][2].isupper() and low in ("mr", "mrs", "ms", "miss", "dr")
+        if initial_after or lows[j] not in NAME_STOP and lows[j] not in CUE_WORDS and (
+                not self.common[j] or self.is_name[j]
+                or self.capitalized(j) and self.mode == "mixed" and low in ("dr", "doctor")):
+            marked[j] = True
+            k = j + 1
+            while k < self.n and k <= j + 2 and self.joined(k) and self.nameish(k, after_title=True) \
+                    and not _is_title(lows[k]):
+                marked[k] = True
+                k += 1
+
+    def mark_cued(self) -> None:
+        """Titles and the words after them; name-list words that are not common words; an
+        initial before a name; names after a relative, a role, a relation or a verb cue; a given
+        name before a surname."""
+        lows, is_name, common, mode, marked, n = self.lows, self.is_name, self.common, self.mode, self.marked, self.n
+        toks, text, capitalized, joined = self.toks, self.text, self.capitalized, self.joined
         for i in range(n):
-            if marked[i]:
+            prev = lows[i - 1] if i > 0 else ""
+            if lows[i] in TITLE and i + 1 < n and re.fullmatch(r"\.?[ \t]+|\.", self.gap(i + 1)):
+                self._mark_after_title(i)
                 continue
-            after_comma = i > 0 and marked[i - 1] and re.fullmatch(r",[ \t]*|[ \t]*&[ \t]*", gap(i))
-            after_and = i > 1 and lows[i - 1] == "and" and marked[i - 2] and joined(i) and joined(i - 1)
-            listed = (after_comma or after_and) and is_name[i] and (capitalized(i) or mode != "mixed")
-            if listed and lows[i] not in NAME_STOP and lows[i] not in CUE_WORDS:
-                marked[i] = changed = True
-                continue
-            left = i > 0 and marked[i - 1] and joined(i)
-            right = i + 1 < n and marked[i + 1] and joined(i + 1)
-            if (left or right) and nameish(i, after_title=False) and not _is_title(lows[i]):
-                marked[i] = changed = True
-    # Signatures: up to three words on a line before ", RN" / " RRT" at the line's end, or
-    # before a role anywhere ("PER WARREN KAVALIUNAS NP").
-    for m in list(_SIGN_TAIL.finditer(text)) + list(_ROLE_AFTER.finditer(text)):
-        i, end = _token_before(toks, m.start()), m.start()
-        for _ in range(4):
-            if i is None or i < 0 or "\n" in text[toks[i][1]:end]:
-                break
-            dotted_initial = len(lows[i]) == 1 and text[toks[i][1]:toks[i][1] + 1] == "."
-            if not dotted_initial and (lows[i] in NAME_STOP or lows[i] in CUE_WORDS or common[i] and not is_name[i]
-                                       or m.re is _ROLE_AFTER and not (is_name[i] or unknown(i))):
-                break
-            marked[i] = True
-            end, i = toks[i][0], i - 1
-    # A note signed with a bare name: its last line is one to three name words ("Mary Rueping").
-    last = re.search(r"(?m)^[ \t]*([A-Za-z][A-Za-z'’.-]*(?:[ \t]+[A-Za-z][A-Za-z'’.-]*){0,2})[ \t.]*\s*\Z", text)
-    if last and n:
-        idx = [i for i in range(n) if toks[i][0] >= last.start(1)]
-        if idx and all((is_name[i] or unknown(i) or len(lows[i]) == 1) and lows[i] not in NAME_STOP
-                       and lows[i] not in CUE_WORDS for i in idx) and any(is_name[i] or unknown(i) for i in idx):
-            for i in idx:
+            if self.strong(i):
                 marked[i] = True
-    # A name's words are names everywhere in the note; a common word only in the case it was seen.
-    found_strong = {lows[i] for i in range(n) if marked[i] and not common[i] and len(lows[i]) > 2}
-    found_common = {toks[i][2] for i in range(n) if marked[i] and common[i] and len(lows[i]) > 2
-                    and capitalized(i) and mode == "mixed"}
-    for i in range(n):
-        sentence_start = i == 0 or re.search(r"[.!?:;\n]\s*$", gap(i)) is not None
-        if not marked[i] and lows[i] not in NAME_STOP and (
-                lows[i] in found_strong or toks[i][2] in found_common and not sentence_start):
-            marked[i] = True
-    spans = []
-    for i in range(n):
-        if marked[i]:
-            s, e = toks[i][0], toks[i][1]
-            if spans and text[spans[-1][1]:s].strip(" .-") == "":
-                spans[-1] = (spans[-1][0], e)
-            else:
-                spans.append((s, e))
-    return spans
+            elif len(toks[i][2]) == 1 and text[toks[i][1]:toks[i][1] + 2] in (". ", ".") and i + 1 < n and joined(i + 1) \
+                    and (self.strong(i + 1) or self.unknown(i + 1) or is_name[i + 1] and capitalized(i + 1)) \
+                    and lows[i + 1] not in NAME_STOP:
+                marked[i] = marked[i + 1] = True            # "W. MAROTTA", "j. o'brien"
+            elif self.stop(i):
+                continue
+            elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) \
+                    and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", self.gap(i)) \
+                    and (not common[i] or lows[i] in self.lex.given and (
+                        prev in FAMILY or prev in ROLE_TITLE and mode != "mixed" or capitalized(i) and mode == "mixed")):
+                marked[i] = True
+            elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
+                    capitalized(i) and mode == "mixed" or not common[i]):
+                marked[i] = True
+            elif is_name[i] and lows[i] in self.lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \
+                    and lows[i + 1] not in NAME_STOP and lows[i + 1] in self.lex.surnames and (
+                        not (common[i] and common[i + 1]) or mode == "mixed" and capitalized(i) and capitalized(i + 1)):
+                marked[i] = marked[i + 1] = True            # "mary souza", "martin carey"
+
+    def grow_runs(self) -> None:
+        """Grow each run over the words beside it that can be part of a name ("Hank Przybylo")."""
+        lows, marked, n, joined = self.lows, self.marked, self.n, self.joined
+        changed = True
+        while changed:
+            changed = False
+            for i in range(n):
+                if marked[i]:
+                    continue
+                after_comma = i > 0 and marked[i - 1] and re.fullmatch(r",[ \t]*|[ \t]*&[ \t]*", self.gap(i))
+                after_and = i > 1 and lows[i - 1] == "and" and marked[i - 2] and joined(i) and joined(i - 1)
+                listed = (after_comma or after_and) and self.is_name[i] and (self.capitalized(i) or self.mode != "mixed")
+                if listed and not self.stop(i):
+                    marked[i] = changed = True
+                    continue
+                left = i > 0 and marked[i - 1] and joined(i)
+                right = i + 1 < n and marked[i + 1] and joined(i + 1)
+                if (left or right) and self.nameish(i, after_title=False) and not _is_title(lows[i]):
+                    marked[i] = changed = True
+
+    def mark_signatures(self) -> None:
+        """Up to three words on a line before ", RN" / " RRT" at the line's end, or before a role
+        anywhere ("PER WARREN KAVALIUNAS NP")."""
+        text, toks, lows = self.text, self.toks, self.lows
+        for m in list(_SIGN_TAIL.finditer(text)) + list(_ROLE_AFTER.finditer(text)):
+            i, end = _token_before(toks, m.start()), m.start()
+            for _ in range(4):
+                if i is None or i < 0 or "\n" in text[toks[i][1]:end]:
+                    break
+                dotted_initial = len(lows[i]) == 1 and text[toks[i][1]:toks[i][1] + 1] == "."
+                if not dotted_initial and (self.stop(i) or self.common[i] and not self.is_name[i]
+                                           or m.re is _ROLE_AFTER and not (self.is_name[i] or self.unknown(i))):
+                    break
+                self.marked[i] = True
+                end, i = toks[i][0], i - 1
+
+    def mark_signed_last_line(self) -> None:
+        """A note signed with a bare name: its last line is one to three name words ("Mary Rueping")."""
+        n = self.n
+        last = re.search(r"(?m)^[ \t]*([A-Za-z][A-Za-z'’.-]*(?:[ \t]+[A-Za-z][A-Za-z'’.-]*){0,2})[ \t.]*\s*\Z", self.text)
+        if last and n:
+            idx = [i for i in range(n) if self.toks[i][0] >= last.start(1)]
+            if idx and all((self.is_name[i] or self.unknown(i) or len(self.lows[i]) == 1) and not self.stop(i)
+                           for i in idx) and any(self.is_name[i] or self.unknown(i) for i in idx):
+                for i in idx:
+                    self.marked[i] = True
+
+    def propagate(self) -> None:
+        """A name's words are names everywhere in the note; a common word only in the case it was seen."""
+        lows, toks, marked, common, n = self.lows, self.toks, self.marked, self.common, self.n
+        found_strong = {lows[i] for i in range(n) if marked[i] and not common[i] and len(lows[i]) > 2}
+        found_common = {toks[i][2] for i in range(n) if marked[i] and common[i] and len(lows[i]) > 2
+                        and self.capitalized(i) and self.mode == "mixed"}
+        for i in range(n):
+            sentence_start = i == 0 or re.search(r"[.!?:;\n]\s*$", self.gap(i)) is not None
+            if not marked[i] and lows[i] not in NAME_STOP and (
+                    lows[i] in found_strong or toks[i][2] in found_common and not sentence_start):
+                marked[i] = True
+
+    def spans(self) -> list[tuple[int, int]]:
+        """The marked words as spans, neighbours joined over spaces, dots and hyphens."""
+        spans = []
+        for i in range(self.n):
+            if self.marked[i]:
+                s, e = self.toks[i][0], self.toks[i][1]
+                if spans and self.text[spans[-1][1]:s].strip(" .-") == "":
+                    spans[-1] = (spans[-1][0], e)
+                else:
+                    spans.append((s, e))
+        return spans
 
 
 def _is_title(low: str) -> bool:
@@ -305,19 +361,35 @@ class ClinicalPlaceRecognizer(RuleRecognizer):
 
 
 def find_places(text: str, lex) -> list[tuple[int, int]]:
+    """Spans of places in a note: facility names, saints' hospitals, places after a transfer
+    verb or "lives in", hospital acronyms, ward names, towns by name; then a found place's words
+    everywhere in the note."""
     mode = case_mode(text)
-    spans: list[tuple[int, int]] = []
-
-    def placeish(word: str, strict: bool) -> bool:
-        low = word.lower().rstrip(".").removesuffix("'s").removesuffix("’s")
-        if low in GENERIC_BEFORE or low in CUE_WORDS or len(low) < 2:
-            return False
-        if low not in lex.english:
-            return True
-        return not strict and mode == "mixed" and word[0].isupper()
-
     toks = list(TOKEN.finditer(text))
-    # Facility words: up to two words before them that are not generic.
+    spans = [span for find in (_facility_spans, _saint_spans, _moved_to_spans, _lives_in_spans, _acronym_spans,
+                               _ward_spans, _town_spans)
+             for span in find(text, toks, mode, lex)]
+    # A place's words are places everywhere in the note.
+    found = {text[s:e].lower() for s, e in spans if not lex.is_common(text[s:e].lower()) and len(text[s:e]) > 2}
+    if found:
+        for t in toks:
+            if t.group().lower() in found:
+                spans.append(t.span())
+    return sorted(set(spans))
+
+
+def _placeish(word: str, strict: bool, mode: str, lex) -> bool:
+    low = word.lower().rstrip(".").removesuffix("'s").removesuffix("’s")
+    if low in GENERIC_BEFORE or low in CUE_WORDS or len(low) < 2:
+        return False
+    if low not in lex.english:
+        return True
+    return not strict and mode == "mixed" and word[0].isupper()
+
+
+def _facility_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    """Facility words, and up to two words before them that are not generic."""
+    spans = []
     tok_spans = [(t.start(), t.end(), t.group()) for t in toks]
     for m in FACILITY.finditer(text):
         i = _token_before(tok_spans, m.start())
@@ -332,13 +404,18 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
             titled = mode == "mixed" and word[0].isupper() and not word.isupper() and word.lower() not in GENERIC_BEFORE \
                 and (word.lower() not in lex.english or lex.is_name(word.lower()))     # not "Heart Failure Clinic"
             acronym = HOSPITAL_ACRONYM.fullmatch(word) is not None and word.isupper() and word.lower() not in GENERIC_BEFORE
-            if re.search(r"[\n.,;:()]", text[t.end():end]) or not (moved_to or titled or acronym) and not placeish(
-                    word, strict=taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh")):
+            if re.search(r"[\n.,;:()]", text[t.end():end]) or not (moved_to or titled or acronym) and not _placeish(
+                    word, taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh"), mode, lex):
                 break
             spans.append((t.start(), t.end()))
             end, i, taken = t.start(), i - 1, taken + 1
         if m.group().lower() in NAMING_FACILITY and (taken or re.match(r"(?i)\s+hosp", text[m.end():])):
             spans.append(m.span())                      # "Sacred Heart Memorial", "Laurel Regional"
+    return spans
+
+
+def _saint_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    spans = []
     for m in SAINT.finditer(text):
         word = m.group("v")
         low = word.lower().rstrip(".")
@@ -354,20 +431,35 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
         after = re.match(r"\s+(?:memorial|hospital|hosp|medical center|rehab|house|manor|home)\b", text[m.end("v"):], re.I)
         if after:                                       # "Sacred Heart Memorial", "St. Mary Hospital"
             spans.append((m.end("v"), m.end("v") + after.end()))
+    return spans
+
+
+def _moved_to_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    spans = []
     for m in MOVE.finditer(text):
         word = m.group("v")
         if HOSPITAL_ACRONYM.fullmatch(word) and (mode != "mixed" or word.isupper()) and word.lower() not in GENERIC_BEFORE:
             spans.append(m.span("v"))
             continue
-        if m.group("unit") or placeish(word, strict=True):
+        if m.group("unit") or _placeish(word, True, mode, lex):
             if word.lower() not in GENERIC_BEFORE and word.lower() not in CUE_WORDS and not lex.is_common(word.lower()) \
                     or m.group("unit") and not lex.is_common(word.lower()):
                 spans.append(m.span("v"))
+    return spans
+
+
+def _lives_in_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    spans = []
     for m in LIVES.finditer(text):
         for w in TOKEN.finditer(text, m.start("v"), m.end("v")):
-            if not placeish(w.group(), strict=True):
+            if not _placeish(w.group(), True, mode, lex):
                 break
             spans.append(w.span())
+    return spans
+
+
+def _acronym_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    spans = []
     for m in ACRONYM.finditer(text):
         v = m.group("v")
         prep = m.group().split()[0].lower()
@@ -377,11 +469,21 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
         if (mode != "mixed" or v.isupper() or two_letter) and len(v) >= 2 and low not in GENERIC_BEFORE and (
                 low not in lex.english or two_letter):
             spans.append(m.span("v"))
+    return spans
+
+
+def _ward_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    spans = []
     for m in WARD.finditer(text):
         if m.group("v").lower() not in lex.english and m.group("v").lower() not in GENERIC_BEFORE:
             glued = re.match(r"\d+", text[m.end("v"):])       # "QUARTERMAIN7" is one word
             spans.append((m.start("v"), m.end("v") + (len(glued.group()) if glued else 0)))
-    # Towns and cities by name (one or more words), wherever they stand, unless a common word.
+    return spans
+
+
+def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
+    """Towns and cities by name (one or more words), wherever they stand, unless a common word."""
+    spans = []
     lows = [t.group().lower() for t in toks]
     for i, t in enumerate(toks):
         for k in range(min(lex.max_place_words, 3), 0, -1):
@@ -394,13 +496,7 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
                     continue
                 spans.append((t.start(), toks[i + k - 1].end()))
                 break
-    # A place's words are places everywhere in the note.
-    found = {text[s:e].lower() for s, e in spans if not lex.is_common(text[s:e].lower()) and len(text[s:e]) > 2}
-    if found:
-        for t in toks:
-            if t.group().lower() in found:
-                spans.append(t.span())
-    return sorted(set(spans))
+    return spans
 
 
 # --- dates and numbers -----------------------------------------------------------------------
