@@ -367,11 +367,13 @@ class _Resolver:
     def __call__(self, value):
         if not isinstance(value, str) or not value or Path(value).is_absolute():
             return value
+        # Found paths are made absolute: a fingerprint then names the same file the same way
+        # whichever config (a copy elsewhere, a shipped one) and folder it was found from.
         beside = self.base / value
         if _matches(str(beside)):
-            return str(beside)
+            return os.path.abspath(beside)
         if _matches(value):
-            return value                 # in the current directory, as written
+            return os.path.abspath(value)                 # in the current directory
         shipped = self.shipped / value
         if _matches(str(shipped)):
             return str(shipped)

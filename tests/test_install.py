@@ -86,7 +86,7 @@ def test_init_writes_a_config_that_fits_the_file(tmp_path, monkeypatch):
     assert cfg["stages"][2]["phi"]["profile"] == "clinical"
     assert "text_field: body" in err and "doing well" not in err          # field names, never values
     from pipeline.config import load_config
-    assert load_config(tmp_path / "cfg/notes.yaml").run.input.paths == [str(tmp_path / "cfg/../notes.jsonl")]
+    assert load_config(tmp_path / "cfg/notes.yaml").run.input.paths == [str(tmp_path / "notes.jsonl")]  # made absolute
     # Not over an existing file without --force; the web profile has no phi stage.
     code, _, err = run_in_process("init", "--input", str(notes), "--config", "cfg/notes.yaml")
     assert code == 2 and "--force" in err
