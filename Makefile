@@ -47,9 +47,9 @@ data: | $(BIN)/python
 prepare: setup
 	$(BIN)/python -m pipeline run --config $(CONFIG)
 
-# 2 workers (pytest-xdist); tests/conftest.py groups the tests that share a fixture or Ray, and
-# --no-loadscope-reorder keeps its order (the longest groups first).
-TEST_WORKERS ?= 2
+# 3 workers (pytest-xdist) on 2 cores: Ray tests wait on actor start-up; tests/conftest.py groups
+# the tests that share a fixture or Ray, and --no-loadscope-reorder keeps its order (longest first).
+TEST_WORKERS ?= 3
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
