@@ -292,6 +292,7 @@ def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path, commit):
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.cluster          # ~90 s of Ray start-ups: `make test-cluster`, not CI's `make test`
 def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     start, run, seen = _interrupted_run(tmp_path, "failed", "raise", "ray", "direct")
     first = start()
