@@ -51,6 +51,8 @@ moved returned return discharged dc dced arrived came come brought screened acce
 referred transported flown flew drove treated seen evaluated visited lives living lived resides residing
 born raised works worked located visiting vacation home""".split())
 PREP = frozenset("to from at in into near of via @".split())
+# List tags of a word, in the order the features were trained with.
+_CUE_TAGS = ((TITLE, "title"), (ROLE, "role"), (RELATION, "rel"), (SPEECH, "speech"), (MOVE, "move"), (PREP, "prep"))
 # Words of a facility's name that are not the name itself; the list's frequent words are learned
 # from data/us-hospitals (see _hospital_words); these are the ones outside it.
 # Closed-class words that never begin or end a name or a place ("Mercy Hospital [on] May 3",
@@ -128,18 +130,7 @@ def _lex_tags(low: str, word: str, lex: Lexicon, hosp) -> list[str]:
         tags.append("hname")
     if low in initials and word.isupper() and len(word) > 1:
         tags.append("hinit")
-    if low in TITLE:
-        tags.append("title")
-    if low in ROLE:
-        tags.append("role")
-    if low in RELATION:
-        tags.append("rel")
-    if low in SPEECH:
-        tags.append("speech")
-    if low in MOVE:
-        tags.append("move")
-    if low in PREP:
-        tags.append("prep")
+    tags += [tag for words, tag in _CUE_TAGS if low in words]
     return tags or ["nolist"]
 
 
