@@ -291,10 +291,10 @@ PLACE_OF_PERSON_GATE = (r"(?i)(?:liv|resid|moved|relocated|hometown|born|native|
 # A nationality or a ward after "of"/"in" is no town ("a man of Asian descent", "in Intensive Care").
 _NOT_A_TOWN_AFTER = re.compile(r"(?i)^\W*(?:descent|origin|ancestry|extraction|ethnicity|background|heritage|"
                                r"nationality|parents?)\b")
-# A street after "at" with no street word: a name and a house number ("examined at Požiarnická 8",
-# "seen at 27 Mælifellsá"), ending its clause.
+# A street after "at" with no street word: a name in proper case and a house number ("examined at
+# Požiarnická 8", "seen at 27 Mælifellsá"), ending its clause; an all-caps note's "AT 40 MCGS" is a dose.
 STREET_AFTER_AT = re.compile(
-    rf"(?<![\w-])(?i:at)[ \t]+(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE},?[ \t]+{_NAME}){_UNIT}?)"
+    rf"(?<![\w-])(?:at|At)[ \t]+(?P<v>(?:{_PROPER_NAME},?[ \t]+{_HOUSE}|{_HOUSE},?[ \t]+{_PROPER_NAME}){_UNIT}?)"
     rf"(?=[ \t]*(?:[,.;:)\n]|$)|[ \t]+(?:on|in|and|or|at|from|for|with|where|when|by|to|after|before|during)\b)")
 STREET_AFTER_AT_GATE = r"(?i)\bat\s+[^\n]{0,60}\d"
 MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",

