@@ -36,11 +36,10 @@ import re
 from collections import Counter
 from functools import lru_cache
 
-from presidio_analyzer.nlp_engine import NlpArtifacts
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from pipeline.phi.engine import _L, _U, first_names
 from pipeline.phi.eponyms import TITLES
@@ -170,7 +169,8 @@ class OnDemandArtifacts(NlpArtifacts):
     nlp.make_doc(text), built when read. Counts the text in `counts` (docs_tokenized,
     chars_tokenized) when it is."""
 
-    def __init__(self, nlp_engine, text: str, counts: Counter):    # noqa: super().__init__ would tokenize
+    def __init__(self, nlp_engine, text: str, counts: Counter):
+        # Not NlpArtifacts.__init__: it would read the tokens (for the keywords) at once.
         self.nlp_engine, self.entities, self.scores = nlp_engine, [], []
         self._text, self._counts, self._built = text, counts, None
 
