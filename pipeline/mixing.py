@@ -91,3 +91,30 @@ def window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, wind
     counts = np.bincount(window[sel] * n_sources + sources[sel], weights=lengths[sel],
                          minlength=max(full, 1) * n_sources).reshape(-1, n_sources)
     return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+
+
+def sliding_window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, row_len: int,
+                          window_rows: int) -> np.ndarray:
+    """Each source's share of the tokens of every window of `window_rows` consecutive packed rows
+    of `row_len` tokens, the window moved one row at a time, each token counted in the row it
+    lands in (a document across a row boundary is split there): (windows, sources). The
+    documents are the packing order's; tokens after the last full row are left out."""
+    rows = int(lengths.sum()) // row_len
+    if not len(lengths) or rows < window_rows or window_rows < 1:
+        return np.zeros((0, n_sources))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    # Tokens of each source before each row boundary r * row_len, r = 0..rows.
+    bounds = np.arange(rows + 1, dtype=np.int64) * row_len
+    doc = np.searchsorted(ends, bounds, side="right")          # the document holding that token
+    before = np.zeros((rows + 1, n_sources), np.int64)
+    for s in range(n_sources):
+        mine = np.where(sources == s, lengths, 0)
+        prefix = np.concatenate([[0], np.cumsum(mine)])
+        inside = np.zeros(rows + 1, np.int64)
+        within = doc < len(lengths)
+        d = doc[within]
+        inside[within] = np.where(sources[d] == s, bounds[within] - starts[d], 0)
+        before[:, s] = prefix[np.minimum(doc, len(lengths))] + inside
+    counts = before[window_rows:] - before[:-window_rows]
+    return counts / float(window_rows * row_len)
