@@ -79,20 +79,6 @@ def plan_epochs(train_tokens: dict[str, int], mix: dict[str, dict]) -> dict[str,
     return epochs
 
 
-def window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, window_tokens: int) -> np.ndarray:
-    """Each source's share of the tokens of each window of `window_tokens` (a document counted
-    in the window it starts in), for the full windows: (windows, sources)."""
-    if not len(lengths):
-        return np.zeros((0, n_sources))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    window = starts // window_tokens
-    full = int(lengths.sum() // window_tokens)
-    sel = window < max(full, 1)
-    counts = np.bincount(window[sel] * n_sources + sources[sel], weights=lengths[sel],
-                         minlength=max(full, 1) * n_sources).reshape(-1, n_sources)
-    return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-
-
 def sliding_window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, row_len: int,
                           window_rows: int) -> np.ndarray:
     """Each source's share of the tokens of every window of `window_rows` consecutive packed rows

@@ -223,12 +223,15 @@ def test_mix_epochs_and_impossible_mixes():
                                                       "notes": {"weight": 0.3, "max_epochs": 4}})
 
 
-def test_window_shares():
-    from pipeline.mixing import window_shares
-    lengths = np.array([10, 10, 10, 10, 5, 5])
-    sources = np.array([0, 1, 0, 0, 1, 1])
-    shares = window_shares(lengths, sources, 2, 20)
-    assert shares.tolist() == [[0.5, 0.5], [1.0, 0.0]]
+def test_window_shares_over_every_window_of_rows():
+    from pipeline.mixing import sliding_window_shares
+    # Rows of 10 tokens: source 0, 1, 0, 0, then 1 (two documents of 5); windows of 2 rows.
+    shares = sliding_window_shares(np.array([10, 10, 10, 10, 5, 5]), np.array([0, 1, 0, 0, 1, 1]), 2, 10, 2)
+    assert shares.tolist() == [[0.5, 0.5], [0.5, 0.5], [1.0, 0.0], [0.5, 0.5]]
+    # A document across a row boundary counts in both rows; the 3 tokens after the last row in none.
+    shares = sliding_window_shares(np.array([15, 8]), np.array([0, 1]), 2, 10, 1)
+    assert shares.tolist() == [[1.0, 0.0], [0.5, 0.5]]
+    assert sliding_window_shares(np.array([15, 8]), np.array([0, 1]), 2, 10, 3).shape == (0, 2)
 
 
 @pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
