@@ -10,10 +10,18 @@ makes the mix impossible: the run is refused, saying the weight it could have.""
 from __future__ import annotations
 
 import numpy as np
+import xxhash
 
 from pipeline.errors import UserError
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def shuffle_keys(ids: list[str], seed: int) -> np.ndarray:
+    """Pack's shuffle order: a keyed hash of each id, independent of the split's hash of (seed,
+    id). The keys of a mix's repeated copies, and their draws, derive from it."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(b"pack\0" + i.encode("utf-8"), seed=seed) for i in ids),
+                       dtype=np.uint64, count=len(ids))
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:

@@ -26,11 +26,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 from pydantic import Field
 
 from pipeline.documents import source_of_shard
 from pipeline.errors import UserError
+from pipeline.mixing import shuffle_keys
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
@@ -88,12 +88,6 @@ def row_tokens(cfg: PackConfig) -> int:
 def steps_per_epoch(tokens: int, batch_size: int, seq_len: int) -> int:
     """Optimizer steps to see `tokens` once at batch_size x seq_len tokens per step."""
     return math.ceil(tokens / (batch_size * seq_len))
-
-
-def shuffle_keys(ids: list[str], seed: int) -> np.ndarray:
-    """The shuffle order: a keyed hash of each id, independent of the split's hash of (seed, id)."""
-    return np.fromiter((xxhash.xxh3_64_intdigest(b"pack\0" + i.encode("utf-8"), seed=seed) for i in ids),
-                       dtype=np.uint64, count=len(ids))
 
 
 def with_eos(ids: pa.ListArray | pa.ChunkedArray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:

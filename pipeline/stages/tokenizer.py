@@ -301,8 +301,7 @@ class TrainTokenizer(GlobalStage):
                 continue
             copies = [(0, table)]
             if epochs:
-                from pipeline.mixing import partial_draws
-                from pipeline.stages.pack import shuffle_keys
+                from pipeline.mixing import partial_draws, shuffle_keys
                 e = epochs[source]
                 whole = int(math.floor(e + 1e-9))
                 copies += [(k, table) for k in range(1, whole)]
