@@ -108,9 +108,11 @@ class PhiEngine:
         # PHI triage (pipeline/phi/triage.py): NerTriage (literature profile) runs spaCy's NER
         # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
         # only the texts whose tokens a recognizer reads.
-        from pipeline.phi.triage import NerTriage
-        if isinstance(ner_triage, NerTriage) and profile != "literature":
-            raise ValueError("ner_triage: NerTriage is the literature profile's (TokenTriage is the clinical one's)")
+        # Each triage names its profile (no import of triage here: triage imports this module).
+        triage_profile = getattr(ner_triage, "profile", None)
+        if triage_profile is not None and triage_profile != profile:
+            raise ValueError(f"ner_triage: {type(ner_triage).__name__} is the {triage_profile} profile's, "
+                             f"not the {profile} profile's")
         self.ner_triage = ner_triage
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model

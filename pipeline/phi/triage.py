@@ -75,6 +75,8 @@ class NerTriage:
     NlpArtifacts for the whole texts from them. `counts` holds what it sent (characters and
     documents in and sent, windows), for the stage's stats; the caller clears it."""
 
+    profile = "literature"   # the engine refuses it in another profile
+
     def __init__(self, margin: int = MARGIN):
         self.margin = margin
         self.given = given_names()
