@@ -320,6 +320,18 @@ def alphanumeric_pieces(toks: list[tuple[int, int, str]]) -> list[bool]:
     return out
 
 
+def glued_letters(text: str, toks: list[tuple[int, int, str]]) -> list[bool]:
+    """Whether each token is a single letter glued to an apostrophe before it or to a slash:
+    the plural or possessive "s" of "90's" and "pt.'s", and the letters of shorthand ("s/p",
+    "s/o", "w/", "c/o"), which are never a name or a place by themselves."""
+    out = [False] * len(toks)
+    for i, (s, e, w) in enumerate(toks):
+        if len(w) != 1 or not w.isalpha():
+            continue
+        out[i] = (s > 0 and text[s - 1] in "'’") or text[e:e + 1] == "/" or (s > 0 and text[s - 1] == "/")
+    return out
+
+
 def bio_labels(toks: list[tuple[int, int, str]], spans: list[tuple[int, int, str]]) -> list[str]:
     """BIO labels of the tokens for (start, end, label) spans: a word token inside a span is
     B- or I- (I- after a token of the same label). Numbers, punctuation and the letters of
@@ -391,7 +403,8 @@ class PhiDetector:
         toks, p_phi, lean = self.token_probabilities(text, ents)
         out, i, n = [], 0, len(toks)
         # The letters of an alphanumeric code are not a name, whatever the marginal says.
-        word = [t[2][0].isalpha() and not c for t, c in zip(toks, alphanumeric_pieces(toks))]
+        word = [t[2][0].isalpha() and not c and not a
+                for t, c, a in zip(toks, alphanumeric_pieces(toks), glued_letters(text, toks))]
         while i < n:
             if p_phi[i] < thr or not word[i]:
                 i += 1
