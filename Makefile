@@ -105,7 +105,7 @@ bench-executor: setup
 bench-phi: setup
 	$(BIN)/python scripts/bench.py --only phi
 
-# PHI triage: the literature engine with and without it on the same texts: bench/phi_triage.json.
+# PHI triage: each profile's engine (literature, clinical) with and without it on the same texts: bench/phi_triage.json.
 bench-phi-triage: setup
 	$(BIN)/python scripts/bench_phi_triage.py
 

@@ -136,9 +136,12 @@ def _sources(manifest: dict) -> str:
     if mix:
         out += ["", "Train tokens mixed by weight (repeated sources' documents appear that many epochs; validation "
                 "holds each source's documents once):", "",
-                _table(["source", "weight", "share", "epochs", "train tokens before", "after"],
+                _table(["source", "weight", "share", "epochs", "train tokens before", "after",
+                        f"share per {_n(mix['windows']['sequences_per_window'])} rows (min-max)"],
                        [[n, f"{m['weight']:.3f}", f"{m['share']:.3f}", f"{m['epochs']:.2f}",
-                         _n(m["train_tokens_before"]), _n(m["train_tokens_after"])] for n, m in mix["sources"].items()])]
+                         _n(m["train_tokens_before"]), _n(m["train_tokens_after"]),
+                         f"{mix['windows']['min_share'].get(n, 0):.3f}-{mix['windows']['max_share'].get(n, 0):.3f}"]
+                        for n, m in mix["sources"].items()])]
     return "\n".join(out)
 
 
@@ -159,6 +162,12 @@ def _loading(run_dir: RunPath, manifest: dict) -> str:
         out += ["", "Megatron-LM indexed datasets (every token, one document per sequence, ending in EOS): the "
                 "prefixes `final/megatron/train_text_document` and `final/megatron/validation_text_document` "
                 "(`--train-data-path` / `--valid-data-path`, or a `blend` of megatron-core's `GPTDatasetConfig`)."]
+        megatron = manifest.get("megatron")
+        if megatron:
+            out += ["", "Per source, unrepeated (`final/megatron/SOURCE/<split>_text_document`), for Megatron's own "
+                    "blending by the mix's weights (paths relative to the run folder; the mixture above is "
+                    f"{_n(megatron['train_samples'])} train rows):", "", "```",
+                    f"--data-path {megatron['data_path']}", "```"]
     flat = _read_json(final / "flat" / "meta.json")
     if flat:
         out += ["", f"Flat token files: `final/flat/<split>.bin` ({flat['dtype']}, every token, "

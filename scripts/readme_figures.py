@@ -22,7 +22,8 @@ scripts/bench_minhash_scale.py), bench/heuristics.json (scripts/heuristics_table
 bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_executor.py),
 bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/default_run_figures.py),
 bench/heuristics_compat.json (scripts/bench_heuristics_compat.py), bench/decontaminate.json
-(scripts/bench_decontaminate.py).
+(scripts/bench_decontaminate.py), bench/sources.json (scripts/sources_figures.py),
+bench/megatron_blend.json (scripts/verify_megatron.py, in its own virtualenv).
 Standard library only: the check runs in a hook."""
 from __future__ import annotations
 

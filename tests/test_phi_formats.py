@@ -1,6 +1,7 @@
 """Closed PHI formats with the real engine (Presidio + spaCy + our rules): each class of format in
 several styles and countries' layouts is replaced, medical look-alikes are kept, and the
 literature profile removes the PHI of a case report while keeping eponyms and study periods."""
+import itertools
 import re
 
 import pytest
@@ -10,7 +11,10 @@ from pipeline.phi.engine import PhiEngine
 DATES = ["born june 3, 1950", "CABG '98", "home.7/14", "4/2-4/5", "14-Mar-2019", "14MAR2019", "3rd of June 2004",
          "feb 10 1983", "28 may 1948", "03.06.1966", "2019-03-14", "admitted on May 1975", "13/11/46"]
 PHONES = ["410- 555- 0199", "410/555/0199", "+44 (0)20 7946 0958", "(0219) 307190782", "+41 78 945 69 45",
-          "06 12 34 56 78", "2345 6789", "+47 2 5537 6149", "0171 2345678", "(94) 56945-1755"]
+          "06 12 34 56 78", "2345 6789", "+47 2 5537 6149", "0171 2345678", "(94) 56945-1755",
+          # area code, slash, subscriber number; national layouts of CZ/SK/ES/MX without a trunk 0
+          "06-1/734 7607", "(06)54/488-8068", "05423/26479592", "09/ 236 91 65", "602 123 456", "912 34 56 78",
+          "55 1234 5678"]
 PHONE_CONTEXT = ["Call {} today.", "Fax: {}", "office {}", "Mobile {} (evenings).", "Tel. {}", "T: {}",
                  "she gave {} as her daytime number.", "can be reached on {}.", "Phone {}", "{} (mobile)"]
 ADDRESSES = [
@@ -33,13 +37,15 @@ IDENTIFIERS = ["MRN: #KC-40417", "Insurance no. XDH 413 847", "policy number AB-
                "claim number 2019-000123", "Passport no. X1234567", "Index No. 123456/2019", "docket no. 12-3456",
                "Patient ID: 0099-1234"]
 MEDICINE = ("BP 120/80, HR 72, RR 18, T 37.2, SpO2 97% on 2 L; Na 140, K 4.1, Hct 30.2, INR 1.2, EF 55%. "
+            "HR 110 112 108 overnight; doses 250 300 350 mg; analysed at Time 2 and at Week 12; 10/325 tabs. "
             "Metoprolol 25 mg PO BID; 2 units PRBC; ratio 2:1; dilution 1/100; grade 3/6 murmur; strength 4/5. "
             "PSV 5/5, pain 6/10, IVF 1/4 NS. BRCA1, EGFR exon 19, CD4 count 350, HbA1c 7.1 %, dose 1.25 mg/kg. "
             "1,234 patients (NCT01234567; ISRCTN15535800) were enrolled (Figure 2, Table 3); "
             "doi:10.1016/S0140-6736(20)30183-5; PMID 12345678; ranges 1000-4000 and 2015-2016; m/z 400-1200; "
             "Plan: 1000 mL NS; group 2 patients; case no. 3 of 10; C57BL/6J mice; CEP250; Ste20 kinase.")
 # Study periods are dates an abstract keeps (the clinical profile removes month and year).
-STUDY_PERIOD = "Between January 2010 and December 2015, and from March 2003 to May 2008, patients were enrolled."
+STUDY_PERIOD = ("Between January 2010 and December 2015, and from March 2003 to May 2008, patients from Sweden were "
+                "enrolled; a man of Asian descent was admitted to the Intensive Care Unit.")
 PLANTED = [
     ("The patient, Ana Ruiz, 34, presented with fever.", ["Ana", "Ruiz"]),
     ("Mr. Okafor presented with dyspnea and was admitted on 12 March 2004.", ["Okafor", "12 March 2004"]),
@@ -50,6 +56,13 @@ PLANTED = [
     ("Her husband, Bo Lindqvist, can be contacted on 533 568 495.", ["Lindqvist", "533 568 495"]),
     ("Case report: Kian Lenaerts, born March 2008, insurance no. 9160-90322.", ["Lenaerts", "March 2008", "9160"]),
     ("The index case resided at Perlová 984 and was seen on 3/14/2019.", ["Perlová 984", "3/14/2019"]),
+    # the place a person lives in or comes from, in any script; a street after "at" with no street word
+    ("A 52-year-old woman (Ewa Nowak) from Świebodzice was admitted to our ward.", ["Świebodzice"]),
+    ("He was found unconscious at his home in Hrochův Týnec.", ["Hrochův Týnec"]),
+    ("The patient lives in Skellefteå with her husband.", ["Skellefteå"]),
+    ("Dr. Hušová examined the patient at Chlumeckého 728 on 3 May 2011.", ["Hušová", "Chlumeckého 728"]),
+    # a full name after "the treatment of" whose first word is also a word, or on no list
+    ("Policy number 4410-2231 covered the treatment of Willy Kruschwitz.", ["Willy", "Kruschwitz"]),
 ]
 EPONYM_TEXT = ("Parkinson's disease, Hodgkin lymphoma, Down syndrome, Crohn's disease, Kaplan-Meier curves, "
                "the Mann-Whitney U test, Cushing syndrome and the Glasgow Coma Scale were assessed; Cox regression.")
@@ -82,8 +95,9 @@ def test_dates_in_many_layouts(clinical, literature):
 
 
 def test_phones_of_many_countries_with_and_without_a_cue(clinical, literature):
-    texts = [ctx.format(p) for p, ctx in zip(PHONES, PHONE_CONTEXT)]
+    texts = [ctx.format(p) for p, ctx in zip(PHONES, itertools.cycle(PHONE_CONTEXT))]
     texts += [f"Numbers: {p}." for p in ("+44 (0)20 7946 0958", "410/555/0199", "+41 78 945 69 45")]
+    texts += [f"She wrote {p} on the form." for p in ("602 123 456", "912 34 56 78", "05423/26479592")]
     for engine in (clinical, literature):
         outs, _, _ = engine.redact_batch(texts)
         left = [t for t, o in zip(texts, outs) if "<|PHONE|>" not in o]

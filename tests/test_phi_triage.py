@@ -1,15 +1,22 @@
-"""PHI triage (pipeline/phi/triage.py): spaCy's NER on the windows that can give a name only.
-On real abstracts with planted names the triaged engine finds exactly what the full engine
-finds, while sending the NER a small share of the text; the stage reports that share; the
-option is part of the stage's fingerprint; the clinical profile refuses it."""
+"""PHI triage (pipeline/phi/triage.py): spaCy only where its output is read. Literature: the NER
+on the windows that can give a name only; on real abstracts with planted names the triaged engine
+finds exactly what the full engine finds, while sending the NER a small share of the text.
+Clinical (NER off): spaCy tokenizes only the texts whose tokens a recognizer reads; on real notes
+the output is the full engine's, and PHI in lower case or after a cue is still removed. The stage
+reports the share sent; the option is part of the stage's fingerprint."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from pipeline.phi.engine import PhiEngine
-from pipeline.phi.triage import NerTriage
+from pipeline.phi.triage import NerTriage, TokenTriage
 from pipeline.stages.phi import PhiConfig, PhiDeidentify
+
+DEV = Path(__file__).resolve().parents[1] / "data/deid-dev"
 
 PLANTED = ["Correspondence to Maria Lopez, Department of Surgery.",
            "Dr. Okafor examined the patient on 12 March 2019.",
@@ -77,10 +84,79 @@ def test_stage_reports_the_share_sent(engines, planted_texts):
     assert stats["triage"]["docs_sent"] < len(planted_texts)
 
 
-def test_option_in_fingerprint_and_refused_where_it_does_not_apply():
+def test_option_in_fingerprint_and_on_in_both_profiles():
     on, off = PhiConfig(profile="literature"), PhiConfig(profile="literature", triage=False)
-    assert on.triage and not off.triage and not PhiConfig(profile="clinical").triage
+    assert on.triage and not off.triage and PhiConfig(profile="clinical").triage
     assert PhiDeidentify(on, None).cache_namespace() != PhiDeidentify(off, None).cache_namespace()
     assert on.model_dump()["triage"] != off.model_dump()["triage"]      # the run fingerprint digests model_dump
-    with pytest.raises(ValueError, match="triage"):
-        PhiConfig(profile="clinical", triage=True)
+    clinical_off = PhiConfig(profile="clinical", triage=False)
+    assert PhiDeidentify(PhiConfig(profile="clinical"), None).cache_namespace() != \
+        PhiDeidentify(clinical_off, None).cache_namespace()
+    assert isinstance(PhiDeidentify(PhiConfig(profile="clinical"), None)._triage(), TokenTriage)
+    assert PhiDeidentify(clinical_off, None)._triage() is None
+    with pytest.raises(ValueError, match="NerTriage"):
+        PhiEngine(profile="clinical", ner_triage=NerTriage())
+
+
+# ---------------------------------------------------------------- clinical profile
+
+# A card and an IBAN (test numbers) after their context words: Presidio's context scoring reads
+# spaCy's tokens there, so these texts are tokenized on demand.
+ACCOUNTS = "Pt paid with credit card 4111 1111 1111 1111; IBAN DE89 3704 0044 0532 0130 00 on file."
+
+
+@pytest.fixture(scope="module")
+def clinical_engine():
+    """One clinical engine; the tests switch its triage on and off (PhiEngine reads it per batch)."""
+    return PhiEngine(profile="clinical").setup()
+
+
+def _run(engine, triage, texts, redact=False):
+    engine.ner_triage = triage
+    try:
+        return engine.redact_batch(texts)[0] if redact else _spans(engine.analyze_batch(texts))
+    finally:
+        engine.ner_triage = None
+
+
+def test_clinical_triage_output_is_the_full_engines_on_real_notes(clinical_engine):
+    notes = [json.loads(line)["text"] for _, line in zip(range(40), (DEV / "notes.jsonl").open(encoding="utf-8"))]
+    texts = notes + [ACCOUNTS]
+    triage = TokenTriage()
+    spans = _run(clinical_engine, triage, texts)
+    assert spans == _run(clinical_engine, None, texts)
+    assert sum(map(len, spans)) > 40                # the notes' names, dates and places were found
+    counts = triage.counts
+    assert counts["docs_in"] == len(texts) and counts["chars_in"] == sum(map(len, texts))
+    # spaCy tokenized the account text only (its card and IBAN are scored with context).
+    assert counts["docs_sent"] == 1 and counts["chars_sent"] == len(ACCOUNTS)
+    redacted = _run(clinical_engine, TokenTriage(), [ACCOUNTS], redact=True)[0]
+    assert "4111" not in redacted and "3704" not in redacted
+
+
+def test_clinical_triage_still_removes_lower_case_names_and_names_after_a_cue(clinical_engine):
+    texts = ["pt resting comfortably. seen by dr okafor this am; plan to wean.",
+             "family meeting held, spoke with son ahmed, who agrees with plan.",
+             "called per thibodeaux re k 3.2, repleted. admitted to saint brennan's."]
+    triage = TokenTriage()
+    redacted = _run(clinical_engine, triage, texts, redact=True)
+    assert redacted == _run(clinical_engine, None, texts, redact=True)
+    for text, name in zip(redacted, ("okafor", "ahmed", "thibodeaux")):
+        assert name not in text and "<|NAME|>" in text
+    assert "brennan" not in redacted[2]
+    assert triage.counts["docs_sent"] == 0          # spaCy never ran: nothing read its tokens
+
+
+def test_clinical_stage_reports_the_share_sent(clinical_engine):
+    stage = PhiDeidentify(PhiConfig(profile="clinical", id_mode="keep"), None)
+    stage._engine_loaded = clinical_engine
+    clinical_engine.ner_triage = TokenTriage()
+    try:
+        stage.setup()
+        texts = ["seen by dr okafor today.", ACCOUNTS]
+        table = pa.table({"id": ["a", "b"], "text": texts})
+        stats = stage.finish_stats(stage.batch_stats(stage.process(table)), None)
+    finally:
+        clinical_engine.ner_triage = None
+    assert stats["triage"]["chars_in"] == sum(map(len, texts))
+    assert stats["triage"]["share_sent"] == round(len(ACCOUNTS) / sum(map(len, texts)), 4)

@@ -54,7 +54,7 @@ stages:
   - dedup_minhash: {{priority: [reports, pubmed]}}
   - split: {{validation_fraction: 0.1}}
   - tokenizer: {{vocab_size: 600, compare: []}}
-  - pack: {{seq_len: 128, batch_size: 4}}
+  - pack: {{seq_len: 128, batch_size: 4, formats: [datasets, megatron]}}
 mix: {{pubmed: {{weight: 0.6}}, reports: {{weight: 0.4, max_epochs: 4}}}}
 """
 
@@ -223,9 +223,124 @@ def test_mix_epochs_and_impossible_mixes():
                                                       "notes": {"weight": 0.3, "max_epochs": 4}})
 
 
-def test_window_shares():
-    from pipeline.mixing import window_shares
-    lengths = np.array([10, 10, 10, 10, 5, 5])
-    sources = np.array([0, 1, 0, 0, 1, 1])
-    shares = window_shares(lengths, sources, 2, 20)
-    assert shares.tolist() == [[0.5, 0.5], [1.0, 0.0]]
+def test_window_shares_over_every_window_of_rows():
+    from pipeline.mixing import sliding_window_shares
+    # Rows of 10 tokens: source 0, 1, 0, 0, then 1 (two documents of 5); windows of 2 rows.
+    shares = sliding_window_shares(np.array([10, 10, 10, 10, 5, 5]), np.array([0, 1, 0, 0, 1, 1]), 2, 10, 2)
+    assert shares.tolist() == [[0.5, 0.5], [0.5, 0.5], [1.0, 0.0], [0.5, 0.5]]
+    # A document across a row boundary counts in both rows; the 3 tokens after the last row in none.
+    shares = sliding_window_shares(np.array([15, 8]), np.array([0, 1]), 2, 10, 1)
+    assert shares.tolist() == [[1.0, 0.0], [0.5, 0.5]]
+    assert sliding_window_shares(np.array([15, 8]), np.array([0, 1]), 2, 10, 3).shape == (0, 2)
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_tokenizer_learns_from_a_sample_drawn_by_the_mix(two_sources):
+    """The tokenizer's sample holds the sources by the mix's weights (in UTF-8 bytes): reports,
+    22 documents against 60, are repeated in it about as pack repeats them."""
+    run = two_sources["run"]
+    stats = json.loads((run / "stages/06_tokenizer/stats.json").read_text())
+    sample = stats["mix_sample"]
+    assert sample["pubmed"]["epochs"] == 1 and sample["reports"]["epochs"] > 1
+    assert abs(sample["reports"]["share"] - 0.4) < 0.03 and abs(sample["pubmed"]["share"] - 0.6) < 0.03
+    assert sample["reports"]["bytes_after"] > sample["reports"]["bytes_before"]
+    split = read_arrow_dir(run / "stages/05_split/data")
+    train = sum(1 for v in split["split"].to_pylist() if v == "train")
+    assert stats["trained_on_docs"] > train
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["tokenizer"]["mix_sample"] == sample
+
+
+@pytest.mark.slow            # the two-source run: ~30 s of chain on a quiet machine, shared
+def test_megatron_files_per_source_and_the_blend_that_reproduces_the_mix(two_sources):
+    """With formats: [megatron], each source's own documents (unrepeated) in its own indexed
+    dataset, in packing order, and the --data-path value weighting them by the mix."""
+    from pipeline.writers import read_megatron
+    run = two_sources["run"]
+    manifest = json.loads((run / "manifest.json").read_text())
+    megatron, mix = manifest["megatron"], manifest["mix"]
+    assert megatron["data_path"] == ("0.6 final/megatron/pubmed/train_text_document "
+                                     "0.4 final/megatron/reports/train_text_document")
+    assert (run / "final/megatron/data_path.txt").read_text() == megatron["data_path"] + "\n"
+    assert megatron["train_samples"] == manifest["splits"]["train"]["sequences"]
+    mixture = read_megatron(run / "final/megatron/train_text_document")
+    per_source = {}
+    for source in ("pubmed", "reports"):
+        for split in ("train", "validation"):
+            meg = read_megatron(run / f"final/megatron/{source}/{split}_text_document")
+            files = megatron["files"][source][split]
+            assert len(meg["sequence_lengths"]) == files["documents"] and len(meg["tokens"]) == files["tokens"]
+            per_source[source, split] = meg
+        # Unrepeated: the source's train tokens before the mix; validation as it is.
+        assert megatron["files"][source]["train"]["tokens"] == mix["sources"][source]["train_tokens_before"]
+        assert megatron["files"][source]["validation"]["tokens"] == mix["sources"][source]["validation_tokens"]
+    # Each source's train documents once, in packing order (by their shuffle keys, run seed 3),
+    # and each of them among the mixture's documents.
+    from tokenizers import Tokenizer
+
+    from pipeline.stages.pack import shuffle_keys
+    tok = Tokenizer.from_file(str(run / "tokenizer/tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    split = read_arrow_dir(run / "stages/06_tokenizer/data")
+
+    def docs(meg):
+        ends = np.cumsum(np.asarray(meg["sequence_lengths"], np.int64))
+        return [np.asarray(meg["tokens"][e - n:e]).tolist() for e, n in zip(ends, meg["sequence_lengths"])]
+    mixed = {tuple(d) for d in docs(mixture)}
+    for source in ("pubmed", "reports"):
+        rows = [r for r in split.to_pylist() if r["source"] == source and r["split"] == "train"]
+        order = np.argsort(shuffle_keys([r["id"] for r in rows], 3), kind="stable")
+        expected = [tok.encode(rows[i]["text"], add_special_tokens=False).ids + [eos] for i in order]
+        own = docs(per_source[source, "train"])
+        assert own == expected and all(tuple(d) in mixed for d in own)
+    assert len(mixture["sequence_lengths"]) > sum(len(per_source[s, "train"]["sequence_lengths"])
+                                                  for s in ("pubmed", "reports"))
+
+
+RAY_TWO_SOURCES = """
+output_dir: {out}
+seed: 5
+num_proc: {num_proc}
+batch_size: 10
+shard_size: 12
+progress: false
+executor: {{kind: {kind}, num_cpus: 2}}
+sources:
+  pubmed:
+    input: {{paths: [{raw}], limit: 30}}
+    stages: [normalize]
+  reports:
+    input: {{paths: [{reports}]}}
+    stages: [normalize]
+stages:
+  - dedup_exact: {{priority: [reports, pubmed]}}
+  - tokenizer: {{vocab_size: 400, compare: []}}
+  - pack: {{seq_len: 64, batch_size: 4, formats: [datasets, megatron]}}
+mix: {{pubmed: {{weight: 0.55}}, reports: {{weight: 0.45, max_epochs: 4}}}}
+"""
+
+
+@pytest.mark.ray
+def test_two_sources_give_the_same_bytes_under_local_and_ray(ray_instance, tmp_path):
+    """A two-source run with a mix (repeated copies, per-source Megatron files) under the local
+    executor (2 processes) and under the session's Ray instance: the same bytes in every file
+    of the contract. Few stages: each starts its own Ray actors (seconds each under load)."""
+    from test_executor import _files
+
+    from pipeline.runner import run_chain
+    docs = _abstracts(60)
+    reports = [{"id": f"r-{d['id']}", "text": d["text"]} for d in docs[40:50]] + \
+        [{"id": "r-copy", "text": docs[2]["text"]}]
+    write_jsonl(tmp_path / "reports.jsonl", reports)
+    runs = {}
+    for kind, num_proc in (("local", 2), ("ray", 1)):
+        config = write_config(tmp_path / f"{kind}.yaml", RAY_TWO_SOURCES.format(
+            out=tmp_path / kind, raw=RAW, reports=tmp_path / "reports.jsonl", kind=kind, num_proc=num_proc))
+        run_chain(load_config(config))
+        runs[kind] = _files(tmp_path / kind)
+    assert sorted(runs["local"]) == sorted(runs["ray"])
+    assert [name for name in runs["local"] if runs["local"][name] != runs["ray"][name]] == []
+    assert {"final/megatron/reports/train_text_document.bin", "final/megatron/data_path.txt",
+            "stages/02_dedup_exact/removed/pubmed.00000.arrow"} <= set(runs["local"])
+    manifest = json.loads((tmp_path / "ray/manifest.json").read_text())
+    assert manifest["executor"]["kind"] == "ray" and manifest["mix"]["sources"]["reports"]["repeated_tokens"] > 0

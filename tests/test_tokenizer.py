@@ -168,3 +168,45 @@ def test_mode_options_are_checked():
                 {"compare_files": {"gpt2": "x.json"}}, {"compare": ["gpt5"]}):
         with pytest.raises(ValidationError):
             TokenizerConfig(**bad)
+
+
+def test_a_mix_weights_the_sample_the_tokenizer_learns_from(tmp_path, english_texts):
+    """Two sources: 200 abstracts, and 3 short notes in a vocabulary of their own. Weighted
+    0.5/0.5, the notes are repeated in the sample to half its bytes, so their words become
+    tokens; without a mix (the train split as it is) they stay in pieces."""
+    from tokenizers import Tokenizer
+
+    from pipeline.inputs import StageInputs
+    from pipeline.runpath import RunPath
+    from pipeline.shards import ShardWriter
+    from pipeline.tasks import InputShard
+    notes = ["pt afebrile overnight, hemodynamically stable, tolerating tube feeds, foley draining",
+             "afebrile, hemodynamically stable on room air, tube feeds at goal, foley removed",
+             "remains afebrile and hemodynamically stable; tube feeds held for procedure"]
+    sources = {"abstracts": english_texts[:200], "notes": notes}
+    shards = []
+    for name, texts in sources.items():
+        folder = tmp_path / "input" / name
+        writer = ShardWriter(folder, None, len(texts))
+        writer.write(pa.table({"id": [f"{name}-{i}" for i in range(len(texts))], "text": texts,
+                               "split": ["train"] * len(texts)}))
+        writer.close()
+        shards.append(InputShard(f"{name}.00000", RunPath.of(folder / "00000.arrow"), len(texts)))
+
+    def train(mix, folder):
+        inputs = StageInputs(shards, batch_size=100)
+        output = StageOutput(tmp_path / folder, keep_removed_text=False)
+        inputs.bind(output)
+        stats = TrainTokenizer(TokenizerConfig(vocab_size=600, compare=[]),
+                               RunContext(run_dir=tmp_path, seed=1, mix=mix)).run(inputs, output)
+        output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats}, input_shards=inputs.names())
+        return stats, Tokenizer.from_file(str(tmp_path / folder / TOKENIZER_FILE))
+    mix = {"abstracts": {"weight": 0.5, "max_epochs": 1}, "notes": {"weight": 0.5, "max_epochs": 1}}
+    mixed, mixed_tok = train(mix, "mixed")
+    plain, plain_tok = train(None, "plain")
+    sample = mixed["mix_sample"]
+    assert sample["abstracts"]["epochs"] == 1 and sample["notes"]["epochs"] > 100
+    assert abs(sample["notes"]["share"] - 0.5) < 0.01
+    assert mixed["trained_on_docs"] > 200 + 3 * 100 and plain["trained_on_docs"] == 203 and "mix_sample" not in plain
+    for word in (" afebrile", " hemodynamically"):
+        assert len(mixed_tok.encode(word).ids) == 1 and len(plain_tok.encode(word).ids) > 2, word

@@ -105,10 +105,14 @@ class PhiEngine:
         self.detector_path = detector_path
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
         self.name_rules = name_rules
-        # PHI triage (a pipeline/phi/triage.py NerTriage, literature profile): spaCy's NER only
-        # on the windows that can give a name.
-        if ner_triage is not None and profile != "literature":
-            raise ValueError("ner_triage: only the literature profile runs spaCy's NER")
+        # PHI triage (pipeline/phi/triage.py): NerTriage (literature profile) runs spaCy's NER
+        # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
+        # only the texts whose tokens a recognizer reads.
+        # Each triage names its profile (no import of triage here: triage imports this module).
+        triage_profile = getattr(ner_triage, "profile", None)
+        if triage_profile is not None and triage_profile != profile:
+            raise ValueError(f"ner_triage: {type(ner_triage).__name__} is the {triage_profile} profile's, "
+                             f"not the {profile} profile's")
         self.ner_triage = ner_triage
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
@@ -150,7 +154,8 @@ class PhiEngine:
         from pipeline.phi.international import international_recognizers
         # Closed formats (phones, addresses, postal codes, ids) are found in every profile.
         recognizers = [ner_person_recognizer()] if ner_used else []
-        recognizers += [*build_recognizers(), CreditCardRecognizer(), IbanRecognizer(),
+        recognizers += [*build_recognizers(), _batch_gated(CreditCardRecognizer, CARD_GATE)(),
+                        _batch_gated(IbanRecognizer, IBAN_GATE)(),
                         *international_recognizers(self.profile)]
         if self.profile == "clinical":
             from pipeline.phi.notes import clinical_recognizers
@@ -273,6 +278,34 @@ class PhiEngine:
             counts.append(Counter(item.entity_type for item in done.items))
             failed.append(False)
         return out_texts, counts, failed
+
+
+# RE2 gates of Presidio's card and IBAN patterns (what any match of theirs holds): a text without
+# one is not searched with them. Cards: 4 digits, a space or hyphen or none, 3 digits (Presidio's
+# `\d` under the regex module is any decimal digit: \p{Nd}); IBANs: 2 capitals, 2 digits (ASCII,
+# case-sensitive there).
+CARD_GATE = r"\p{Nd}{4}[- ]?\p{Nd}{3}"
+IBAN_GATE = r"[A-Z]{2}[0-9]{2}"
+
+
+def _batch_gated(recognizer_cls, gate: str):
+    """A Presidio pattern recognizer that runs only on the batch's texts its RE2 gate passes
+    (pipeline/phi/recognizers.py BatchGated), under its own name."""
+    from pipeline.phi.recognizers import BatchGated
+
+    class Gated(BatchGated, recognizer_cls):
+        gates = [gate]
+
+        def __init__(self):
+            super().__init__(name=recognizer_cls.__name__)
+
+        def analyze(self, text, entities, nlp_artifacts=None, *args, **kwargs):
+            if not self.passes(0):
+                return []
+            return super().analyze(text, entities, nlp_artifacts, *args, **kwargs)
+
+    Gated.__name__ = Gated.__qualname__ = f"Gated{recognizer_cls.__name__}"
+    return Gated
 
 
 # Longest text handed to spaCy at once (its own limit is 1,000,000 characters).

@@ -37,6 +37,19 @@ PHONE_SHAPES = re.compile(r"(?:\+|00)[1-9]\d{0,2}[ .-]?(?:\(0\)[ .-]?)?\(?\d[\d 
                           r"|0\d[\d .-]{7,}"
                           r"|\d{4} \d{4}|\d{10,12}"
                           r"|(?=[\d ]*-)\d{2,4}[ -]\d{2,4}[ -]\d{2,4}(?:[ -]\d{2,4})?")
+# National layouts without a trunk 0 or a country code (ITU-T E.164 numbering plans as countries
+# write them), each with the regions that write it: 3-3-3 (Czechia, Slovakia, Spain, Portugal,
+# Poland), 3-2-2-2 and 2-3-2-2 (Spain, Slovakia, Croatia), 2-4-4 (Mexico). Groups of numbers are common
+# in notes (vital signs, counts, doses), so these count only as a valid number of one of those regions
+# (libphonenumber) whose groups are not all round ("250 300 350" is a dose schedule).
+NATIONAL_SHAPES = [
+    (re.compile(r"\d{3}([ .-])\d{3}\1\d{3}"), ("CZ", "SK", "ES", "PT", "PL")),
+    (re.compile(r"\d{3}([ .-])\d{2}\1\d{2}\1\d{2}|\d{2}([ .-])\d{3}\2\d{2}\2\d{2}"), ("ES", "SK", "HR", "PT")),
+    (re.compile(r"\d{2}([ .-])\d{4}\1\d{4}"), ("MX",)),
+]
+# An area code, a slash and the subscriber number, as Central Europe writes it ("06-1/734 7607",
+# "(06)54/488-8068", "05423/26479592", "09/ 236 91 65"); with a trunk 0 or a phone word.
+AREA_SLASH = re.compile(r"(?:\(?0\d{0,4}\)?(?:-?\d{1,3})?|\(?[1-9]\d{0,3}\)?)/\s?\d{2,4}(?:[ .-]?\d{2,4}){1,3}")
 REGISTRY_BEFORE = re.compile(r"(?i)(?:ISRCTN|NCT|ChiCTR|ACTRN|DRKS|UMIN|CRD|PMID|PMCID|DOI|ISBN|ISSN)[\s:#-]*$")
 
 
@@ -71,19 +84,31 @@ class PhoneNumberRecognizer(RuleRecognizer):
             if re.fullmatch(r"([01]\d|2[0-4])[0-5]\d-([01]\d|2[0-4])[0-5]\d", norm):   # a shift, 1900-0700
                 continue
             groups = re.findall(r"\d+", raw)
-            if len(groups) > 1 and all(YEAR_LIKE.fullmatch(g) for g in groups) or re.fullmatch(r"\d+\.\d+", norm):
-                continue                                    # years ("2010-2012", "2015 2016"), a decimal
+            if len(groups) > 1 and all(YEAR_LIKE.fullmatch(g) for g in groups):
+                continue                                    # years ("2010-2012", "2015 2016")
             if REGISTRY_BEFORE.search(text[max(0, m.start() - 12):m.start()]):
                 continue
             cued = self._cued(text, m)
-            if "/" in norm and not re.fullmatch(r"\(?\d{3}\)?/\d{3}/\d{4}", norm):   # blood gases, ratios, doses
+            # A decimal ("98.6"), unless a phone word says it is a number in two groups ("Contact: 4138.6446").
+            if re.fullmatch(r"\d+\.\d+", norm) and not (cued and re.fullmatch(r"\d{3,5}\.\d{3,5}", norm)):
                 continue
+            slashed = "/" in norm and not re.fullmatch(r"\(?\d{3}\)?/\d{3}/\d{4}", norm)
+            if slashed and not (AREA_SLASH.fullmatch(raw) and norm.count("/") == 1
+                                and (cued or raw.lstrip("(").startswith("0") and len(digits) >= 9)):
+                continue                                    # blood gases, ratios, doses
             start = m.start() + (len(m.group()) - len(raw))
             if cued:
                 out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.8))
                 continue
             if norm.startswith("+") and len(digits) >= 8 and PHONE_SHAPES.fullmatch(norm):
                 out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.75))     # a country code
+                continue
+            if slashed:
+                out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.7))
+                continue
+            regions = next((r for shape, r in NATIONAL_SHAPES if shape.fullmatch(raw)), ())
+            if regions and not all(g.endswith("0") for g in groups) and self._valid(raw, regions):
+                out.append(RecognizerResult("PHONE_NUMBER", start, m.end(), 0.7))
                 continue
             if not PHONE_SHAPES.fullmatch(norm) or not self._possible(raw):
                 continue
@@ -94,6 +119,17 @@ class PhoneNumberRecognizer(RuleRecognizer):
     def _cued(text: str, m) -> bool:
         return bool(PHONE_CUE.search(text[max(0, m.start() - 30):m.start()])
                     or PHONE_CUE_AFTER.match(text[m.end():m.end() + 40]))
+
+    def _valid(self, raw: str, regions) -> bool:
+        """A valid number (its length and leading digits in the national plan) of one of `regions`."""
+        pn = self.pn
+        for region in regions:
+            try:
+                if pn.is_valid_number(pn.parse(raw, region)):
+                    return True
+            except pn.NumberParseException:
+                continue
+        return False
 
     def _possible(self, raw: str) -> bool:
         pn = self.pn
@@ -200,8 +236,10 @@ UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
 CA_POSTCODE = re.compile(r"\b[A-Z]\d[A-Z][ ]?\d[A-Z]\d\b")
 AU_STATE_POSTCODE = re.compile(r"\b(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)[ \t]+(?P<v>\d{4})\b")
 POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
-                        r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode)|PLZ|CEP|NPA|PSČ|C\.P\.)"
+                        r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode|c[oó]digo\s+postal|postleitzahl|post\s*nr\.?|postnr\.?|code\s+postal)|PLZ|CEP|NPA|PSČ)"
                         r"(?:\s*[:#]\s*|\s+)(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
+# "C.P.", "CP", "CAP" (Mexico, Spain, Italy) before five digits; "CP" alone is also chest pain ("CP 7/10").
+CP_CODE = re.compile(r"\b(?:C\.[ ]?P\.|CP|CAP)[ \t]*:?[ \t]*(?P<v>\d{5})\b(?![/.,]\d)")
 # A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").
 UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)")
 PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
@@ -210,15 +248,55 @@ PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|l
                     r"postboks|box)\s*#?\s*\d{1,6}(?:,?\s*box\s+\d+)?\b")
 # ", 05142 North Henry", ", Suryapet 788191", "ValetteBourg 67402": a number beside a town name.
 POSTAL = r"(?:\d{2}-\d{3}|\d{4}-\d{3}|\d{5}-\d{3}|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4,6})"
-CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}})\b"
-                       rf"|(?P<w>\b[A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){{0,2}},?\s+{POSTAL})(?=\s*(?:$|[.,;\n)]))"
-                       rf"|(?P<p>\b[A-Z][\w'’-]+(?:[ -][A-Za-z][\w'’-]+){{0,2}}(?:\s+\([A-Z]{{2}}\))?\s+\({POSTAL}\))",
+# A town's initial in any cased script ("Świebodzice", "İlkimside"); in brackets after a town, a code may
+# carry its country letters or be a Brazilian CEP without its dash ("(H-6000)", "(94599612)").
+_TOWN_INITIAL = r"[^\W\d_a-zß-ÿ]"
+CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})\b"
+                       rf"|(?P<w>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}},?\s+{POSTAL})(?=\s*(?:$|[.,;\n)]))"
+                       rf"|(?P<p>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -][^\W\d_][\w'’-]+){{0,2}}(?:\s+\([A-Z]{{2}}\))?\s+"
+                       rf"\((?:[A-Z]{{1,2}}-\d{{4,5}}|\d{{8}}|{POSTAL})\))",
                        re.M)
+# A postal code and its town after a preposition ("from 20100 Turku", "lives in 8000 Aarhus"), and a
+# state abbreviation with full stops before a code ("Monterrey, N.L. 64000").
+CODE_TOWN_AFTER = re.compile(rf"\b(?:in|from|to|at|near)[ \t]+(?P<v>{POSTAL}[ \t]+{_TOWN_INITIAL}[\w'’-]+"
+                             rf"(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})")
+DOTTED_STATE_CODE = re.compile(r"(?<=,[ \t])(?:[A-Z][a-z]?\.){1,3}[ \t]*(?P<v>\d{5})\b")
 YEAR_LIKE = re.compile(r"1[5-9]\d\d|20\d\d")
 # A town after a preposition: "from the clinic in Vernier", "a teacher from Jesus de Sampaio".
 TOWN_AFTER = re.compile(r"\b(?:in|from|near|to|at|of)\s+(?:the\s+(?:city|town|village)\s+of\s+)?"
                         r"(?P<v>[A-Z][a-zà-ÿ'’-]+(?:(?:\s+(?:de|da|do|di|del|la|le|les|los|las|sur|am|an|im|upon|on)"
                         r")?\s+[A-Z][a-zà-ÿ'’-]+){0,3})")
+# --- the place a person lives in or comes from (every profile) --------------------------------
+# A town in any script with case ("Skellefteå", "Ústí nad Labem", "ToussaintBourg", "Schwäbisch Hall").
+# A town's words: proper case, no full stop inside (the place ends with its sentence).
+_PLACE_WORD = r"[^\W\d_a-zß-ÿ][a-zß-ÿ\u0100-\u017f'’][\w'’-]*"
+PLACE = rf"{_PLACE_WORD}(?:[ -](?:{_PARTICLE}[ -])*{_PLACE_WORD}){{0,3}}"
+# Where a person lives, was born or was found: "lives in X", "resides in X", "at his home in X",
+# "native of X"; and a person noun (singular: a case, not a study population) with its name or age
+# beside it, then "from"/"in" a place ("A 45-year-old woman (X Y) from Z", "a farmer from Z").
+PLACE_OF_PERSON = re.compile(
+    rf"\b(?:(?i:lives|lived|living|resides|resided|residing|resident|moved|relocated|hometown|born|native|"
+    rf"domiciled|settled)(?:[ \t]+(?:alone|independently|together|with[ \t]+(?:her|his|their)[ \t]+\w+))?"
+    rf"[ \t]+(?:in|of|to|at|near)|(?i:home|house|flat|apartment|farm|residence)[ \t]+(?:in|at|near)"
+    rf"|(?i:woman|man|boy|girl|infant|child|patient|proband|lady|gentleman|baby|toddler|adolescent|teenager|"
+    rf"mother|father|son|daughter|husband|wife|widow|widower|farmer|worker|teacher|student|resident|native|"
+    rf"citizen|tourist|traveller|traveler|migrant|immigrant|refugee|pensioner|retiree|case)"
+    rf"(?:[ \t]*\([^()\n]{{1,60}}\))?,?[ \t]+(?:from|in|of))"
+    rf"[ \t]+(?:the[ \t]+)?(?:(?i:city|town|village|municipality|commune|parish|district)[ \t]+of[ \t]+)?(?P<v>{PLACE})")
+PLACE_OF_PERSON_GATE = (r"(?i)(?:liv|resid|moved|relocated|hometown|born|native|domiciled|settled|home|house|flat|"
+                        r"apartment|farm|woman|man|boy|girl|infant|child|patient|proband|lady|baby|toddler|adolescent|"
+                        r"teenager|mother|father|son|daughter|husband|wife|widow|farmer|worker|teacher|student|"
+                        r"citizen|tourist|travel|migrant|refugee|pensioner|retiree|case)\W[^\n]{0,70}?"
+                        r"\b(?:in|of|to|at|near|from)\s+(?:the\s+)?\p{Lu}")
+# A nationality or a ward after "of"/"in" is no town ("a man of Asian descent", "in Intensive Care").
+_NOT_A_TOWN_AFTER = re.compile(r"(?i)^\W*(?:descent|origin|ancestry|extraction|ethnicity|background|heritage|"
+                               r"nationality|parents?)\b")
+# A street after "at" with no street word: a name in proper case and a house number ("examined at
+# Požiarnická 8", "seen at 27 Mælifellsá"), ending its clause; an all-caps note's "AT 40 MCGS" is a dose.
+STREET_AFTER_AT = re.compile(
+    rf"(?<![\w-])(?:at|At)[ \t]+(?P<v>(?:{_PROPER_NAME},?[ \t]+{_HOUSE}|{_HOUSE},?[ \t]+{_PROPER_NAME}){_UNIT}?)"
+    rf"(?=[ \t]*(?:[,.;:)\n]|$)|[ \t]+(?:on|in|and|or|at|from|for|with|where|when|by|to|after|before|during)\b)")
+STREET_AFTER_AT_GATE = r"(?i)\bat\s+[^\n]{0,60}\d"
 MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 
@@ -236,13 +314,25 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
     def __init__(self, profile: str = "clinical"):
         self.lex = lexicon()
         self.profile = profile
-        self.gates = [gate for _, gate in STREETS]
+        self.gates = [gate for _, gate in STREETS] + [PLACE_OF_PERSON_GATE, STREET_AFTER_AT_GATE]
         super().__init__("medprep_addresses")
 
     def _town_words(self, value: str) -> bool:
-        """Some word of it is not a common word ("53660 Altlandsberg", not "2019 Annual Report")."""
-        words = re.findall(r"[^\W\d_]+", value)
-        return bool(words) and not all(self.lex.is_common(w.lower()) for w in words)
+        """Some word of it is not a common word, or is a city's name that is no dictionary word
+        ("53660 Altlandsberg", "Jalisco 44100", "Helsinki 00100"; not "2019 Annual Report")."""
+        words = [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
+        return any(not self.lex.is_common(w) or w in self.lex.place_words and w not in self.lex.english
+                   for w in words)
+
+    def _town(self, value: str, cities: bool = True) -> bool:
+        """A place's name: some word of it is no common word, or (`cities`) a city's name that is
+        no dictionary word, and none is a month or a weekday ("Kraków", "Stockholm"; not "Intensive
+        Care", "Asian", "January", "Time 2")."""
+        words = [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
+        if not words or any(w in MONTHS_DAYS for w in words):
+            return False
+        return any(len(w) > 2 and (not self.lex.is_common(w) or cities and w in self.lex.place_words
+                                   and w not in self.lex.english) for w in words)
 
     def _yearlike(self, value: str) -> bool:
         code = re.search(r"\d+", value)
@@ -250,6 +340,12 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
 
     def analyze(self, text, entities, nlp_artifacts=None):
         out = []
+        if self.passes(len(STREETS)):
+            for m in PLACE_OF_PERSON.finditer(text):
+                start, end = m.span("v")
+                value = text[start:end].rstrip(".")
+                if self._town(value) and not _NOT_A_TOWN_AFTER.match(text[end:end + 30]):
+                    out.append(RecognizerResult("LOCATION", start, start + len(value), 0.7))
         if re.search(r"\d", text) is None:
             return out
         for k, (regex, _) in enumerate(STREETS):
@@ -273,13 +369,17 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
         # UK postcodes with their space ("SW1A 1AA"; glued, "C57BL" would be one).
         for regex in (UK_POSTCODE, CA_POSTCODE):
             out += [RecognizerResult("LOCATION", *m.span(), 0.7) for m in regex.finditer(text)]
-        for regex in (AU_STATE_POSTCODE, POSTAL_CUE):
+        for regex in (AU_STATE_POSTCODE, POSTAL_CUE, CP_CODE):
             out += [RecognizerResult("LOCATION", *m.span("v"), 0.75) for m in regex.finditer(text)]
         for regex in (PO_BOX, UNIT_ALONE, PREFIXED_POSTAL):
             out += [RecognizerResult("LOCATION", *m.span(), 0.75) for m in regex.finditer(text)]
         for m in POSTAL_LINE.finditer(text):
             if self._town_words(m.group("v")) and not self._yearlike(m.group("v")):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
+        for m in CODE_TOWN_AFTER.finditer(text):
+            if self._town_words(m.group("v")) and not self._yearlike(m.group("v")):
+                out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
+        out += [RecognizerResult("LOCATION", *m.span("v"), 0.7) for m in DOTTED_STATE_CODE.finditer(text)]
         for m in CODE_TOWN.finditer(text):
             group = "v" if m.group("v") else "w" if m.group("w") else "p"
             # "Gland (8216)": a postal code in brackets after a name makes it a town, word or not (in
@@ -288,6 +388,13 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
                 continue
             if (group == "p" or self._town_words(m.group(group))) and not self._yearlike(m.group(group)):
                 out.append(RecognizerResult("LOCATION", *m.span(group), 0.7))
+        if self.passes(len(STREETS) + 1):
+            for m in STREET_AFTER_AT.finditer(text):
+                value = m.group("v")
+                house = re.search(r"\d+", value).group()
+                if self._town(value, cities=False) and not (self.profile == "literature" and YEAR_LIKE.fullmatch(house)) \
+                        and re.match(NOT_A_QUANTITY, text[m.end("v"):]):
+                    out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         if self.profile == "clinical" and case_mode(text) == "mixed":
             for m in TOWN_AFTER.finditer(text):
                 words = re.findall(r"[^\W\d_]+", m.group("v"))

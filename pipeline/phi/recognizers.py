@@ -65,7 +65,7 @@ ID_CUES = {
         r"driver'?s?\s*licen[cs]e|licen[cs]e|DEA|NPI",
         r"DL|lic\.?|certificate|cert\.?|permit|badge"),
     "ID": (
-        r"docket|az\.|aktenzeichen|passport|dossier",
+        r"docket|az\.|aktenzeichen|passport|dossier|(?:our|your)\s+ref\.?|ref\.",
         r"id|identifier|identification|case|index|applications?|appl\.|file|reference|ref\.?|registration|reg\.|"
         r"register|matter|petition|complaint|judgm?ent|decision|order|ticket|claimant|customer|client|employee|"
         r"staff|student|voter|tax|social|personal|national|identity|booking|confirmation|tracking|serial|"
@@ -147,7 +147,10 @@ def _id_value(value: str) -> bool:
     if digits < 3 and not (digits == 2 and alnum >= 4 and alnum > digits):
         return False
     core = value.lstrip("# ")
-    if re.fullmatch(r"(?:19|20)\d\d|\d+\.\d+", core) or re.match(r"\d{1,3}\.\d", core) or REGISTRY_ID.match(core):
+    # Digits grouped by full stops in threes are a number written as forms write it ("27.392.870").
+    grouped = re.fullmatch(r"\d{1,3}(?:\.\d{3}){2,}(?:[-/]\w+)?", core)
+    if re.fullmatch(r"(?:19|20)\d\d|\d+\.\d+", core) or re.match(r"\d{1,3}\.\d", core) and not grouped \
+            or REGISTRY_ID.match(core):
         return False
     return True
 
@@ -247,7 +250,7 @@ def rules() -> list[tuple[str, str, float]]:
                           rf"(?i)\b(?:{_REPORT_CUES})|\b(?:{_PERSON_NOUNS})\s*(?:\(|, )"), ("person_name", 0.85)),
         ("PERSON", _gated(rf"(?<![\w-])(?P<v>{_FULL_NAME})(?={_ABOUT_AFTER})", _ABOUT_GATE), ("person_name", 0.8)),
         # "the treatment of Liz Bertone", "the death of X Y": a full name that starts with a given name.
-        ("PERSON", _gated(rf"\b(?i:{_OF_PERSON})\s+of\s+(?P<v>{_FULL_NAME})", rf"(?i)\b(?:{_OF_PERSON})\s+of\s+[A-Z]"),
+        ("PERSON", _gated(rf"\b(?i:{_OF_PERSON})\s+of\s+(?P<v>{_FULL_NAME})", rf"(?i)\b(?:{_OF_PERSON})\s+of\s+\p{{Lu}}"),
          ("given_full_name", 0.75)),
         ("PERSON", rf"(?P<v>{_NAME_OR_INITIALS}),?\s+(?:M\.?D\.?|R\.?N\.?|D\.?O\.?|N\.?P\.?|PA-C|Ph\.?D\.?|MSW|LCSW|DDS|PharmD|FNP|CNM|APRN)\b", 0.85),
     ]
@@ -319,12 +322,18 @@ def _luhn(value: str) -> bool:
 
 
 def _given_full_name(value: str) -> bool:
-    """A full name whose first word is a given name of some locale's list and not a common word."""
+    """A full name whose first word is a given name of some locale's list and not a common word,
+    or of two words or more none of which is a common word but a first one on the lists ("Willy
+    Kruschwitz": "willy" is a word; names of locales the lists hold only in part or not at all)."""
     from pipeline.phi.lexicon import lexicon
     lex = lexicon()
-    first = re.match(r"[^\W\d_]+", value)
-    return _person_name(value) and first is not None and first.group().lower() in lex.given \
-        and not lex.is_common(first.group().lower())
+    words = [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
+    if not words or not _person_name(value):
+        return False
+    if words[0] in lex.given and not lex.is_common(words[0]):
+        return True
+    return len(words) >= 2 and not any(lex.is_common(w) for w in words[1:]) and \
+        (words[0] in lex.given or not lex.is_common(words[0]))
 
 
 _VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": _given_full_name}

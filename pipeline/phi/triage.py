@@ -18,9 +18,18 @@ either side and the parser state of the tokens just before). The whole text is t
 before, the windows' entities are set on it, and every other recognizer (the RE2-gated
 rules, the account checks, the name propagation) runs on the whole text as before.
 
-The clinical profile takes no triage: its names and places come from the learned detector,
-which reads every token (spaCy there only tokenizes). `docs/phi.md` ("Triage") gives the
-measured difference to the untriaged engine."""
+Both triages hand Presidio artifacts that tokenize on demand (OnDemandArtifacts): a text
+spaCy has not parsed is tokenized only when something reads its tokens, which in our
+recognizer set is Presidio's context scoring of a result of a recognizer with context words
+(the credit card and IBAN recognizers). A text with no window (literature) or any text
+(clinical) is otherwise never tokenized by spaCy: the results are the same, by construction.
+
+The clinical profile's names and places come from the learned detector and the name rules,
+which read every token of the whole text with their own tokenizer; spaCy's NER is off there,
+so its triage (TokenTriage) sends spaCy only the texts whose tokens are read. A detector model
+that reads spaCy's entities turns the NER back on, and then TokenTriage runs the full pipeline
+on every text (its features read the entities of every token). `docs/phi.md` ("Triage") gives
+the measured difference to the untriaged engine."""
 from __future__ import annotations
 
 import re
@@ -30,6 +39,7 @@ from functools import lru_cache
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from pipeline.phi.engine import _L, _U, first_names
 from pipeline.phi.eponyms import TITLES
@@ -64,6 +74,8 @@ class NerTriage:
     """Chooses the windows of a batch that go to spaCy's NER, and builds Presidio's
     NlpArtifacts for the whole texts from them. `counts` holds what it sent (characters and
     documents in and sent, windows), for the stage's stats; the caller clears it."""
+
+    profile = "literature"   # the engine refuses it in another profile
 
     def __init__(self, margin: int = MARGIN):
         self.margin = margin
@@ -101,26 +113,94 @@ class NerTriage:
         NER run on the triggers' windows only."""
         nlp = nlp_engine.nlp["en"]
         chosen = self.candidates(pa.array(texts, pa.string()))
-        docs = [nlp.make_doc(t) for t in texts]
         spans = [(i, s, e) for i in np.flatnonzero(chosen) for s, e in self.windows(texts[i])]
-        found: list[list] = [[] for _ in texts]
+        found: dict[int, list] = {}
         for (i, start, _), window in zip(spans, nlp.pipe([texts[i][s:e] for i, s, e in spans], batch_size=batch_size)):
-            found[i] += [(start + ent.start_char, start + ent.end_char, ent.label_) for ent in window.ents]
+            if window.ents:
+                found.setdefault(i, []).extend((start + ent.start_char, start + ent.end_char, ent.label_)
+                                               for ent in window.ents)
+        # Only the texts with an entity need their spaCy tokens now (to set the entities on
+        # them); every other text is tokenized if and when a recognizer reads its tokens.
+        docs: dict[int, object] = {}
         whole = []
-        for i, (doc, ents) in enumerate(zip(docs, found)):
+        for i, ents in found.items():
+            doc = nlp.make_doc(texts[i])
             spans_of_doc = [doc.char_span(s, e, label=label) for s, e, label in ents]
             if any(span is None for span in spans_of_doc):
                 whole.append(i)          # a window tokenized differently: the whole text instead
                 continue
             doc.ents = spans_of_doc
+            docs[i] = doc
         for i, doc in zip(whole, nlp.pipe([texts[i] for i in whole], batch_size=batch_size)):
             docs[i] = doc
         redone = set(whole)
         sent_chars = sum(e - s for i, s, e in spans if i not in redone) + sum(len(texts[i]) for i in whole)
         self.counts.update(docs_in=len(texts), docs_sent=len({i for i, _, _ in spans} | redone),
                            windows=len(spans), chars_in=sum(map(len, texts)), chars_sent=sent_chars,
-                           docs_whole=len(whole))
-        return [(t, nlp_engine._doc_to_nlp_artifact(doc, "en")) for t, doc in zip(texts, docs)]
+                           docs_whole=len(whole), docs_tokenized=len(docs), chars_tokenized=sum(len(texts[i]) for i in docs))
+        return [(t, nlp_engine._doc_to_nlp_artifact(docs[i], "en") if i in docs
+                 else OnDemandArtifacts(nlp_engine, t, self.counts)) for i, t in enumerate(texts)]
+
+
+class TokenTriage:
+    """The clinical profile's triage: spaCy's NER is off there (names and places are the
+    detector's and the name rules', which tokenize the whole text themselves), so spaCy only
+    tokenizes for Presidio, and only the texts whose tokens a recognizer reads (OnDemandArtifacts).
+    `counts` as NerTriage's: what went to spaCy is what it tokenized (chars_sent, docs_sent)."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+
+    def process_batch(self, nlp_engine, texts: list[str], batch_size: int) -> list[tuple[str, object]]:
+        nlp = nlp_engine.nlp["en"]
+        chars = sum(map(len, texts))
+        self.counts.update(docs_in=len(texts), chars_in=chars)
+        if nlp.pipe_names:
+            # A pipeline component runs (a detector model that reads spaCy's entities turned the
+            # NER on): its output on every token can matter, so every text goes to spaCy whole.
+            self.counts.update(docs_sent=len(texts), chars_sent=chars, docs_tokenized=len(texts),
+                               chars_tokenized=chars)
+            return list(nlp_engine.process_batch(texts, language="en", batch_size=batch_size))
+        self.counts.update(docs_sent=0, chars_sent=0)
+        return [(t, _OnDemandTokens(nlp_engine, t, self.counts)) for t in texts]
+
+
+class OnDemandArtifacts(NlpArtifacts):
+    """Presidio's NlpArtifacts of a text without entities, tokenized by spaCy on first use of
+    its tokens, lemmas or keywords: what SpacyNlpEngine._doc_to_nlp_artifact makes of
+    nlp.make_doc(text), built when read. Counts the text in `counts` (docs_tokenized,
+    chars_tokenized) when it is."""
+
+    def __init__(self, nlp_engine, text: str, counts: Counter):
+        # Not NlpArtifacts.__init__: it would read the tokens (for the keywords) at once.
+        self.nlp_engine, self.entities, self.scores = nlp_engine, [], []
+        self._text, self._counts, self._built = text, counts, None
+
+    def _artifacts(self) -> NlpArtifacts:
+        if self._built is None:
+            self._built = self.nlp_engine._doc_to_nlp_artifact(self.nlp_engine.nlp["en"].make_doc(self._text), "en")
+            self._counts.update(docs_tokenized=1, chars_tokenized=len(self._text))
+            self._tokenized()
+        return self._built
+
+    def _tokenized(self) -> None:
+        pass
+
+    tokens = property(lambda self: self._artifacts().tokens)
+    tokens_indices = property(lambda self: self._artifacts().tokens_indices)
+    lemmas = property(lambda self: self._artifacts().lemmas)
+    keywords = property(lambda self: self._artifacts().keywords)
+
+    def to_json(self) -> str:
+        self._artifacts()
+        return self._built.to_json()
+
+
+class _OnDemandTokens(OnDemandArtifacts):
+    """OnDemandArtifacts of TokenTriage: a text tokenized is a text sent to spaCy."""
+
+    def _tokenized(self) -> None:
+        self._counts.update(docs_sent=1, chars_sent=len(self._text))
 
 
 def _cut_before(text: str, pos: int) -> int:

@@ -26,11 +26,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 from pydantic import Field
 
 from pipeline.documents import source_of_shard
 from pipeline.errors import UserError
+from pipeline.mixing import shuffle_keys
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
 from pipeline.stages.tokenizer import TOKENIZER_FILE
@@ -51,8 +51,10 @@ ROW_OVERHEAD = 32
 # src: the document's source (its index among a mix's sources; 0 without a mix).
 BUCKET_SCHEMA = pa.schema([("key", pa.uint64()), ("pos", pa.int64()), ("split", pa.int8()),
                            ("ids", pa.list_(pa.int32())), ("src", pa.int8())])
-# Sequences per window over which a mix's shares are measured.
+# Sequences per window over which a mix's shares are measured (every window of that many
+# consecutive sequences), and a finer window beside it.
 MIX_WINDOW_SEQUENCES = 1000
+MIX_FINE_WINDOW_SEQUENCES = 100
 
 
 class PackConfig(StageConfig):
@@ -86,12 +88,6 @@ def row_tokens(cfg: PackConfig) -> int:
 def steps_per_epoch(tokens: int, batch_size: int, seq_len: int) -> int:
     """Optimizer steps to see `tokens` once at batch_size x seq_len tokens per step."""
     return math.ceil(tokens / (batch_size * seq_len))
-
-
-def shuffle_keys(ids: list[str], seed: int) -> np.ndarray:
-    """The shuffle order: a keyed hash of each id, independent of the split's hash of (seed, id)."""
-    return np.fromiter((xxhash.xxh3_64_intdigest(b"pack\0" + i.encode("utf-8"), seed=seed) for i in ids),
-                       dtype=np.uint64, count=len(ids))
 
 
 def with_eos(ids: pa.ListArray | pa.ChunkedArray, eos_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +225,8 @@ class Pack(GlobalStage):
     def order_bucket(self, task) -> dict:
         """A bucket's documents from every shard (row ranges of their token files), sorted by
         (key, position), EOS after each: work/stream/<split>/K.bin (int32) and K.len.npy
-        (document lengths, EOS included; with a mix, K.src.npy: their sources)."""
+        (document lengths, EOS included; with a mix, K.src.npy: their sources, and K.rep.npy:
+        1 for a repeated copy, 0 for a document's own)."""
         work = task.folder / "work"
         p = task.params
         parts = []
@@ -254,6 +251,9 @@ class Pack(GlobalStage):
             save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
             if p.get("mix"):
                 save_npy(stem.with_name(stem.name + ".src.npy"), part["src"].to_numpy(zero_copy_only=False))
+                # Repeated copies sit at positions after every original row (repeat_shard).
+                repeated = part["pos"].to_numpy(zero_copy_only=False) >= p["original_rows"]
+                save_npy(stem.with_name(stem.name + ".rep.npy"), repeated.astype(np.int8))
         return {"bytes": int(table.nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
@@ -300,11 +300,13 @@ class Pack(GlobalStage):
         inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle, **({"sources": sorted(mix)} if mix else {}))
         names = inputs.names()
         mix_plan = self._repeat(inputs, work, names) if mix else None
+        original_rows = None
         if mix_plan is not None:
             names = names + mix_plan.pop("copies")
+            original_rows = mix_plan.pop("original_rows")
         tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos)
         if mix:
-            tasks = [{**t, "mix": True} for t in tasks]
+            tasks = [{**t, "mix": True, "original_rows": original_rows} for t in tasks]
         sizes = inputs.map_tasks(self, "order_bucket", tasks)
         # Where each bucket's tokens start in its split's stream: the global offsets.
         offsets = {s: np.concatenate([[0], np.cumsum(bucket_counts[:, 3 + i])]).astype(np.int64)
@@ -314,10 +316,13 @@ class Pack(GlobalStage):
         sequences = {s: tokens[s] // row_len for s in SPLITS}
         docs = {s: int(bucket_counts[:, 1 + i].sum()) for i, s in enumerate(SPLITS)}
         if mix_plan is not None:
-            mix_plan["windows"] = self._window_shares(work, len(tasks), sorted(mix))
+            mix_plan["windows"] = self._window_shares(work, len(tasks), sorted(mix), MIX_WINDOW_SEQUENCES)
+            mix_plan["windows_fine"] = self._window_shares(work, len(tasks), sorted(mix), MIX_FINE_WINDOW_SEQUENCES)
         shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
             if "datasets" in cfg.formats else {}
         self._write_token_files(work, final, len(tasks), vocab_size, eos)
+        megatron = self._write_megatron_sources(work, final, len(tasks), vocab_size, mix_plan, sequences["train"]) \
+            if mix and "megatron" in cfg.formats else None
         work.rmtree()
         packed = {s: sequences[s] * row_len for s in SPLITS}
         stats = {
@@ -334,6 +339,8 @@ class Pack(GlobalStage):
             stats["shuffle"].update({**shuffle_stats, "max_bucket_bytes": max((r["bytes"] for r in sizes), default=0)})
         if mix_plan is not None:
             stats["mix"] = mix_plan
+        if megatron is not None:
+            stats["megatron"] = megatron
         return stats
 
     def fingerprint_inputs(self) -> list:
@@ -370,7 +377,7 @@ class Pack(GlobalStage):
             after[source[name.split("~")[0]]] += int(load_npy(work / "tokens" / f"{name}.counts.npy")[:, 3].sum())
         total_weight = sum(m["weight"] for m in mix.values())
         total = sum(after.values())
-        return {"copies": made, "train_tokens": total, "sources": {s: {
+        return {"copies": made, "original_rows": rows, "train_tokens": total, "sources": {s: {
             "weight": round(mix[s]["weight"] / total_weight, 6), "max_epochs": mix[s]["max_epochs"],
             "epochs": round(epochs[s], 4), "train_tokens_before": train[s], "train_tokens_after": after[s],
             "repeated_tokens": after[s] - train[s], "share": round(after[s] / total, 6) if total else 0.0,
@@ -395,25 +402,65 @@ class Pack(GlobalStage):
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         return draw_cutoff(partial_draws(keys, last), lengths, (epochs - last) * train_tokens)
 
-    def _window_shares(self, work: RunPath, n_buckets: int, sources: list[str]) -> dict:
-        """Each source's share of the train tokens in every window of MIX_WINDOW_SEQUENCES
-        packed sequences (fewer when the split is shorter): the lowest and highest."""
-        from pipeline.mixing import window_shares
+    def _window_shares(self, work: RunPath, n_buckets: int, sources: list[str], sequences: int) -> dict:
+        """Each source's share of the train tokens in every window of `sequences` consecutive
+        packed sequences (moved one sequence at a time; all of them, one window, when the split
+        is shorter): the lowest and highest."""
+        from pipeline.mixing import sliding_window_shares
         stems = [work / "stream" / "train" / f"{k:05d}" for k in range(n_buckets)]
         lengths = np.concatenate([load_npy(st.with_name(st.name + ".len.npy")) for st in stems]) if stems else \
             np.zeros(0, np.int64)
         srcs = np.concatenate([load_npy(st.with_name(st.name + ".src.npy")) for st in stems]).astype(np.int64) \
             if stems else np.zeros(0, np.int64)
         row_len = row_tokens(self.config)
-        window = max(1, min(MIX_WINDOW_SEQUENCES, int(lengths.sum()) // row_len))
-        shares = window_shares(lengths, srcs, len(sources), window * row_len)
-        return {"sequences_per_window": window, "windows": int(len(shares)),
+        window = max(1, min(sequences, int(lengths.sum()) // row_len))
+        shares = sliding_window_shares(lengths, srcs, len(sources), row_len, window)
+        return {"sequences_per_window": window, "step_sequences": 1, "windows": int(len(shares)),
                 "min_share": {s: round(float(shares[:, i].min()), 6) for i, s in enumerate(sources)} if len(shares) else {},
                 "max_share": {s: round(float(shares[:, i].max()), 6) for i, s in enumerate(sources)} if len(shares) else {}}
 
+    def _write_megatron_sources(self, work: RunPath, final: RunPath, n_buckets: int, vocab_size: int,
+                                mix_plan: dict, train_sequences: int) -> dict:
+        """A mix for Megatron-LM's own blending: one indexed dataset per source and split
+        (final/megatron/SOURCE/<split>_text_document), each source's documents once (no repeated
+        copy), in packing order; and the --data-path value that blends them by the mix's
+        weights, in the stats and in final/megatron/data_path.txt (prefixes relative to the run
+        folder). Megatron's BlendedDataset draws each dataset's share of the samples by weight and
+        repeats a dataset as it needs, so the blend of --train-samples (the mix's train
+        sequences) samples repeats the sources as this run's mix does."""
+        sources = sorted(mix_plan["sources"])
+        dtype = megatron_dtype(vocab_size)
+        files: dict[str, dict] = {s: {} for s in sources}
+        for split in SPLITS:
+            writers = [MegatronWriter(final / "megatron" / s / f"{split}_text_document", dtype) for s in sources]
+            for k in range(n_buckets):
+                stem = work / "stream" / split / f"{k:05d}"
+                flat = np.frombuffer(stem.with_name(stem.name + ".bin").read_bytes(), np.int32)
+                lengths = load_npy(stem.with_name(stem.name + ".len.npy"))
+                src = load_npy(stem.with_name(stem.name + ".src.npy"))
+                own = load_npy(stem.with_name(stem.name + ".rep.npy")) == 0
+                for i, w in enumerate(writers):
+                    docs = own & (src == i)
+                    w.add(flat[np.repeat(docs, lengths)], lengths[docs])
+            for s, w in zip(sources, writers):
+                w.close()
+                done = w.all_lengths()
+                files[s][split] = {"prefix": f"final/megatron/{s}/{split}_text_document",
+                                   "documents": int(len(done)), "tokens": int(done.sum())}
+
+        def blend(weights: dict[str, float], split: str) -> str:
+            return " ".join(f"{weights[s]:.6g} {files[s][split]['prefix']}" for s in sources)
+        train_weights = {s: mix_plan["sources"][s]["weight"] for s in sources}
+        valid_total = sum(files[s]["validation"]["tokens"] for s in sources)
+        valid_weights = {s: files[s]["validation"]["tokens"] / valid_total if valid_total else 0.0 for s in sources}
+        data_path = blend(train_weights, "train")
+        (final / "megatron" / "data_path.txt").write_text(data_path + "\n")
+        return {"data_path": data_path, "valid_data_path": blend(valid_weights, "validation") if valid_total else None,
+                "train_samples": train_sequences, "files": files}
+
     def manifest_fields(self, stats: dict) -> dict:
         return {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "seq_len", "row_len", "batch_size",
-                                      "steps_per_epoch", "splits", "mix") if k in stats}
+                                      "steps_per_epoch", "splits", "mix", "megatron") if k in stats}
 
     def empty_output_reason(self, stats: dict) -> str | None:
         if stats.get("sequences"):
@@ -437,13 +484,22 @@ class Pack(GlobalStage):
         mix = stats.get("mix")
         if mix:
             figures["mix"] = mix
-            w = mix["windows"]
+            windows = [w for w in (mix["windows"], mix.get("windows_fine")) if w]
             body += ("<h3>Mix of sources (train tokens)</h3>" + table(
-                ["source", "weight", "share", "epochs", "tokens before", "tokens after", "repeated",
-                 f"share per {w['sequences_per_window']:,} sequences (min-max)"],
+                ["source", "weight", "share", "epochs", "tokens before", "tokens after", "repeated"]
+                + [f"share per {w['sequences_per_window']:,} sequences (min-max)" for w in windows],
                 [[s, v["weight"], v["share"], v["epochs"], v["train_tokens_before"], v["train_tokens_after"],
-                  v["repeated_tokens"], f"{w['min_share'].get(s, 0):.3f}-{w['max_share'].get(s, 0):.3f}"]
-                 for s, v in mix["sources"].items()]))
+                  v["repeated_tokens"]] + [f"{w['min_share'].get(s, 0):.3f}-{w['max_share'].get(s, 0):.3f}"
+                                           for w in windows]
+                 for s, v in mix["sources"].items()])
+                + f"<p>Over every window of consecutive sequences, moved one sequence at a time "
+                f"({windows[0]['windows']:,} windows of {windows[0]['sequences_per_window']:,}).</p>")
+        megatron = stats.get("megatron")
+        if megatron:
+            figures["megatron"] = megatron
+            body += ("<h3>Megatron-LM blend</h3><p>One indexed dataset per source, each source's documents once; "
+                     f"Megatron's blending by the mix's weights: <code>--data-path {megatron['data_path']}</code> "
+                     f"(final/megatron/data_path.txt), {megatron['train_samples']:,} train samples.</p>")
         return Section("Packed sequences", body, figures=figures)
 
     def _plan(self, work: RunPath, names: list[str], eos: int) -> tuple[list[dict], np.ndarray, dict]:

@@ -53,10 +53,11 @@ class PhiConfig(StageConfig):
     key_file: str | None = None
     # Where to write (pseudonym, id) pairs as CSV: only outside the run folder.
     crosswalk_file: str | None = None
-    # PHI triage (pipeline/phi/triage.py, docs/phi.md "Triage"): spaCy's NER only on the windows
-    # that can give a name. Default: on in the literature profile; the clinical profile's detector
-    # reads every token, so it has none.
-    triage: bool = False
+    # PHI triage (pipeline/phi/triage.py, docs/phi.md "Triage"): spaCy only where its output
+    # is read. Literature: the NER on the windows that can give a name; clinical (NER off, the
+    # detector and rules read the whole text): spaCy tokenizes only the texts whose tokens a
+    # recognizer reads. Same results; on by default in both profiles.
+    triage: bool = True
 
     @field_validator("detector_path")
     @classmethod
@@ -67,20 +68,6 @@ class PhiConfig(StageConfig):
             from pipeline.phi.detector import check_model
             check_model(value)
         return value
-
-    @model_validator(mode="before")
-    @classmethod
-    def _triage_default(cls, data):
-        if isinstance(data, dict) and data.get("triage") is None:
-            data = {**data, "triage": data.get("profile") == "literature"}
-        return data
-
-    @model_validator(mode="after")
-    def _triage_literature_only(self):
-        if self.triage and self.profile != "literature":
-            raise ValueError("triage: only the literature profile has a triage (the clinical profile's "
-                             "detector reads every token)")
-        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -111,14 +98,19 @@ class PhiDeidentify(DocumentStage):
         never needs them."""
         if self._engine_loaded is None:
             from pipeline.phi.engine import PhiEngine
-            from pipeline.phi.triage import NerTriage
             self._engine_loaded = PhiEngine(self.config.score_threshold, self.config.spacy_model,
                                             self.config.nlp_batch_size, profile=self.config.profile,
                                             detector_path=self.config.detector_path,
                                             detector_threshold=self.config.detector_threshold,
                                             name_rules=self.config.name_rules,
-                                            ner_triage=NerTriage() if self.config.triage else None).setup()
+                                            ner_triage=self._triage()).setup()
         return self._engine_loaded
+
+    def _triage(self):
+        if not self.config.triage:
+            return None
+        from pipeline.phi.triage import NerTriage, TokenTriage
+        return NerTriage() if self.config.profile == "literature" else TokenTriage()
 
     def setup(self):
         if self.config.mode == "surrogate":
@@ -230,7 +222,7 @@ class PhiDeidentify(DocumentStage):
         return totals
 
     def _triage_counts(self) -> dict:
-        """What the triage sent to spaCy's NER since the last batch (by this worker)."""
+        """What the triage sent to spaCy since the last batch (by this worker)."""
         triage = getattr(self._engine_loaded, "ner_triage", None)
         if triage is None:
             return {}

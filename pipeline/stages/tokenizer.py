@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -36,7 +37,8 @@ DOMAIN_TERMS = ["myocardial", "infarction", "carcinoma", "hypertension", "pharma
                 "osteoarthritis", "schizophrenia", "angiotensin", "thrombocytopenia", "placebo", "cohort"]
 # What the manifest's `tokenizer` entry holds of the stage's stats.
 MANIFEST_KEYS = ("mode", "vocab_size", "vocab_size_requested", "extend_tokens_requested", "extend_tokens_added",
-                 "base_vocab_size", "phi_placeholders", "comparison", "comparison_examples", "comparison_corpus")
+                 "base_vocab_size", "phi_placeholders", "comparison", "comparison_examples", "comparison_corpus",
+                 "mix_sample")
 log = logging.getLogger("medprep")
 
 
@@ -237,6 +239,10 @@ class TrainTokenizer(GlobalStage):
         # The compared tokenizer.json files change the stats, so their content counts too.
         return super().fingerprint_files() + [Path(p) for _, p in sorted(self.config.compare_files.items())]
 
+    def fingerprint_inputs(self) -> list:
+        # A multi-source run's mix weights the sample the tokenizer learns from.
+        return [self.ctx.mix] if self.ctx is not None and self.ctx.mix else []
+
     def published_source(self, name: str) -> str | None:
         return self.config.tokenizer_path if name == TOKENIZER_FILE else None
 
@@ -249,20 +255,69 @@ class TrainTokenizer(GlobalStage):
         from pipeline.phi.placeholders import placeholder_tokens
         return placeholder_tokens()
 
-    def _train_batches(self, inputs, counter: dict) -> Iterator[list[str]]:
+    def _train_tables(self, inputs) -> Iterator[tuple[str | None, pa.Table]]:
+        """(source, train documents) per table: the train split, sampled to about
+        train_sample_docs. The source is the shard's (None in a one-source run)."""
+        from pipeline.documents import source_of_shard
+        from pipeline.shards import read_shard
         fraction = None
         if self.config.train_sample_docs is not None and inputs.total:
             fraction = self.config.train_sample_docs / inputs.total
-        for table in inputs.tables():
-            if "split" in table.column_names:
-                table = table.filter(pc.equal(table["split"], "train"))
-            if fraction is not None and fraction < 1.0:
-                from pipeline.stages.split import assign_splits
-                # The same keyed hash as the split, with another seed: a sample by id.
-                table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
-            counter["docs"] += table.num_rows
-            if table.num_rows:
-                yield table["text"].to_pylist()
+        for shard in inputs.shards:
+            for table in read_shard(shard.path, inputs.batch_size):
+                if not table.num_rows:
+                    continue
+                if "split" in table.column_names:
+                    table = table.filter(pc.equal(table["split"], "train"))
+                if fraction is not None and fraction < 1.0:
+                    from pipeline.stages.split import assign_splits
+                    # The same keyed hash as the split, with another seed: a sample by id.
+                    table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
+                yield source_of_shard(shard.name), table
+
+    def _mix_sample(self, inputs) -> dict | None:
+        """With a mix: each source's epochs in the tokenizer's sample, so that the sources'
+        shares of its text (UTF-8 bytes, the tokens pack will count being unknown before there
+        is a tokenizer) are the mix weights, as pipeline/mixing.py plans pack's train tokens.
+        No max_epochs here: pack refuses an impossible mix in tokens, the unit it is set in."""
+        mix = self.ctx.mix if self.ctx is not None else None
+        if not mix:
+            return None
+        from pipeline.mixing import plan_epochs
+        before = {s: 0 for s in mix}
+        for source, table in self._train_tables(inputs):
+            before[source] += int(pc.sum(pc.binary_length(table["text"].cast(pa.large_string()))).as_py() or 0)
+        epochs = plan_epochs(before, {s: {**m, "max_epochs": math.inf} for s, m in mix.items()})
+        return {"epochs": epochs, "bytes_before": before}
+
+    def _train_batches(self, inputs, counter: dict, sample: dict | None = None) -> Iterator[list[str]]:
+        """The texts the tokenizer learns from. With a mix (`sample`), each source's documents
+        `epochs` times: whole copies, then for the fraction the documents whose seeded draw (a
+        hash of the run seed and the id, as pack's repeated copies) falls below it."""
+        epochs = sample["epochs"] if sample else None
+        after = {s: 0 for s in epochs} if epochs else None
+        for source, table in self._train_tables(inputs):
+            if not table.num_rows:
+                continue
+            copies = [(0, table)]
+            if epochs:
+                from pipeline.mixing import partial_draws, shuffle_keys
+                e = epochs[source]
+                whole = int(math.floor(e + 1e-9))
+                copies += [(k, table) for k in range(1, whole)]
+                if e - whole > 1e-9:
+                    keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
+                    copies.append((whole, table.filter(pa.array(partial_draws(keys, whole) < e - whole))))
+            for _, part in copies:
+                if not part.num_rows:
+                    continue
+                counter["docs"] += part.num_rows
+                if after is not None:
+                    after[source] += int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
+                yield part["text"].to_pylist()
+        if after is not None:
+            total = sum(after.values())
+            sample.update(bytes_after=after, share={s: round(b / total, 6) if total else 0.0 for s, b in after.items()})
 
     def run(self, inputs, output) -> dict:
         from tokenizers import Tokenizer
@@ -275,9 +330,10 @@ class TrainTokenizer(GlobalStage):
         base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
         if cfg.mode != "load":
             inputs.phase("training")       # on the driver: progress shows the step, not counts
+        sample = self._mix_sample(inputs) if cfg.mode != "load" else None
         if cfg.mode == "train":
             tok, trainer = build_trainer(cfg, placeholders)
-            tok.train_from_iterator(self._train_batches(inputs, counter), trainer=trainer)
+            tok.train_from_iterator(self._train_batches(inputs, counter, sample), trainer=trainer)
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
             if tok.get_vocab_size() < cfg.vocab_size:
@@ -286,7 +342,7 @@ class TrainTokenizer(GlobalStage):
         elif cfg.mode == "load":
             tok = Tokenizer.from_str(base_json)
         else:
-            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter),
+            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter, sample),
                                              cfg.extend_tokens, cfg.min_frequency, placeholders)
             stats.update(extended)
             if extended["extend_tokens_added"] < cfg.extend_tokens:
@@ -310,6 +366,10 @@ class TrainTokenizer(GlobalStage):
         pack = self.ctx.upstream.get("pack")
         for name, content in transformers_files(tok, cfg, placeholders, pack.seq_len if pack else None).items():
             write_json(output.folder / name, content)
+        if sample is not None:
+            stats["mix_sample"] = {s: {"epochs": round(sample["epochs"][s], 4), "bytes_before": sample["bytes_before"][s],
+                                       "bytes_after": sample.get("bytes_after", {}).get(s, 0),
+                                       "share": sample.get("share", {}).get(s, 0.0)} for s in sorted(sample["epochs"])}
         stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 
