@@ -311,7 +311,7 @@ class Gen:
 
     # --- sentences with PHI
     def phi_sentence(self, doc: Doc) -> None:
-        r = self.r.randrange(24)
+        r = self.r.randrange(30)
         if r == 0:
             doc.add(self.r.choice(["Spoke with ", "Discussed plan with ", "Paged ", "Called ", "Notified ", "Per "]))
             self.person(doc)
@@ -408,6 +408,48 @@ class Gen:
         elif r == 21:       # a country or region
             doc.add(self.r.choice(["Recently traveled to ", "Immigrated from ", "Visiting from ", "Born in "]))
             doc.add(self.faker().country() if self.r.random() < 0.5 else self.city(), "LOC")
+        elif r == 24:       # a contact line: a name, then a labelled phone number (the number is not a name)
+            self.person(doc, title=False)
+            for _ in range(self.r.randint(1, 2)):
+                doc.add(" " + self.r.choice(["cell#", "cell", "home#", "home", "work#", "work", "office", "mobile",
+                                             "(c)", "(h)", "(w)", "ph", "tel", "#", "pager", "-"]) + " ")
+                doc.add(f"{self.r.randint(200, 999)}-{self.r.randint(200, 999)}-{self.r.randint(1000, 9999)}")
+        elif r == 25:       # names listed after a group of people, often first names in lower case
+            doc.add(self.r.choice(["health care proxies: ", "hcp's are ", "family members ", "visitors: ",
+                                   "daughters ", "sons ", "kids ", "in to visit: ", "friends ", "siblings are ",
+                                   "grandchildren ", "parents "]))
+            low = self.r.random() < 0.6
+            for k in range(self.r.randint(2, 3)):
+                if k:
+                    doc.add(self.r.choice([" and ", " & ", ", ", " + "]))
+                name = self.novel(self.first()) if self.r.random() < 0.5 else self.first()
+                doc.add(name.lower() if low else name, "PER")
+        elif r == 26:       # a first name as the subject: "(Ann is off today)", "Bo will call back"
+            bracket = self.r.random() < 0.4
+            doc.add("(" if bracket else "")
+            doc.add(self.first(), "PER")
+            doc.add(self.r.choice([" is off today", " is aware", " will call back", " was here", " is following",
+                                   " says ok", " is away", " will visit tomorrow", " is on call", " is covering",
+                                   " has the list", " is on leave"]))
+            doc.add(")" if bracket else "")
+        elif r == 27:       # an agency or facility named after its kind, in any case ("hospice - Mercy Care")
+            doc.add(self.r.choice(["hospice", "rehab", "vna", "home care agency", "snf", "nursing home", "agency",
+                                   "rehab placement", "home health", "ltc facility"]) + self.r.choice([" - ", ": ", " ", ", "]))
+            name = self.hospital() if self.r.random() < 0.5 else f"{self.first()} {self.first()}"
+            doc.add(name.lower() if self.r.random() < 0.5 else name, "LOC")
+            doc.add(self.r.choice([" will assess pt", " accepted", " to call", " following", ""]))
+        elif r == 28:       # a surname naming a family ("keep the Lee family updated", "Okafor family at bedside")
+            doc.add(self.r.choice(["Keep ", "Updated ", "Called ", "Met with ", "Spoke with the ", "The ", "Per "]))
+            doc.add(self.last(), "PER")
+            doc.add(self.r.choice([" family aware of plan", " family", " family at bedside", " family updated",
+                                   " family meeting at 2pm", "s at bedside"]))
+        elif r == 29:       # a region named by a direction ("from the West Coast", "lives in Upper Valley")
+            doc.add(self.r.choice(["Family drove from the ", "Lives on the ", "Arrived from the ", "Home on the ",
+                                   "Pt is from the ", "Vacationing on the "]))
+            doc.add(self.r.choice(["Eastern", "Western", "Northern", "Southern", "North", "South", "East", "West",
+                                   "Upper", "Lower", "Central"]) + " " + self.r.choice(
+                [self.r.choice(["Coast", "Valley", "Hills", "Highlands", "Plains", "Peninsula", "Lakes", "Woods"]),
+                 self.city()]), "LOC")
         elif r == 22:       # initial then surname
             doc.add(self.r.choice(["per ", "Per ", "seen by ", "", "w/ "]))
             doc.add(f"{self.first()[0]} {self.last()}", "PER")

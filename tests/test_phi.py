@@ -155,6 +155,24 @@ def test_numbers_that_are_not_dates_and_words_that_are_not_names(engine):
     assert out == note
 
 
+def test_note_layouts_of_dates_phones_and_codes(engine):
+    """Month-day with a dash after a dating word, a day range before a month, a mistyped phone in
+    brackets and a short code after a policy cue are PHI; dose, flow and count ranges are not."""
+    cases = {
+        "Back to OR on 6-9 for embolization.": ["6-9"],
+        "npn\n3->4 dec, 97\n1900-0700": ["3->4", "dec"],
+        "daughter called (410 555 01993) this am": ["01993", "410 555"],
+        "dnr per facility policy #kb24, reviewed": ["kb24"],
+    }
+    outs, _, _ = engine.redact_batch(list(cases))
+    for out, values in zip(outs, cases.values()):
+        for value in values:
+            assert value not in out, (value, out)
+    keep = "On 2-4 L NC, on 6-8 L, on 5-10 mcg of levo, since 3-4 days, on 3-4 occasions, on 7-8 am; given 1-2 tabs."
+    (out,), _, _ = engine.redact_batch([keep])
+    assert out == keep
+
+
 def test_names_in_context_case_and_propagation(engine):
     cases = {
         "MR. EDWIN PRZYBYLO IS AN 83 YR OLD MALE. PER DR GRIMES, NO CHANGE.": ["EDWIN", "PRZYBYLO", "GRIMES"],

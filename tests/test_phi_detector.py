@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.phi.detector import EDGE_WORDS, PhiDetector, alphanumeric_pieces, tokenize
+from pipeline.phi.detector import EDGE_WORDS, PhiDetector, alphanumeric_pieces, glued_letters, tokenize
 from pipeline.phi.notes import ClinicalDateRecognizer
 
 TEXT = ("Seen at Mercy Hospital on March 3. Trial NCT01234567 and ISRCTN15535800; BRCA1, CD4 and Ste20 "
@@ -23,6 +23,28 @@ def test_alphanumeric_pieces_are_the_letters_glued_to_digits():
     toks = tokenize("NCT01234567 BRCA1 4Kids Ste20 Smith 12 Jones")
     coded = {t[2] for t, c in zip(toks, alphanumeric_pieces(toks)) if c}
     assert coded == {"NCT", "BRCA", "Kids", "Ste"}
+
+
+def test_glued_letters_are_suffixes_and_shorthand_not_names(detector):
+    text = "hr 90's, pt.'s plan, s/p cabg, d/w s/o, c/o pain; per d kline and Dr. A. Lee"
+    toks = tokenize(text)
+    glued = [t for t, g in zip(toks, glued_letters(text, toks)) if g]
+    assert [w for _, _, w in glued] == ["s", "s", "s", "p", "d", "w", "s", "o", "c", "o"]
+    # At a threshold this low every word is a candidate: none of these is ever in a span.
+    spans = detector.spans(text, threshold=1e-6)
+    assert any(text[s:e] == "kline" or "kline" in text[s:e] for s, e, _, _ in spans), spans
+    for a, b, w in glued:
+        assert not any(s <= a and b <= e for s, e, _, _ in spans), (w, a, spans)
+
+
+def test_eponyms_and_words_of_origin_are_not_persons(detector):
+    text = ("Pos Babinski sign, Stevens-Johnson syndrome; a 45yo African American male, Ana Ruiz. "
+            "Daughter Ann Lee cell 410-555-0199. Insulin per U Iowa scale.")
+    found = " ".join(text[s:e] for s, e, _, _ in detector.spans(text))
+    for kept in ("Babinski", "Stevens", "African", "American"):
+        assert kept not in found, found
+    for value in ("Ruiz", "Lee", "Iowa"):
+        assert value in found, found
 
 
 def test_no_span_is_a_code_or_has_a_closed_class_word_at_its_edge(detector):

@@ -60,6 +60,16 @@ _CUE_TAGS = ((TITLE, "title"), (ROLE, "role"), (RELATION, "rel"), (SPEECH, "spee
 # "[our] Chicago clinic"): a run of PHI tokens is trimmed of them at both ends.
 EDGE_WORDS = frozenset("""on in at to from of by for with near via into onto the a an and or our my his her their
 your its is was were are be been has had seen since like as than who which that this these those""".split())
+# The head nouns after which a person's name is an eponym of a disease or a sign ("Babinski
+# sign", "Stevens-Johnson syndrome"); not "scale", "score" or "cell", which follow places and
+# phone labels' names too ("U Iowa scale", "Ann Lee cell 410-...").
+DISEASE_HEADS = frozenset("""disease diseases syndrome syndromes reflex sign lymphoma sarcoma palsy phenomenon triad
+maneuver manoeuvre aphasia encephalopathy dementia thyroiditis granulomatosis ulcer disorder anomaly malformation
+tumor tumour""".split())
+# Words of origin or ethnicity, which describe a patient ("a 45yo African American male"), not name one.
+ORIGIN_WORDS = frozenset("""american african asian hispanic latino latina latinx caucasian european mexican chinese
+japanese korean vietnamese filipino haitian jamaican russian italian german polish greek portuguese brazilian cuban
+dominican arab arabic somali ethiopian nigerian indian pakistani native""".split())
 FACILITY_EXTRA = frozenset("""hospital hosp hospitals clinic clinics center centre ctr med medical health
 healthcare rehab rehabilitation infirmary hospice nursing home manor house snf ltac ltach va vamc unit ward
 floor icu micu sicu ccu csru university univ u college institute""".split())
@@ -321,6 +331,18 @@ def alphanumeric_pieces(toks: list[tuple[int, int, str]]) -> list[bool]:
     return out
 
 
+def glued_letters(text: str, toks: list[tuple[int, int, str]]) -> list[bool]:
+    """Whether each token is a single letter glued to an apostrophe before it or to a slash:
+    the plural or possessive "s" of "90's" and "pt.'s", and the letters of shorthand ("s/p",
+    "s/o", "w/", "c/o"), which are never a name or a place by themselves."""
+    out = [False] * len(toks)
+    for i, (s, e, w) in enumerate(toks):
+        if len(w) != 1 or not w.isalpha():
+            continue
+        out[i] = (s > 0 and text[s - 1] in "'’") or text[e:e + 1] == "/" or (s > 0 and text[s - 1] == "/")
+    return out
+
+
 def bio_labels(toks: list[tuple[int, int, str]], spans: list[tuple[int, int, str]]) -> list[str]:
     """BIO labels of the tokens for (start, end, label) spans: a word token inside a span is
     B- or I- (I- after a token of the same label). Numbers, punctuation and the letters of
@@ -392,7 +414,8 @@ class PhiDetector:
         toks, p_phi, lean = self.token_probabilities(text, ents)
         out, i, n = [], 0, len(toks)
         # The letters of an alphanumeric code are not a name, whatever the marginal says.
-        word = [t[2][0].isalpha() and not c for t, c in zip(toks, alphanumeric_pieces(toks))]
+        word = [t[2][0].isalpha() and not c and not a
+                for t, c, a in zip(toks, alphanumeric_pieces(toks), glued_letters(text, toks))]
         while i < n:
             if p_phi[i] < thr or not word[i]:
                 i += 1
@@ -422,6 +445,14 @@ class PhiDetector:
                 end += 1
             words = range(i, j + 1)
             entity = "PERSON" if sum(lean[k] for k in words) >= 0 else "LOCATION"
+            k = j + 1                       # past the rest of a hyphenated compound ("Stevens[-Johnson]")
+            while k + 1 < n and toks[k][2] in "-–" and toks[k][0] == toks[k - 1][1] and toks[k + 1][0] == toks[k][1]:
+                k += 2
+            eponym = entity == "PERSON" and k < n and toks[k][2].lower() in DISEASE_HEADS \
+                and not text[toks[k - 1][1]:toks[k][0]].strip()
+            if eponym or all(toks[w][2].lower() in ORIGIN_WORDS for w in words if word[w]):
+                i = i_next                  # an eponym ("Babinski sign") or an origin ("African American")
+                continue
             out.append((toks[i][0], end, entity, sum(p_phi[k] for k in words) / len(words)))
             i = i_next
         return out

@@ -527,6 +527,17 @@ MONTH_WORDS = re.compile(rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}
                          rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR}|may)\.?,?\s+(?:of\s+)?(?:(?:19|20)\d{{2}}|['’]\d\d)\b|"
                          rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
                          rf"december)\b\.?")
+# A range of days before a month name ("3->4 dec, 97", "3-5 June", "12 to 14 march"): the first
+# day is a date too.
+DAY_RANGE_MONTH = re.compile(rf"(?i)\b(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:-+>?|–|&|to|and)[ \t]*"
+                             rf"(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:of[ \t]+)?(?:{_MONTH_FULL}|{_MONTH_ABBR})\b\.?")
+# Month-day with a dash after a word that dates an event ("back to OR on 6-9 for embolization");
+# ranges of doses, flows and counts ("on 2-4 L", "on 5-10 mcg", "since 3-4 days") are not dates.
+MONTH_DAY_DASH = re.compile(r"(?i)\b(?:on|since|until|till|dated?|admitted|discharged|returned|readmitted|extubated|"
+                            r"intubated|transferred)[ \t]+(?P<v>(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b"
+                            r"(?![-/.:]\d|[ \t]*(?:%|x\b|l\b|lpm|liters?|lit|mg|mcg|ml|cc|units?|u\b|times|hrs?|hours?|"
+                            r"days?|weeks?|wks?|months?|mos?|min|breaths|bpm|beats|occasions|episodes|tabs?|puffs?|"
+                            r"doses?|cm|mm|kg|lbs?|g\b|am\b|pm\b|o'?clock|[ap]\b))")
 # A full numeric date glued to a word by a dash or colon ("TOXICITY-9/2/92", "HX:8/30/04").
 FULL_DATE_AFTER_WORD = re.compile(r"(?<=[A-Za-z][-:])(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:\d{4}|\d{2}))"
                                   r"(?![\d/%]|\.\d)")
@@ -580,7 +591,11 @@ class ClinicalDateRecognizer(RuleRecognizer):
             first = re.match(r"\d+/\d+", m.group())
             if month_day_is_date(text, m.start(), m.start() + first.end()):
                 out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75))
-        for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR):
+        for m in MONTH_DAY_DASH.finditer(text):
+            s, e = m.span("v")
+            if month_day_is_date(text[:s] + text[s:e].replace("-", "/") + text[e:], s, e):
+                out.append(RecognizerResult("DATE_TIME", s, e, 0.7))
+        for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR, DAY_RANGE_MONTH):
             out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in regex.finditer(text)]
         return out
 
@@ -588,6 +603,9 @@ class ClinicalDateRecognizer(RuleRecognizer):
 PAGER = re.compile(r"(?i)\b(?:pager|beeper|pgr|pg|page|bpr|beep|cell|phone|ph|tel|ext|x)\b\.?\s*(?:number|no\.?|num|#)?"
                    r"\s*[:#]?\s*#?\s*(?P<v>\d{4,6})\b(?!\s*(?:mg|mcg|cc|ml|units?|%))")
 NANP_LOOSE = re.compile(r"(?<![\d])(?P<v>\(?\d{3}\)?[\s.-]{0,2}\d{3}[\s.-]\d{4})(?!\d)")
+# A phone in brackets with its grouping (area code, exchange, line) and a digit too many or too
+# few, as people mistype them ("(410 555 01993)"): brackets and the 3-3 grouping are the phone.
+NANP_BRACKETED = re.compile(r"(?<=\()[ \t]*(?P<v>\d{3}[ .-]\d{3}[ .-]\d{3,5})[ \t]*(?=\))")
 
 
 class ClinicalNumberRecognizer(RuleRecognizer):
@@ -601,6 +619,7 @@ class ClinicalNumberRecognizer(RuleRecognizer):
     def analyze(self, text, entities, nlp_artifacts=None):
         out = [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.8) for m in PAGER.finditer(text)]
         out += [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.7) for m in NANP_LOOSE.finditer(text)]
+        out += [RecognizerResult("PHONE_NUMBER", *m.span("v"), 0.7) for m in NANP_BRACKETED.finditer(text)]
         return out
 
 

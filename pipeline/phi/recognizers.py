@@ -140,11 +140,11 @@ _NO_VALUE = (r"(?i)(?<![\w.])(?:nos?\.|nr\.|n[°º]\.?)\s*(?P<v>(?:[A-Z]{1,4}[- 
 
 
 def _id_value(value: str) -> bool:
-    """An identifier has three digits or more (two, with letters and five characters), is not a
+    """An identifier has three digits or more (two, with letters and four characters: "#kb24"), is not a
     year alone, a public registration (NCT...), or a decimal number ("ID=95.8-97.2" is a temperature)."""
     digits = sum(c.isdigit() for c in value)
     alnum = sum(c.isalnum() for c in value)
-    if digits < 3 and not (digits == 2 and alnum >= 5 and alnum > digits):
+    if digits < 3 and not (digits == 2 and alnum >= 4 and alnum > digits):
         return False
     core = value.lstrip("# ")
     # Digits grouped by full stops in threes are a number written as forms write it ("27.392.870").
