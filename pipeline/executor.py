@@ -285,10 +285,14 @@ class WorkerPool:
         return f"stage '{self.stage_name}': a worker process exited unexpectedly (exit code {code})"
 
     def close(self) -> None:
+        # Shut down before terminating: a worker killed while its queue thread writes a progress
+        # report dies holding the queue's write lock, and this process then hangs at exit
+        # joining its own queue thread (seen in CI). Exit never waits on that thread.
+        self.executor.shutdown(wait=True, cancel_futures=True)
         for p in self.processes.values():
             if p.exitcode is None:
                 p.terminate()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.reports.cancel_join_thread()
         self.reports.put(None)
         self._drain.join(timeout=5)
         self.reports.close()
