@@ -67,7 +67,7 @@ def local_and_ray(tmp_path_factory):
     for kind, num_proc in (("local", 2), ("ray", 1)):
         cfg = write_config(tmp / f"{kind}.yaml", CHAIN.format(raw=RAW, out=tmp / kind,
                                                             num_proc=num_proc, kind=kind, bench=bench))
-        proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--log-format", "json", "--progress-every", "1",
+        proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--log-format", "json", "--progress-every", "0.1",
                        timeout=900)
         runs[kind] = tmp / kind
         runs[f"{kind}_log"] = proc.stderr
