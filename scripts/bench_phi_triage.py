@@ -71,7 +71,7 @@ def make_engine(profile: str, variant: str):
     from pipeline.phi.engine import PhiEngine
     from pipeline.phi.triage import NerTriage, TokenTriage
     triage = None if variant == "full" else NerTriage() if profile == "literature" else TokenTriage()
-    return PhiEngine(profile=profile, ner_triage=triage).setup()
+    return PhiEngine(profile=profile, triage=triage).setup()
 
 
 def worker(name: str, n: int, profile: str, variant: str, out: Path) -> None:
@@ -93,7 +93,7 @@ def worker(name: str, n: int, profile: str, variant: str, out: Path) -> None:
         text = row.pop()
         row.append(None if gold is None else [j for j, v in enumerate(gold[k]) if value_survives(v, text)])
     out.write_text(json.dumps(outputs))
-    counts = dict(engine.ner_triage.counts) if engine.ner_triage is not None else {}
+    counts = dict(engine.triage.counts) if engine.triage is not None else {}
     print(json.dumps({"docs": len(texts), "chars": sum(map(len, texts)), "setup_cpu_seconds": round(setup, 2),
                       "cpu_seconds": round(cpu, 2), "docs_per_cpu_second": round(len(texts) / cpu, 1),
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

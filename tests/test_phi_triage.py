@@ -39,7 +39,7 @@ def planted_texts(english_texts) -> list[str]:
 
 @pytest.fixture(scope="module")
 def engines():
-    return PhiEngine(profile="literature").setup(), PhiEngine(profile="literature", ner_triage=NerTriage()).setup()
+    return PhiEngine(profile="literature").setup(), PhiEngine(profile="literature", triage=NerTriage()).setup()
 
 
 def _spans(results):
@@ -53,7 +53,7 @@ def test_triage_finds_what_the_full_engine_finds(engines, planted_texts):
     assert got == expected
     names = {planted_texts[i][s:e] for i, res in enumerate(expected) for t, s, e in res if t == "PERSON"}
     assert {"Maria Lopez", "Okafor", "Liz Bertone", "Jonathan Pryce", "Kowalczyk"} <= names
-    counts = triaged.ner_triage.counts
+    counts = triaged.triage.counts
     assert counts["docs_in"] == len(planted_texts)
     # Planted sentences and the odd name of the abstracts: a small share of the text.
     assert 0 < counts["chars_sent"] < 0.25 * counts["chars_in"]
@@ -61,7 +61,7 @@ def test_triage_finds_what_the_full_engine_finds(engines, planted_texts):
 
 
 def test_windows_hold_the_triggers_and_cut_at_white_space(engines):
-    triage = engines[1].ner_triage
+    triage = engines[1].triage
     text = "Aspirin lowers risk. " * 20 + "Contact Dr. Smith today. " + "Gene expression rose. " * 20
     (start, end), = triage.windows(text)
     assert start < text.index("Dr.") < text.index("Smith") < end
@@ -75,7 +75,7 @@ def test_stage_reports_the_share_sent(engines, planted_texts):
     stage = PhiDeidentify(PhiConfig(profile="literature"), None)
     stage._engine_loaded = engines[1]
     stage.setup()
-    engines[1].ner_triage.counts.clear()
+    engines[1].triage.counts.clear()
     table = pa.table({"id": [str(i) for i in range(len(planted_texts))], "text": planted_texts})
     totals = stage.batch_stats(stage.process(table))
     stats = stage.finish_stats(totals, None)
@@ -95,7 +95,7 @@ def test_option_in_fingerprint_and_on_in_both_profiles():
     assert isinstance(PhiDeidentify(PhiConfig(profile="clinical"), None)._triage(), TokenTriage)
     assert PhiDeidentify(clinical_off, None)._triage() is None
     with pytest.raises(ValueError, match="NerTriage"):
-        PhiEngine(profile="clinical", ner_triage=NerTriage())
+        PhiEngine(profile="clinical", triage=NerTriage())
 
 
 # ---------------------------------------------------------------- clinical profile
@@ -112,11 +112,11 @@ def clinical_engine():
 
 
 def _run(engine, triage, texts, redact=False):
-    engine.ner_triage = triage
+    engine.triage = triage
     try:
         return engine.redact_batch(texts)[0] if redact else _spans(engine.analyze_batch(texts))
     finally:
-        engine.ner_triage = None
+        engine.triage = None
 
 
 def test_clinical_triage_output_is_the_full_engines_on_real_notes(clinical_engine):
@@ -150,13 +150,13 @@ def test_clinical_triage_still_removes_lower_case_names_and_names_after_a_cue(cl
 def test_clinical_stage_reports_the_share_sent(clinical_engine):
     stage = PhiDeidentify(PhiConfig(profile="clinical", id_mode="keep"), None)
     stage._engine_loaded = clinical_engine
-    clinical_engine.ner_triage = TokenTriage()
+    clinical_engine.triage = TokenTriage()
     try:
         stage.setup()
         texts = ["seen by dr okafor today.", ACCOUNTS]
         table = pa.table({"id": ["a", "b"], "text": texts})
         stats = stage.finish_stats(stage.batch_stats(stage.process(table)), None)
     finally:
-        clinical_engine.ner_triage = None
+        clinical_engine.triage = None
     assert stats["triage"]["chars_in"] == sum(map(len, texts))
     assert stats["triage"]["share_sent"] == round(len(ACCOUNTS) / sum(map(len, texts)), 4)

@@ -95,7 +95,7 @@ def ner_person_recognizer():
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
-                 name_rules: bool = True, ner_triage=None):
+                 name_rules: bool = True, triage=None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -109,11 +109,10 @@ class PhiEngine:
         # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
         # only the texts whose tokens a recognizer reads.
         # Each triage names its profile (no import of triage here: triage imports this module).
-        triage_profile = getattr(ner_triage, "profile", None)
-        if triage_profile is not None and triage_profile != profile:
-            raise ValueError(f"ner_triage: {type(ner_triage).__name__} is the {triage_profile} profile's, "
+        if triage is not None and triage.profile != profile:
+            raise ValueError(f"triage: {type(triage).__name__} is the {triage.profile} profile's, "
                              f"not the {profile} profile's")
-        self.ner_triage = ner_triage
+        self.triage = triage
         self.score_threshold = score_threshold
         self.spacy_model = spacy_model
         self.batch_size = batch_size
@@ -224,10 +223,10 @@ class PhiEngine:
             rec.set_batch(batch)
         out = []
         try:
-            if self.ner_triage is None:
+            if self.triage is None:
                 artifacts = self.nlp_engine.process_batch(texts, language="en", batch_size=self.batch_size)
             else:
-                artifacts = self.ner_triage.process_batch(self.nlp_engine, texts, self.batch_size)
+                artifacts = self.triage.process_batch(self.nlp_engine, texts, self.batch_size)
             for i, (text, (_, art)) in enumerate(zip(texts, artifacts)):
                 for rec in gated:
                     rec.at_document(i)

@@ -148,6 +148,8 @@ class TokenTriage:
     tokenizes for Presidio, and only the texts whose tokens a recognizer reads (OnDemandArtifacts).
     `counts` as NerTriage's: what went to spaCy is what it tokenized (chars_sent, docs_sent)."""
 
+    profile = "clinical"
+
     def __init__(self):
         self.counts: Counter = Counter()
 

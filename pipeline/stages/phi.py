@@ -103,7 +103,7 @@ class PhiDeidentify(DocumentStage):
                                             detector_path=self.config.detector_path,
                                             detector_threshold=self.config.detector_threshold,
                                             name_rules=self.config.name_rules,
-                                            ner_triage=self._triage()).setup()
+                                            triage=self._triage()).setup()
         return self._engine_loaded
 
     def _triage(self):
@@ -223,7 +223,7 @@ class PhiDeidentify(DocumentStage):
 
     def _triage_counts(self) -> dict:
         """What the triage sent to spaCy since the last batch (by this worker)."""
-        triage = getattr(self._engine_loaded, "ner_triage", None)
+        triage = getattr(self._engine_loaded, "triage", None)
         if triage is None:
             return {}
         out = {f"triage.{key}": n for key, n in triage.counts.items()}
