@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from pipeline.phi.lexicon import DATA, Lexicon
-from pipeline.phi.lexicon import detector_lexicon as lexicon   # the lists the committed model was trained on
+from pipeline.phi.lexicon import detector_lexicon   # the lists the committed model was trained on
 from pipeline.resources import resource
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
@@ -211,7 +211,7 @@ def _word_features(lex: Lexicon) -> _WordFeatures:
 def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
               ents: list[tuple[int, int, str]] | None = None) -> list[list[str]]:
     """Feature strings per token. `ents`: (start, end, label) of spaCy entities, when given."""
-    wf = _word_features(lex or lexicon())
+    wf = _word_features(lex or detector_lexicon())
     n = len(toks)
     mode = case_mode(text)
     info = [wf.get(w) for _, _, w in toks]
@@ -387,7 +387,7 @@ class PhiDetector:
         info = self.tagger.info()
         self.labels = [lab for lab in info.labels if lab != "O"]
         self.uses_entities = any(a.startswith("ent=") for a in info.attributes)
-        self.lex = lexicon()
+        self.lex = detector_lexicon()
 
     def token_probabilities(self, text: str, ents=None):
         """(tokens, P(not O) per token, lean per token: P(PER) - P(LOC), computed only for the
@@ -493,7 +493,7 @@ def train(examples, model_path: str | Path, params: dict | None = None, use_enti
     """Train a CRF on examples [(text, [(start, end, 'PER' | 'LOC')], ents or None)] and write
     it to model_path. The same examples in the same order give the same file."""
     import pycrfsuite
-    lex = lexicon()
+    lex = detector_lexicon()
     trainer = pycrfsuite.Trainer(verbose=False)
     for text, spans, ents in examples:
         toks = tokenize(text)

