@@ -139,3 +139,39 @@ def test_literature_profile_removes_case_report_phi_and_keeps_eponyms(literature
                      "Glasgow", "Cox regression"):
             assert word in out, (word, out[len(abstract):])
         assert out.startswith(abstract[:200])
+
+
+PLACE_SENTENCES = [
+    "She lives in Turku with her son.", "He resides in Kraków now.", "A widower from Oslo was seen.",
+    "The proband, a resident of Bergen, was 34.", "Her family moved to Malmö in May.",
+    "A traveller from Lyon presented with fever.", "He lives alone in Hamar.", "She was born in the city of Lyon.",
+]
+
+
+@pytest.mark.parametrize("profile", ["clinical", "literature"])
+def test_batch_gates_pass_every_text_their_rules_match(profile):
+    """An RE2 gate only skips work: a recognizer with its gates evaluated over the batch finds
+    what it finds with no gates, on the address sentences and on places of persons."""
+    import pyarrow as pa
+
+    from pipeline.phi.international import international_recognizers
+    from pipeline.phi.recognizers import BatchGated
+    texts = [t for t, _ in ADDRESSES] + PLACE_SENTENCES
+    for recognizer in international_recognizers(profile):
+        if not isinstance(recognizer, BatchGated):
+            continue
+        found = {}
+        for batch in (None, pa.array(texts)):
+            recognizer.set_batch(batch)
+            results = []
+            for i, text in enumerate(texts):
+                recognizer.at_document(i)
+                results.append(sorted((r.entity_type, r.start, r.end) for r in recognizer.analyze(text, None)))
+            found[batch is None] = results
+        recognizer.set_batch(None)
+        assert found[True] == found[False], recognizer.name
+    # and the place rule finds each of them
+    address = [r for r in international_recognizers(profile) if type(r).__name__ == "AddressRecognizer"][0]
+    for text in PLACE_SENTENCES:
+        place = re.search(r"(?:in|from|of|to)(?: the city of)? (\w+)[ .,]", text).group(1)
+        assert any(text[r.start:r.end] == place for r in address.analyze(text, None)), text

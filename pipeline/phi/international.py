@@ -274,20 +274,21 @@ PLACE = rf"{_PLACE_WORD}(?:[ -](?:{_PARTICLE}[ -])*{_PLACE_WORD}){{0,3}}"
 # Where a person lives, was born or was found: "lives in X", "resides in X", "at his home in X",
 # "native of X"; and a person noun (singular: a case, not a study population) with its name or age
 # beside it, then "from"/"in" a place ("A 45-year-old woman (X Y) from Z", "a farmer from Z").
+# The singular person nouns after which "from X" / "in X" is where that person is from.
+_PERSON_NOUN = ("woman|man|boy|girl|infant|child|patient|proband|lady|gentleman|baby|toddler|adolescent|teenager|"
+                "mother|father|son|daughter|husband|wife|widow|widower|farmer|worker|teacher|student|resident|native|"
+                "citizen|tourist|traveller|traveler|migrant|immigrant|refugee|pensioner|retiree|case")
 PLACE_OF_PERSON = re.compile(
     rf"\b(?:(?i:lives|lived|living|resides|resided|residing|resident|moved|relocated|hometown|born|native|"
     rf"domiciled|settled)(?:[ \t]+(?:alone|independently|together|with[ \t]+(?:her|his|their)[ \t]+\w+))?"
     rf"[ \t]+(?:in|of|to|at|near)|(?i:home|house|flat|apartment|farm|residence)[ \t]+(?:in|at|near)"
-    rf"|(?i:woman|man|boy|girl|infant|child|patient|proband|lady|gentleman|baby|toddler|adolescent|teenager|"
-    rf"mother|father|son|daughter|husband|wife|widow|widower|farmer|worker|teacher|student|resident|native|"
-    rf"citizen|tourist|traveller|traveler|migrant|immigrant|refugee|pensioner|retiree|case)"
+    rf"|(?i:{_PERSON_NOUN})"
     rf"(?:[ \t]*\([^()\n]{{1,60}}\))?,?[ \t]+(?:from|in|of))"
     rf"[ \t]+(?:the[ \t]+)?(?:(?i:city|town|village|municipality|commune|parish|district)[ \t]+of[ \t]+)?(?P<v>{PLACE})")
-PLACE_OF_PERSON_GATE = (r"(?i)(?:liv|resid|moved|relocated|hometown|born|native|domiciled|settled|home|house|flat|"
-                        r"apartment|farm|woman|man|boy|girl|infant|child|patient|proband|lady|baby|toddler|adolescent|"
-                        r"teenager|mother|father|son|daughter|husband|wife|widow|farmer|worker|teacher|student|"
-                        r"citizen|tourist|travel|migrant|refugee|pensioner|retiree|case)\W[^\n]{0,70}?"
-                        r"\b(?:in|of|to|at|near|from)\s+(?:the\s+)?\p{Lu}")
+# Its RE2 gate, a superset: a word of it (a stem of the verbs, any of the nouns, with any ending:
+# "lives", "resides"), then a preposition and a capital.
+PLACE_OF_PERSON_GATE = (rf"(?i)(?:liv|resid|moved|relocated|hometown|born|native|domiciled|settled|home|house|flat|"
+                        rf"apartment|farm|{_PERSON_NOUN})\w*\W[^\n]{{0,70}}?\b(?:in|of|to|at|near|from)\s+(?:the\s+)?\p{{Lu}}")
 # A nationality or a ward after "of"/"in" is no town ("a man of Asian descent", "in Intensive Care").
 _NOT_A_TOWN_AFTER = re.compile(r"(?i)^\W*(?:descent|origin|ancestry|extraction|ethnicity|background|heritage|"
                                r"nationality|parents?)\b")
@@ -299,6 +300,10 @@ STREET_AFTER_AT = re.compile(
 STREET_AFTER_AT_GATE = r"(?i)\bat\s+[^\n]{0,60}\d"
 MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+
+
+def _lower_words(value: str) -> list[str]:
+    return [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
 
 
 class AddressRecognizer(BatchGated, RuleRecognizer):
@@ -317,22 +322,22 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
         self.gates = [gate for _, gate in STREETS] + [PLACE_OF_PERSON_GATE, STREET_AFTER_AT_GATE]
         super().__init__("medprep_addresses")
 
+    def _town_word(self, word: str, cities: bool = True) -> bool:
+        """No common word, or (`cities`) a city's name that is no dictionary word."""
+        return not self.lex.is_common(word) or cities and word in self.lex.place_words and word not in self.lex.english
+
     def _town_words(self, value: str) -> bool:
-        """Some word of it is not a common word, or is a city's name that is no dictionary word
-        ("53660 Altlandsberg", "Jalisco 44100", "Helsinki 00100"; not "2019 Annual Report")."""
-        words = [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
-        return any(not self.lex.is_common(w) or w in self.lex.place_words and w not in self.lex.english
-                   for w in words)
+        """Some word of it is a town word ("53660 Altlandsberg", "Jalisco 44100", "Helsinki 00100";
+        not "2019 Annual Report")."""
+        return any(self._town_word(w) for w in _lower_words(value))
 
     def _town(self, value: str, cities: bool = True) -> bool:
-        """A place's name: some word of it is no common word, or (`cities`) a city's name that is
-        no dictionary word, and none is a month or a weekday ("Kraków", "Stockholm"; not "Intensive
-        Care", "Asian", "January", "Time 2")."""
-        words = [w.lower() for w in re.findall(r"[^\W\d_]+", value)]
+        """A place's name: some word of it longer than two letters is a town word, and none is a
+        month or a weekday ("Kraków", "Stockholm"; not "Intensive Care", "Asian", "January", "Time 2")."""
+        words = _lower_words(value)
         if not words or any(w in MONTHS_DAYS for w in words):
             return False
-        return any(len(w) > 2 and (not self.lex.is_common(w) or cities and w in self.lex.place_words
-                                   and w not in self.lex.english) for w in words)
+        return any(len(w) > 2 and self._town_word(w, cities) for w in words)
 
     def _yearlike(self, value: str) -> bool:
         code = re.search(r"\d+", value)
