@@ -80,11 +80,17 @@ class StageInputs:
 
     def tables(self) -> Iterator[pa.Table]:
         """The documents, shard by shard in input order, `batch_size` rows at most per table."""
+        for _, table in self.shard_tables():
+            yield table
+
+    def shard_tables(self) -> Iterator[tuple]:
+        """(shard, table) for the documents, as `tables()`: a caller that needs each table's shard
+        (its source, in a multi-source run)."""
         from pipeline.shards import read_shard
         for shard in self.shards:
             for table in read_shard(shard.path, self.batch_size):
                 if table.num_rows:
-                    yield table
+                    yield shard, table
 
     def duplicate_ids(self) -> dict | None:
         """{"documents": rows whose id an earlier row already had, "ids": distinct such ids},

@@ -10,7 +10,7 @@ Plus `medical_words`: words written in lower case in at least 3 abstracts of the
 (data/raw/pubmed20n0014.xml.gz, never the corpus): the vocabulary of medicine, so that a
 surname list entry that is also a medical word ("Foley", "Hickman") needs context.
 Plus `world_given_names`: the given names of Jörg Michael's nam_dict.txt (GNU FDL 1.2, in gender-guesser
-0.4.0): about 45,000 given names of 54 countries and regions of Europe, Asia and the Americas, so that
+0.4.0): 37,363 given names (as this script keeps them) of 54 countries and regions of Europe, Asia and the Americas, so that
 given names of locales Faker's lists hold in part (Turkish, Polish, Czech, Nordic, Baltic) are names.
 Nothing from the deid notes goes into these lists. Output is deterministic (sorted, gzip mtime 0).
 

@@ -259,21 +259,17 @@ class TrainTokenizer(GlobalStage):
         """(source, train documents) per table: the train split, sampled to about
         train_sample_docs. The source is the shard's (None in a one-source run)."""
         from pipeline.documents import source_of_shard
-        from pipeline.shards import read_shard
         fraction = None
         if self.config.train_sample_docs is not None and inputs.total:
             fraction = self.config.train_sample_docs / inputs.total
-        for shard in inputs.shards:
-            for table in read_shard(shard.path, inputs.batch_size):
-                if not table.num_rows:
-                    continue
-                if "split" in table.column_names:
-                    table = table.filter(pc.equal(table["split"], "train"))
-                if fraction is not None and fraction < 1.0:
-                    from pipeline.stages.split import assign_splits
-                    # The same keyed hash as the split, with another seed: a sample by id.
-                    table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
-                yield source_of_shard(shard.name), table
+        for shard, table in inputs.shard_tables():
+            if "split" in table.column_names:
+                table = table.filter(pc.equal(table["split"], "train"))
+            if fraction is not None and fraction < 1.0:
+                from pipeline.stages.split import assign_splits
+                # The same keyed hash as the split, with another seed: a sample by id.
+                table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
+            yield source_of_shard(shard.name), table
 
     def _mix_sample(self, inputs) -> dict | None:
         """With a mix: each source's epochs in the tokenizer's sample, so that the sources'
