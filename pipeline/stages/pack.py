@@ -316,8 +316,8 @@ class Pack(GlobalStage):
         sequences = {s: tokens[s] // row_len for s in SPLITS}
         docs = {s: int(bucket_counts[:, 1 + i].sum()) for i, s in enumerate(SPLITS)}
         if mix_plan is not None:
-            mix_plan["windows"] = self._window_shares(work, len(tasks), sorted(mix), MIX_WINDOW_SEQUENCES)
-            mix_plan["windows_fine"] = self._window_shares(work, len(tasks), sorted(mix), MIX_FINE_WINDOW_SEQUENCES)
+            mix_plan["windows"], mix_plan["windows_fine"] = self._window_shares(
+                work, len(tasks), sorted(mix), (MIX_WINDOW_SEQUENCES, MIX_FINE_WINDOW_SEQUENCES))
         shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
             if "datasets" in cfg.formats else {}
         self._write_token_files(work, final, len(tasks), vocab_size, eos)
@@ -402,10 +402,10 @@ class Pack(GlobalStage):
         lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         return draw_cutoff(partial_draws(keys, last), lengths, (epochs - last) * train_tokens)
 
-    def _window_shares(self, work: RunPath, n_buckets: int, sources: list[str], sequences: int) -> dict:
-        """Each source's share of the train tokens in every window of `sequences` consecutive
-        packed sequences (moved one sequence at a time; all of them, one window, when the split
-        is shorter): the lowest and highest."""
+    def _window_shares(self, work: RunPath, n_buckets: int, sources: list[str], window_sizes) -> list[dict]:
+        """For each size in `window_sizes`: each source's share of the train tokens in every window
+        of that many consecutive packed sequences (moved one sequence at a time; all of them, one
+        window, when the split is shorter), the lowest and highest. The streams are read once."""
         from pipeline.mixing import sliding_window_shares
         stems = [work / "stream" / "train" / f"{k:05d}" for k in range(n_buckets)]
         lengths = np.concatenate([load_npy(st.with_name(st.name + ".len.npy")) for st in stems]) if stems else \
@@ -413,11 +413,16 @@ class Pack(GlobalStage):
         srcs = np.concatenate([load_npy(st.with_name(st.name + ".src.npy")) for st in stems]).astype(np.int64) \
             if stems else np.zeros(0, np.int64)
         row_len = row_tokens(self.config)
-        window = max(1, min(sequences, int(lengths.sum()) // row_len))
-        shares = sliding_window_shares(lengths, srcs, len(sources), row_len, window)
-        return {"sequences_per_window": window, "step_sequences": 1, "windows": int(len(shares)),
-                "min_share": {s: round(float(shares[:, i].min()), 6) for i, s in enumerate(sources)} if len(shares) else {},
-                "max_share": {s: round(float(shares[:, i].max()), 6) for i, s in enumerate(sources)} if len(shares) else {}}
+        out = []
+        for sequences in window_sizes:
+            window = max(1, min(sequences, int(lengths.sum()) // row_len))
+            shares = sliding_window_shares(lengths, srcs, len(sources), row_len, window)
+            out.append({"sequences_per_window": window, "step_sequences": 1, "windows": int(len(shares)),
+                        "min_share": {s: round(float(shares[:, i].min()), 6) for i, s in enumerate(sources)}
+                        if len(shares) else {},
+                        "max_share": {s: round(float(shares[:, i].max()), 6) for i, s in enumerate(sources)}
+                        if len(shares) else {}})
+        return out
 
     def _write_megatron_sources(self, work: RunPath, final: RunPath, n_buckets: int, vocab_size: int,
                                 mix_plan: dict, train_sequences: int) -> dict:
