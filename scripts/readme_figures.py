@@ -301,9 +301,59 @@ def heuristics_compat(src: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _leak_cell(result: dict | None, typ: str | None) -> str:
+    """'mentions left / values left' of one system on one type (or all types: typ None), in %."""
+    if result is None:
+        return "not run"
+    if typ is None:
+        m, v = result["mention_leak"], result["value_leak"]
+    else:
+        m, v = result["mention_leak_by_type"].get(typ), result["value_leak_by_type"].get(typ)
+        if m is None or v is None:
+            return "-"
+    return f"{m['rate'] * 100:.1f} / {v['rate'] * 100:.1f}"
+
+
+def _phi_by_type(columns: list[tuple[str, dict | None]], title: str) -> str:
+    """A table: per gold type (n mentions), each column's mentions / values left, then all types
+    and the other (non-PHI) tokens changed."""
+    types = next(r for _, r in columns if r is not None)["mention_leak_by_type"]
+    lines = [f"| {title} (mentions) | " + " | ".join(name for name, _ in columns) + " |",
+             "|---|" + "---:|" * len(columns)]
+    for typ in sorted(types, key=lambda t: -types[t]["n"]):
+        lines.append(f"| {typ} ({types[typ]['n']:,}) | " + " | ".join(_leak_cell(r, typ) for _, r in columns) + " |")
+    total = sum(t["n"] for t in types.values())
+    lines.append(f"| all types ({total:,}) | " + " | ".join(f"**{_leak_cell(r, None)}**" if r else "not run"
+                                                             for _, r in columns) + " |")
+    lines.append("| other tokens changed | " + " | ".join(
+        f"{r['non_phi_tokens']['rate'] * 100:.2f}" if r else "not run" for _, r in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def phi_by_type_deid(src: dict) -> str:
+    """The deid-dev notes by type: cross-validated by patient, fitted without them (cross-style),
+    in-sample, and the anchors (Philter, Presidio), % of mentions / values left."""
+    e = load("phi_eval.json", src)
+    systems = e["dev"]["systems"]
+    return _phi_by_type([("5-fold CV by patient", e["cv"]["at_default"]),
+                         ("fitted without deid-dev", e["cross_style"]["deid_dev_without_deid"]["at_default"]),
+                         ("in-sample (not evidence)", systems["medprep_phi"]),
+                         ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "deid-dev type")
+
+
+def phi_by_type_asq(src: dict) -> str:
+    """The asq-dev clinical questions by type: fitted without them (cross-style), in-sample, and
+    the anchors, % of mentions / values left."""
+    e = load("phi_eval.json", src)
+    systems = e["asq_dev"]["systems"]
+    return _phi_by_type([("fitted without asq-dev", e["cross_style"]["asq_dev_without_asq"]["at_default"]),
+                         ("in-sample (not evidence)", systems["medprep_phi"]),
+                         ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "asq-dev type")
+
+
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling, retune, heuristics_compat)}
+              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq)}
 
 
 # --- check / write --------------------------------------------------------------------------
