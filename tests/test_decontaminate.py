@@ -187,6 +187,30 @@ def test_a_rerun_with_one_worker_writes_the_same_bytes(corpus, removed_run):
     assert _arrow_bytes(again) == _arrow_bytes(removed_run)
 
 
+def test_the_benchmark_set_from_the_cache_equals_a_new_build(tmp_path):
+    """A rerun of the stage (a retune) reads the benchmark's n-gram set from the run's cache:
+    the same arrays as a build; other options or another file build anew."""
+    import numpy as np
+
+    from pipeline.stages.decontaminate import BenchmarkConfig, BenchmarkSet
+    from pipeline.stages.normalize import NormalizeConfig
+    spec = BenchmarkConfig(name="pubmedqa", path=str(ROOT / "data/pubmedqa/ori_pqal.json"),
+                           fields=["QUESTION", "CONTEXTS", "LONG_ANSWER"])
+    cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100}
+    built = BenchmarkSet.build(spec, 13, NormalizeConfig())
+    first = BenchmarkSet.cached(spec, 13, NormalizeConfig(), cache)
+    again = BenchmarkSet.cached(spec, 13, NormalizeConfig(), cache)
+    assert "from_cache" not in first.stats and again.stats["from_cache"] is True
+    assert first.cache_key == again.cache_key and (tmp_path / "run" / again.cache_key / "set.json").is_file()
+    for got in (first, again):
+        assert got.ids == built.ids and len(built.ngrams) > 10_000
+        for a in ("ngrams", "first_item", "items", "starts"):
+            assert np.array_equal(getattr(got, a), getattr(built, a)), a
+    other = BenchmarkSet.cached(spec, 8, NormalizeConfig(), cache)
+    assert other.cache_key != first.cache_key and "from_cache" not in other.stats
+    assert BenchmarkSet.cached(spec, 13, NormalizeConfig(), {}).cache_key is None     # no cache: a build
+
+
 def test_words_are_letters_and_digits_lowercased(tmp_path):
     from pipeline.stages.decontaminate import Words
     words = Words.of(pa.array(["Hello, WORLD! déjà-vu (95%CI)", "", None, "hello world"]))

@@ -213,3 +213,16 @@ def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
     assert len(removed) > 300 and (expected[removed] != removed - 1).any()      # chains joined an older row
     assert np.array_equal(got, expected)
     assert np.array_equal(to_rep[removed], (sigs[removed] == sigs[expected[removed]]).mean(axis=1))
+
+
+def test_lsh_params_are_the_ones_datasketch_chooses():
+    """Our quadrature (Gauss-Legendre, exact for these polynomials) picks datasketch's (bands,
+    rows) wherever its scipy-based optimizer is asked."""
+    from datasketch.lsh import _optimal_param
+
+    from pipeline.minhash import lsh_params
+    for num_perm in (32, 128, 256):
+        for threshold in [round(0.5 + 0.05 * i, 2) for i in range(10)]:
+            for fn_weight in (0.5, 0.3):
+                assert lsh_params(threshold, num_perm, fn_weight) == \
+                    _optimal_param(threshold, num_perm, 1.0 - fn_weight, fn_weight), (threshold, num_perm, fn_weight)

@@ -18,8 +18,10 @@ from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, TrainToke
 from pipeline.tokenizer_compare import gpt2_tokenizer
 
 
-def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, **options) -> tuple[dict, object]:
-    """Runs the stage on these documents; returns (stats, the saved tokenizer)."""
+def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, cache: dict | None = None,
+                  **options) -> tuple[dict, object]:
+    """Runs the stage on these documents; returns (stats, the saved tokenizer). `cache`: the
+    run's cache (ctx.cache: root, direct, max_mb)."""
     from tokenizers import Tokenizer
 
     cols = {"id": [f"d{i}" for i in range(len(texts))], "text": texts}
@@ -27,7 +29,7 @@ def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = N
         cols["split"] = splits
     inputs = shard_inputs(pa.table(cols), tmp_path / "input", batch_size=100)
     folder = tmp_path / "stages" / "10_tokenizer"
-    ctx = RunContext(run_dir=tmp_path, seed=1)
+    ctx = RunContext(run_dir=tmp_path, seed=1, cache=cache or {})
     output = StageOutput(folder, keep_removed_text=False)
     inputs.bind(output)
     stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)
@@ -148,6 +150,43 @@ def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt
     pieces = stats["comparison_examples"]["cl100k"]["myocardial infarction"]
     assert "".join(pieces) == " myocardial infarction" and len(pieces) == 5
     assert len(stats["comparison_examples"]["o200k"]["myocardial infarction"]) < len(pieces)
+
+
+def test_reference_figures_come_from_the_cache_only_for_the_same_validation_texts(tmp_path, english_texts):
+    """A retune retrains the tokenizer on a changed train split; the general tokenizers' figures
+    on an unchanged validation split are read from the run's cache, equal to computing them."""
+    import pipeline.tokenizer_compare as tc
+
+    texts = english_texts[:180]
+    splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
+    cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100}
+    first, _ = run_tokenizer(tmp_path / "a", texts, splits, cache=cache, vocab_size=2000)
+    assert first["comparison_cache"] == {"hits": 0, "misses": 4}          # the corpus's terms, 3 references
+    assert sorted(first["cache_keys"]) == sorted(p.parent.relative_to(tmp_path / "run").as_posix()
+                                                 for p in (tmp_path / "run").rglob("figures.json"))
+    # One train document fewer, as a retune's: the run's tokenizer changes, the references' do not.
+    keep = [i for i in range(len(texts)) if i != 1]
+    loads = []
+    real_load = tc.Reference.load
+    tc.Reference.load = lambda self: loads.append(self.name) or real_load(self)
+    try:
+        again, _ = run_tokenizer(tmp_path / "b", [texts[i] for i in keep], [splits[i] for i in keep],
+                                 cache=cache, vocab_size=2000)
+        uncached, _ = run_tokenizer(tmp_path / "c", [texts[i] for i in keep], [splits[i] for i in keep],
+                                    vocab_size=2000)
+    finally:
+        tc.Reference.load = real_load
+    assert again["comparison_cache"] == {"hits": 4, "misses": 0}
+    assert loads == ["gpt2", "cl100k", "o200k"]          # the uncached run only
+    assert again["comparison"] == uncached["comparison"] and again["comparison_examples"] == uncached["comparison_examples"]
+    assert again["comparison_corpus"] == uncached["comparison_corpus"]
+    assert list(again["comparison"]) == list(uncached["comparison"]) == ["trained", "gpt2", "cl100k", "o200k"]
+    # A validation document fewer: every reference is measured again.
+    keep = [i for i in range(len(texts)) if i != 6]
+    changed, _ = run_tokenizer(tmp_path / "d", [texts[i] for i in keep], [splits[i] for i in keep],
+                               cache=cache, vocab_size=2000)
+    assert changed["comparison_cache"] == {"hits": 0, "misses": 4}
+    assert changed["comparison_corpus"]["documents"] == first["comparison_corpus"]["documents"] - 1
 
 
 def test_smaller_vocabulary_than_requested_is_stated_with_both_numbers(tmp_path, english_texts, caplog):

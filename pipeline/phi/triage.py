@@ -219,8 +219,3 @@ def _cut_after(text: str, pos: int) -> int:
 
 
 _SPACE = re.compile(r"\s")
-
-
-def share_sent(counts: dict) -> float | None:
-    """The share of characters the NER saw."""
-    return round(counts["chars_sent"] / counts["chars_in"], 4) if counts.get("chars_in") else None

@@ -245,6 +245,7 @@ class BenchmarkSet:
     items: np.ndarray | None = None
     starts: np.ndarray | None = None
     stats: dict | None = None
+    cache_key: str | None = None          # cache/benchmarks/<key>, where the run's cache holds it
 
     @classmethod
     def build(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeConfig) -> "BenchmarkSet":
@@ -289,6 +290,32 @@ class BenchmarkSet:
         save_npy(folder / f"{self.name}.ngrams.npy", self.ngrams)
         save_npy(folder / f"{self.name}.first_item.npy", self.first_item)
         write_json(folder / f"{self.name}.ids.json", self.ids)
+
+    @classmethod
+    def cached(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeConfig, cache: dict) -> "BenchmarkSet":
+        """`build`, or what an earlier run of the same benchmark file, options and code built,
+        from the run's cache (cache/benchmarks/<key>/; ctx.cache): a retune that reruns this
+        stage reads the set instead of normalizing and hashing every item again. Benchmarks
+        are public text, never a document of the corpus."""
+        from pipeline.digests import code_digest, digest, file_digest
+        from pipeline.runpath import RunPath
+        if not cache.get("root"):
+            return cls.build(spec, n, normalize)
+        key = digest(code_digest(), file_digest(Path(spec.path)), spec.model_dump(), n, normalize.model_dump())
+        folder = RunPath.of(cache["root"], direct=cache.get("direct", False)) / "cache" / "benchmarks" / key
+        done = folder / "set.json"
+        if done.exists():
+            meta = read_json(done)
+            arrays = {a: load_npy(folder / f"{a}.npy") for a in ("ngrams", "first_item", "items", "starts")}
+            return cls(spec.name, meta["ids"], stats={**meta["stats"], "from_cache": True},
+                       cache_key=f"cache/benchmarks/{key}", **arrays)
+        built = cls.build(spec, n, normalize)
+        if cache.get("max_mb", 1) != 0:
+            for a in ("ngrams", "first_item", "items", "starts"):
+                save_npy(folder / f"{a}.npy", getattr(built, a))
+            write_json(done, {"ids": built.ids, "stats": built.stats})      # last: the set is whole
+            built.cache_key = f"cache/benchmarks/{key}"
+        return built
 
     @classmethod
     def load(cls, folder, name: str) -> "BenchmarkSet":
@@ -424,7 +451,8 @@ class Decontaminate(GlobalStage):
     def run(self, inputs, output) -> dict:
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        sets = [BenchmarkSet.build(b, self.config.ngram, self.normalize_config()) for b in self.config.benchmarks]
+        sets = [BenchmarkSet.cached(b, self.config.ngram, self.normalize_config(), self.ctx.cache or {})
+                for b in self.config.benchmarks]
         for bench in sets:
             bench.save(work)
         results = inputs.map(self, "decontaminate_shard")
@@ -448,8 +476,11 @@ class Decontaminate(GlobalStage):
                                   "documents": tally[f"{s}\t{bench.name}\tdocuments"]} for s in sources}}
         by_source = {s: {k: tally[f"{s}\t{k}"] for k in ("docs_in", "removed", "cut_documents", "words_cut")}
                      for s in sources}
-        return {"ngram": self.config.ngram, "mode": self.config.mode, "benchmarks": benchmarks,
-                "by_source": by_source, "bytes_per_ngram": BYTES_PER_NGRAM}
+        out = {"ngram": self.config.ngram, "mode": self.config.mode, "benchmarks": benchmarks,
+               "by_source": by_source, "bytes_per_ngram": BYTES_PER_NGRAM}
+        if any(b.cache_key for b in sets):
+            out["cache_keys"] = [b.cache_key for b in sets if b.cache_key]
+        return out
 
     # -- what the run says about it --
     def manifest_fields(self, stats: dict) -> dict:

@@ -386,7 +386,8 @@ class TrainTokenizer(GlobalStage):
     def _compare(self, tok, base_json: str | None, validation: list[str]) -> dict:
         from tokenizers import Tokenizer
 
-        from pipeline.tokenizer_compare import HFEncoder, compare, hf_encoder, reference_encoder
+        from pipeline.runpath import RunPath
+        from pipeline.tokenizer_compare import FiguresCache, HFEncoder, Reference, compare, hf_encoder
 
         if not validation:
             return {"comparison": None, "comparison_note": "no validation documents: nothing to compare on"}
@@ -394,16 +395,23 @@ class TrainTokenizer(GlobalStage):
         encoders = [HFEncoder(RUN_NAME[cfg.mode], tok)]
         if cfg.mode == "extend":
             encoders.append(HFEncoder("base", Tokenizer.from_str(base_json)))
-        encoders += [reference_encoder(name) for name in cfg.compare]
+        encoders += [Reference(name) for name in cfg.compare]
         for name, path in sorted(cfg.compare_files.items()):
             if not Path(path).is_file():
                 raise UserError(f"stages.tokenizer.compare_files.{name}: {path} not found")
             encoders.append(hf_encoder(name, path))
         pack = self.ctx.upstream.get("pack")
         seq_len = pack.seq_len if pack is not None else 2048
-        result = compare(encoders, validation, seq_len)
-        return {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
-                "comparison_corpus": {"split": "validation", **result}}
+        cache = None
+        if self.ctx.cache.get("root"):
+            cache = FiguresCache(RunPath.of(self.ctx.cache["root"], direct=self.ctx.cache.get("direct", False)),
+                                 writes=self.ctx.cache.get("max_mb", 1) != 0)
+        result = compare(encoders, validation, seq_len, cache)
+        out = {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
+               "comparison_corpus": {"split": "validation", **result}}
+        if cache is not None and cache.used:
+            out.update(cache_keys=cache.used, comparison_cache={"hits": cache.hits, "misses": cache.misses})
+        return out
 
     def manifest_fields(self, stats: dict) -> dict:
         # tokenizer.comparison.<name>.tokens_per_word, ...: the run's tokenizer beside general ones.
