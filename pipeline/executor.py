@@ -8,8 +8,8 @@ An executor knows no stage: it wraps any object with `name`, `config`, `ctx`, `s
 `type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
-- ray: one pool of Ray actors per stage (RayActorPool), built at the stage's first map call,
-  reused by all of its map calls and killed when it ends; each actor sets the stage up once.
+- ray: one pool of Ray actors per run (RayActorPool), started as stages need them and rebound
+  to each stage in turn, as the local processes are; each actor sets a stage up once.
   Ray Data is not used: its `map_batches` builds a new actor pool for every dataset (every
   map call), and its file readers and writers merge blocks and name files at random.
 """
@@ -301,26 +301,46 @@ class WorkerPool:
 # ---- ray -----------------------------------------------------------------------------------
 
 class RayShardWorker:
-    """A Ray actor: one stage instance, set up once, before the first task whose method needs
-    the models (a threshold-only rerun never loads them), and reused by every map call of the
-    stage. Each result carries where it ran (node) and how many setups the actor did. Errors
-    come back as values (one line), not as exceptions wrapped in Ray's tracebacks."""
+    """A Ray actor of the run's pool (RayActorPool): it serves every stage in turn, like a local
+    worker process. Each task names its stage by a key and a pickled (stage class, config, ctx)
+    blob; at the stage's first task the actor drops the previous stage's instance (and its
+    models) and builds the new one, and it sets the stage up once, before the first task whose
+    method needs the models (a threshold-only rerun never loads them). Each result carries
+    where it ran (node) and how many setups the actor did for this stage. Errors come back as
+    values (one line), not as exceptions wrapped in Ray's tracebacks."""
 
-    def __init__(self, stage_cls, config, ctx, reports=None):
+    def __init__(self, reports=None):
         logging.basicConfig(level=logging.WARNING)
         if reports is not None:
             progress.set_sink(lambda key, n: reports.add.remote(key, n))
+        self.key = None
+        self.stage = None
+        self.stage_name = ""
         self.error = None
         self.setups = 0
         self.set_up = False
-        self.stage_name = stage_cls.name
+
+    def _bind(self, key: int, stage_blob: bytes) -> None:
+        if key == self.key:
+            return
+        self.drop()
+        import pickle
+        stage_cls, config, ctx = pickle.loads(stage_blob)
+        self.key, self.stage_name = key, stage_cls.name
         try:
             self.stage = stage_cls(config, ctx)
         except Exception as exc:
             self.error = setup_failure(stage_cls.name, exc)
 
-    def run(self, method: str, raw: str, key: list | None = None) -> dict:
+    def drop(self) -> None:
+        """The stage instance and its models go (the actor stays for a later stage)."""
+        import gc
+        self.key, self.stage, self.error, self.setups, self.set_up = None, None, None, 0, False
+        gc.collect()
+
+    def run(self, key: int, stage_blob: bytes, method: str, raw: str, progress_key: list | None = None) -> dict:
         import ray
+        self._bind(key, stage_blob)
         where = {"node": ray.get_runtime_context().get_node_id(), "setups": self.setups}
         if self.error is None and not self.set_up and needs_setup(self.stage, method):
             self.set_up = True
@@ -333,8 +353,8 @@ class RayShardWorker:
         if self.error is not None:
             return {"error": self.error, "user": True, **where}
         try:
-            return {"result": run_task(self.stage, method, ShardTask.from_json(raw), tuple(key) if key else None),
-                    **where}
+            return {"result": run_task(self.stage, method, ShardTask.from_json(raw),
+                                       tuple(progress_key) if progress_key else None), **where}
         except UserError as exc:          # an unreadable input file: one line
             return {"error": str(exc), "user": True, **where}
         except Exception as exc:
@@ -343,39 +363,60 @@ class RayShardWorker:
 
 
 class RayActorPool:
-    """One stage's actors, built when its first map call comes and killed when the stage ends:
-    a global stage's several map passes (signatures, partitions, writes) reuse them, so models
-    load and workers start once per stage, not once per call. Results in task order; every
-    task runs even after one failed (each writes its own marker, so a rerun resumes with
-    only the failed shards), then the first failure is raised."""
+    """The run's actors, started as stages need them and killed when the run ends (or when one
+    dies, or a map is interrupted): every stage, and every map call of a stage (a global
+    stage's signatures, partitions, writes), runs on them, so actor start-up and imports are
+    paid once per run, not once per stage. A stage uses the first `size` actors (its
+    `workers` count); the pool grows when a stage wants more than it has. Results in task
+    order; every task runs even after one failed (each writes its own marker, so a rerun
+    resumes with only the failed shards), then the first failure is raised. `stats` are the
+    current stage's: actors used, nodes, map calls, setups."""
 
-    def __init__(self, stage, size: int, cpus_per_worker: float, reports=None):
+    def __init__(self, cpus_per_worker: float, reports=None):
         import ray
-        self.stage_name = stage.name
-        # `reports`: the executor's ReportCounter, which the actors' tasks tell documents done.
-        self._new_actor = lambda: ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RayShardWorker).remote(
-            type(stage), stage.config, stage.ctx, reports)
+        # `reports`: the executor's ReportCounter, which the actors' tasks tell documents done
+        # (a task without a progress key reports nothing).
+        self._new_actor = lambda: ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RayShardWorker).remote(reports)
         self.actors: list = []
-        self.grow(size)
-        self.nodes: set[str] = set()
-        self.setups: dict[int, int] = {}          # actor index -> setups it ran
-        self.map_calls = 0
+        self.stage_name = ""
+        self._stage = None
+        self._key = 0
+        self._blob = None
+        self._sizes: dict[int, int] = {}          # actor index -> size of the stage it holds
+        self.begin_stage(None)
 
     @property
     def size(self) -> int:
         return len(self.actors)
 
-    def grow(self, size: int) -> None:
-        """At least `size` actors: a later map call of the stage can have more tasks (MinHash's
-        256 partitions after a few input shards) than the first."""
+    def begin_stage(self, stage) -> None:
+        self._stage = stage
+        self.used: set[int] = set()               # actor indexes that ran the stage's tasks
+        self.nodes: set[str] = set()
+        self.setups: dict[int, int] = {}          # actor index -> setups it ran for the stage
+        self.map_calls = 0
+
+    def bind(self, stage, size: int) -> None:
+        """`stage`'s tasks go to the first `size` actors (started if the pool has fewer)."""
+        import pickle
+
+        import ray
+        if stage is not self._stage:
+            self.begin_stage(stage)
+            self.stage_name = stage.name
+            self._key += 1
+            self._blob = ray.put(pickle.dumps((type(stage), stage.config, stage.ctx)))
+            # Actors this stage does not use let the previous stage's models go now.
+            for a in range(size, len(self.actors)):
+                self.actors[a].drop.remote()
         while len(self.actors) < size:
             self.actors.append(self._new_actor())
 
-    def map(self, method: str, tasks: list[ShardTask], shown: MapProgress | None = None):
+    def map(self, method: str, tasks: list[ShardTask], size: int, shown: MapProgress | None = None):
         import ray
         from ray.exceptions import RayActorError
         self.map_calls += 1
-        idle = list(range(self.size))
+        idle = list(range(min(size, self.size)))[::-1]
         pending: dict = {}                        # object ref -> (task index, actor index)
         done: dict[int, dict] = {}
         next_task = next_out = 0
@@ -384,7 +425,8 @@ class RayActorPool:
             while idle and next_task < len(tasks):
                 a = idle.pop()
                 key = shown.key(next_task) if shown else None
-                pending[self.actors[a].run.remote(method, tasks[next_task].to_json(), key)] = (next_task, a)
+                ref = self.actors[a].run.remote(self._key, self._blob, method, tasks[next_task].to_json(), key)
+                pending[ref] = (next_task, a)
                 next_task += 1
             ready, _ = ray.wait(list(pending), num_returns=1)
             i, a = pending.pop(ready[0])
@@ -397,6 +439,7 @@ class RayActorPool:
                                   "often the out-of-memory killer: lower batch_size or the stage's workers, "
                                   "or give the workers more memory)") from None
             idle.append(a)
+            self.used.add(a)
             self.nodes.add(out["node"])
             self.setups[a] = out["setups"]
             done[i] = out
@@ -425,7 +468,7 @@ class RayExecutor:
     """Shard tasks on a Ray cluster: a local instance (`address` unset: tests, laptops) or a
     running cluster (`address: auto`). Per-stage worker counts follow the stage's cost:
     `workers: {phi: 400, langid: 4}`; unset, a stage gets one worker per CPU of the cluster.
-    One actor pool per stage, kept across its map calls (RayActorPool)."""
+    One actor pool per run, rebound to each stage in turn (RayActorPool)."""
     kind = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, workers: dict | None = None,
@@ -436,8 +479,8 @@ class RayExecutor:
         self.cpus_per_worker = cpus_per_worker
         self._started_here = False
         self._pool: RayActorPool | None = None
-        self._pool_for = None
         self._counter = None
+        self._cluster_cpus: float | None = None
 
     def describe(self) -> dict:
         import ray
@@ -485,26 +528,23 @@ class RayExecutor:
         size = self.workers_for(stage, len(tasks))
         if shown.tracker is not None:
             shown.tracker.workers = size
-        reports = self._reports() if shown.tracker is not None else None
-        if self._pool is None or self._pool_for is not stage:
-            self.end_stage()
-            self._pool = RayActorPool(stage, size, self.cpus_per_worker, reports)
-            self._pool_for = stage
-        self._pool.grow(size)
+        if self._pool is None:
+            self._pool = RayActorPool(self.cpus_per_worker, self._reports())
+        self._pool.bind(stage, size)
         try:
-            with _polling(reports, shown):
-                yield from self._pool.map(method, tasks, shown)
+            with _polling(self._counter if shown.tracker is not None else None, shown):
+                yield from self._pool.map(method, tasks, size, shown if shown.tracker is not None else None)
         except BaseException:
-            self.end_stage()             # a broken or interrupted pool is not reused
+            self._close_pool()           # a broken or interrupted pool is not reused
             raise
 
     def stage_stats(self) -> dict:
-        """The stage's actors: how many it started, on how many nodes they ran tasks, how many
-        map calls they served and how many setups they ran in all (at most one each)."""
-        if self._pool is None:
-            return {}
+        """The stage's actors: how many ran its tasks, on how many nodes, how many map calls
+        they served and how many setups they ran for it in all (at most one each)."""
         pool = self._pool
-        return {"workers": pool.size, "nodes": len(pool.nodes), "map_calls": pool.map_calls,
+        if pool is None or pool._stage is None:
+            return {}
+        return {"workers": len(pool.used), "nodes": len(pool.nodes), "map_calls": pool.map_calls,
                 "setups": sum(pool.setups.values())}
 
     def _reports(self):
@@ -515,13 +555,17 @@ class RayExecutor:
         return self._counter
 
     def end_stage(self) -> None:
-        """The stage is done: its actors go."""
+        """The stage is done (its actors stay for the next stage)."""
+        if self._pool is not None:
+            self._pool.begin_stage(None)
+
+    def _close_pool(self) -> None:
         if self._pool is not None:
             self._pool.close()
-            self._pool = self._pool_for = None
+            self._pool = None
 
     def close(self) -> None:
-        self.end_stage()
+        self._close_pool()
         self._counter = None
         if self._started_here:
             import ray

@@ -5,8 +5,8 @@ Ray with 1 and 2 workers, then a projection for 36 M abstracts from measured cos
 
 1. Four runs of configs/pubmed.yaml on its first `--docs` abstracts (input.limit), each in its
    own process and run folder: local with num_proc 1 and 2; Ray (a local instance with 2 CPUs)
-   with 1 worker per stage and with 2 workers per stage (one actor pool per stage, reused by
-   its map calls). Wall time from the manifest, docs/s, the ratios between them (2 vs 1 Ray
+   with 1 worker per stage and with 2 workers per stage (one actor pool per run, rebound to
+   each stage in turn). Wall time from the manifest, docs/s, the ratios between them (2 vs 1 Ray
    workers, 2 vs 1 local processes, Ray vs local at the same worker count), and whether data/,
    removed/, tokenizer and final/ are byte-identical across the four.
 2. Per-document costs: each stage's shard-task seconds in the 1-worker Ray run (one core) per

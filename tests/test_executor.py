@@ -120,8 +120,8 @@ def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
         assert phi["executor"] == kind and phi["shards"] == 3
     ray_info = json.loads((local_and_ray["ray"] / "manifest.json").read_text())["executor"]
     assert ray_info["address"] == "local" and ray_info["cluster_cpus"] == 2
-    # One actor pool per stage: MinHash's several map passes (signatures, partitions, writes)
-    # ran on the same actors, each set up once.
+    # One actor pool per run: MinHash's several map passes (signatures, partitions, writes)
+    # ran on the same actors, each set up once for the stage.
     minhash = json.loads((local_and_ray["ray"] / "stages/06_dedup_minhash/stats.json").read_text())
     assert minhash["executor_workers"]["map_calls"] >= 3
     assert minhash["executor_workers"]["setups"] <= minhash["executor_workers"]["workers"] == 2
@@ -408,7 +408,7 @@ def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_ne
 
 
 @pytest.mark.ray
-def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_go_with_it(ray_instance, tmp_path):
+def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_stage(ray_instance, tmp_path):
     import ray
     from ray.exceptions import RayActorError
 
@@ -417,11 +417,24 @@ def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_go_with_it(ray_
     stage, tasks, stats = _setups_across_map_calls(executor, tmp_path)
     assert stats["workers"] == 2 and stats["nodes"] == 1 and stats["map_calls"] == 4
     assert stats["setups"] == len((tmp_path / "setups.log").read_text().split())
-    actors = executor._pool.actors
-    executor.end_stage()                            # the stage's actors end with it
+    actors = list(executor._pool.actors)
+    first_pids = {r["pid"] for r in executor.map(stage, "where", tasks)}
+    executor.end_stage()                            # the actors stay for the next stage
+    # The next stage runs on the same actors (started once per run), built and set up anew;
+    # a stage with `workers: 1` uses one of them.
+    other = CountingStage({"log": str(tmp_path / "other.log")}, None)
+    again = list(executor.map(other, "where", tasks))
+    assert executor._pool.actors == actors and {r["pid"] for r in again} <= first_pids
+    assert set((tmp_path / "other.log").read_text().split()) == {str(r["pid"]) for r in again}
+    assert executor.stage_stats()["setups"] == len((tmp_path / "other.log").read_text().split())
+    executor.end_stage()
+    executor.workers["counting"] = 1
+    third = CountingStage({"log": str(tmp_path / "third.log")}, None)
+    once = list(executor.map(third, "where", tasks))
+    assert len({r["pid"] for r in once}) == 1 and executor.stage_stats()["workers"] == 1
+    executor.close()                                # the run's actors end with it
     with pytest.raises(RayActorError):
-        ray.get(actors[0].run.remote("where", tasks[0].to_json()), timeout=60)
-    executor.close()
+        ray.get(actors[0].drop.remote(), timeout=60)
     assert ray.is_initialized()                     # the session's instance is not this executor's
 
 
