@@ -206,6 +206,10 @@ def test_the_benchmark_set_from_the_cache_equals_a_new_build(tmp_path):
         assert got.ids == built.ids and len(built.ngrams) > 10_000
         for a in ("ngrams", "first_item", "items", "starts"):
             assert np.array_equal(getattr(got, a), getattr(built, a)), a
+    # Another run folder gets the same bytes (no build time in the files).
+    elsewhere = BenchmarkSet.cached(spec, 13, NormalizeConfig(), {**cache, "root": str(tmp_path / "run2")})
+    for f in (tmp_path / "run" / first.cache_key).iterdir():
+        assert (tmp_path / "run2" / elsewhere.cache_key / f.name).read_bytes() == f.read_bytes(), f.name
     other = BenchmarkSet.cached(spec, 8, NormalizeConfig(), cache)
     assert other.cache_key != first.cache_key and "from_cache" not in other.stats
     assert BenchmarkSet.cached(spec, 13, NormalizeConfig(), {}).cache_key is None     # no cache: a build
