@@ -57,6 +57,32 @@ def run_cache(config, namespace: str | None) -> dict:
     return out
 
 
+class DerivedCache:
+    """Folders for what a stage derives from inputs a rerun may leave unchanged (a benchmark's
+    n-gram set, the reference tokenizers' figures): `cache/<kind>/<key>/` in the cache root,
+    key a digest of everything the data depends on. `keys` are the cache keys handed out, for
+    the stage's stats (`cache_keys`), so `--prune` keeps them; `writes` is False when
+    cache.max_mb is 0. Files in them are written whole (RunPath.write_bytes), the one that
+    marks the entry complete last."""
+
+    def __init__(self, ctx_cache: dict, kind: str):
+        self.root = RunPath.of(ctx_cache["root"], direct=ctx_cache.get("direct", False))
+        self.kind = kind
+        self.writes = ctx_cache.get("max_mb", 1) != 0
+        self.keys: list[str] = []
+
+    @classmethod
+    def of(cls, ctx_cache: dict | None, kind: str) -> "DerivedCache | None":
+        """The stage's cache of `kind` (ctx.cache), or None where the run gives it no cache root."""
+        return cls(ctx_cache, kind) if ctx_cache and ctx_cache.get("root") else None
+
+    def folder(self, key: str) -> RunPath:
+        name = f"{CACHE_DIR}/{self.kind}/{key}"
+        if name not in self.keys:
+            self.keys.append(name)
+        return self.root / CACHE_DIR / self.kind / key
+
+
 def document_keys(texts: list[str], extra: list | None = None) -> list[bytes]:
     """xxh3-128 of each text (and of its `extra` value, where the result depends on one)."""
     import xxhash

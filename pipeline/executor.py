@@ -480,7 +480,6 @@ class RayExecutor:
         self._started_here = False
         self._pool: RayActorPool | None = None
         self._counter = None
-        self._cluster_cpus: float | None = None
 
     def describe(self) -> dict:
         import ray

@@ -16,7 +16,6 @@ medprep's code, not on the run's tokenizer: they are kept in the run's cache
 a retune whose validation split did not change loads no reference vocabulary (~2 s of three)."""
 from __future__ import annotations
 
-import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -123,22 +122,15 @@ class Reference:
 
 
 class FiguresCache:
-    """Reference figures by key under `<root>/cache/tokenizer_compare/` (root: the run's cache
-    root, a RunPath). `writes`: False when cache.max_mb is 0. The keys used are `cache_keys`
-    in the stage's stats, so `pipeline cache --prune` keeps them."""
-    KIND = "cache/tokenizer_compare"
+    """Figures by key in the run's cache (a DerivedCache of kind tokenizer_compare), one JSON
+    file each; counts of what it found and did not."""
 
-    def __init__(self, root, writes: bool = True):
-        self.root, self.writes = root, writes
-        self.used: list[str] = []
+    def __init__(self, cache):
+        self.cache = cache
         self.hits = self.misses = 0
 
-    def _file(self, key: str):
-        return self.root / self.KIND / key / "figures.json"
-
     def get(self, key: str):
-        self.used.append(f"{self.KIND}/{key}")
-        f = self._file(key)
+        f = self.cache.folder(key) / "figures.json"
         if f.exists():
             self.hits += 1
             return json.loads(f.read_text())
@@ -146,19 +138,13 @@ class FiguresCache:
         return None
 
     def put(self, key: str, value: dict) -> None:
-        if self.writes:
-            self._file(key).write_text(json.dumps(value, sort_keys=True))
+        if self.cache.writes:
+            (self.cache.folder(key) / "figures.json").write_text(json.dumps(value, sort_keys=True))
 
 
 def _figures_key(identity: str, texts: list[str], seq_len: int, terms: list[str], examples: list[str]) -> str:
-    from pipeline.digests import code_digest
-    h = hashlib.sha256()
-    for part in (code_digest(), identity, str(seq_len), json.dumps(terms), json.dumps(examples), str(len(texts))):
-        h.update(part.encode("utf-8") + b"\x00")
-    for t in texts:
-        b = t.encode("utf-8")
-        h.update(len(b).to_bytes(8, "little") + b)
-    return h.hexdigest()[:32]
+    from pipeline.digests import code_digest, digest
+    return digest(code_digest(), identity, seq_len, terms, examples, texts)
 
 
 def hf_encoder(name: str, path: str | Path) -> Encoder:

@@ -297,27 +297,27 @@ class BenchmarkSet:
         from the run's cache (cache/benchmarks/<key>/; ctx.cache): a retune that reruns this
         stage reads the set instead of normalizing and hashing every item again. Benchmarks
         are public text, never a document of the corpus."""
+        from pipeline.cache import DerivedCache
         from pipeline.digests import code_digest, digest, file_digest
-        from pipeline.runpath import RunPath
-        if not cache.get("root"):
+        derived = DerivedCache.of(cache, "benchmarks")
+        if derived is None:
             return cls.build(spec, n, normalize)
-        key = digest(code_digest(), file_digest(Path(spec.path)), spec.model_dump(), n, normalize.model_dump())
-        folder = RunPath.of(cache["root"], direct=cache.get("direct", False)) / "cache" / "benchmarks" / key
-        done = folder / "set.json"
+        folder = derived.folder(digest(code_digest(), file_digest(Path(spec.path)), spec.model_dump(), n,
+                                       normalize.model_dump()))
+        done, cache_key = folder / "set.json", derived.keys[-1]
         if done.exists():
             t0 = time.perf_counter()
             meta = read_json(done)
             arrays = {a: load_npy(folder / f"{a}.npy") for a in ("ngrams", "first_item", "items", "starts")}
             stats = {**meta["stats"], "build_seconds": round(time.perf_counter() - t0, 3), "from_cache": True}
-            return cls(spec.name, meta["ids"], stats=stats,
-                       cache_key=f"cache/benchmarks/{key}", **arrays)
+            return cls(spec.name, meta["ids"], stats=stats, cache_key=cache_key, **arrays)
         built = cls.build(spec, n, normalize)
-        if cache.get("max_mb", 1) != 0:
+        if derived.writes:
             for a in ("ngrams", "first_item", "items", "starts"):
                 save_npy(folder / f"{a}.npy", getattr(built, a))
             # Last: the set is whole. Without its build time, so reruns write the same bytes.
             write_json(done, {"ids": built.ids, "stats": {k: v for k, v in built.stats.items() if k != "build_seconds"}})
-            built.cache_key = f"cache/benchmarks/{key}"
+            built.cache_key = cache_key
         return built
 
     @classmethod

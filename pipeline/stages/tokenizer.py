@@ -386,7 +386,7 @@ class TrainTokenizer(GlobalStage):
     def _compare(self, tok, base_json: str | None, validation: list[str]) -> dict:
         from tokenizers import Tokenizer
 
-        from pipeline.runpath import RunPath
+        from pipeline.cache import DerivedCache
         from pipeline.tokenizer_compare import FiguresCache, HFEncoder, Reference, compare, hf_encoder
 
         if not validation:
@@ -402,15 +402,13 @@ class TrainTokenizer(GlobalStage):
             encoders.append(hf_encoder(name, path))
         pack = self.ctx.upstream.get("pack")
         seq_len = pack.seq_len if pack is not None else 2048
-        cache = None
-        if self.ctx.cache.get("root"):
-            cache = FiguresCache(RunPath.of(self.ctx.cache["root"], direct=self.ctx.cache.get("direct", False)),
-                                 writes=self.ctx.cache.get("max_mb", 1) != 0)
+        derived = DerivedCache.of(self.ctx.cache, "tokenizer_compare")
+        cache = FiguresCache(derived) if derived is not None else None
         result = compare(encoders, validation, seq_len, cache)
         out = {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
                "comparison_corpus": {"split": "validation", **result}}
-        if cache is not None and cache.used:
-            out.update(cache_keys=cache.used, comparison_cache={"hits": cache.hits, "misses": cache.misses})
+        if cache is not None:
+            out.update(cache_keys=derived.keys, comparison_cache={"hits": cache.hits, "misses": cache.misses})
         return out
 
     def manifest_fields(self, stats: dict) -> dict:
