@@ -144,7 +144,8 @@ TYPE_OF = {"name": "NAME", "last": "NAME", "name_doc": "NAME", "last_doc": "NAME
 def make_documents(n: int, seed: int = 0) -> list[dict]:
     """n notes of 3-8 sentences each: {"id", "text", "gold": [(type, value), ...]}."""
     rng = random.Random(seed)
-    fakers = {loc: Faker(loc) for loc in set(NAME_LOCALES)}
+    # Sorted: a set's order follows PYTHONHASHSEED, and each Faker is seeded by its place.
+    fakers = {loc: Faker(loc) for loc in sorted(set(NAME_LOCALES))}
     for i, f in enumerate(fakers.values()):
         f.seed_instance(seed * 1000 + i)
     us = fakers["en_US"]
