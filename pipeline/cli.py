@@ -75,6 +75,8 @@ def _stage_arguments(parser) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """medprep ... (python -m pipeline ...)"""
+    from pipeline.startup import skip_pandas_probe
+    skip_pandas_probe()
     parser = argparse.ArgumentParser(prog="medprep", description=RUN_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +139,22 @@ def main(argv: list[str] | None = None) -> None:
 
     with user_errors():
         COMMANDS[args.command](args)
+
+
+def entry() -> None:
+    """The `medprep` command and `python -m pipeline`: main(), then, once it succeeded, the
+    process leaves without tearing down its modules and engines (0.2 s, a tenth of a retune):
+    every file is written and closed by then. A run connected to Ray exits the usual way (its
+    atexit handler disconnects from the cluster)."""
+    main()
+    if "ray" in sys.modules:
+        return
+    import logging
+    import os
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def list_stages(args) -> None:

@@ -65,6 +65,16 @@ def needs_setup(stage, method: str) -> bool:
     return method not in stage.methods_without_setup
 
 
+def loads_models(stage) -> bool:
+    """Whether the stage's setup() loads anything (Stage.loads_models). When the worker moves
+    on, a stage that did is followed by a full garbage collection, so its models (spaCy's
+    pipeline keeps reference cycles) go before the next stage loads its own; the collection
+    walks every object of the worker (40-90 ms with the engines imported), so it is not paid
+    after the stages that load nothing (most of a retune's)."""
+    declared = getattr(stage, "loads_models", None)
+    return declared() if callable(declared) else True
+
+
 def setup_failure(name: str, exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
@@ -80,8 +90,30 @@ _worker_setup_error: str | None = None
 
 def _init_worker(reports=None):
     logging.basicConfig(level=logging.WARNING)
+    import atexit
+
+    from pipeline.startup import skip_pandas_probe
+    skip_pandas_probe()
+    # A worker leaves once the pool is shut down, its tasks done and their results sent (the
+    # progress queue flushed by multiprocessing before this runs): tearing down the engines'
+    # modules would only add to the run's wall time.
+    atexit.register(_leave_now)
     if reports is not None:
         progress.set_sink(progress.QueueSink(reports))
+
+
+def _leave_now() -> None:
+    import os
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)
+
+
+def _started() -> None:
+    """WorkerPool.warm's task: the process is up (its initializer ran)."""
 
 
 def _bind_stage(key: int, stage_blob: bytes) -> None:
@@ -92,8 +124,10 @@ def _bind_stage(key: int, stage_blob: bytes) -> None:
         return
     import gc
     import pickle
+    had_models = _worker_set_up and loads_models(_worker_stage)
     _worker_stage, _worker_set_up, _worker_setup_error = None, False, None
-    gc.collect()
+    if had_models:
+        gc.collect()
     stage_cls, config, ctx = pickle.loads(stage_blob)
     _worker_key = key
     try:
@@ -149,11 +183,25 @@ class LocalExecutor:
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
 
+    def prestart(self, stage) -> None:
+        """Start the worker processes now, not at the stage's first map: the driver is about
+        to read the source into shards (seconds), and the processes start and import
+        meanwhile."""
+        if self.num_proc > 1 and self._pool is None:
+            self._pool = WorkerPool(self.num_proc)
+            self._pool.warm()
+
     def map(self, stage, method: str, tasks: list[ShardTask]):
         """Results of `method` on each task, yielded in task order."""
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
+        if workers > 1 and self._pool is None and not needs_setup(stage, method):
+            # Tasks that load no model (a filter deciding again from its stored scores) cost
+            # less than starting the processes: this process runs them while the processes
+            # start for the stages after it (a retune's first stage).
+            self.prestart(stage)
+            workers = 1
         shown = MapProgress(stage, method, tasks, workers)
         if workers == 1:
             if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
@@ -215,6 +263,12 @@ class WorkerPool:
         self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
                                             initargs=(self.reports,))
         self.processes: dict = {}
+
+    def warm(self) -> None:
+        """A no-op task per worker, not waited for: each submit starts a process."""
+        for _ in range(self.num_proc):
+            self.executor.submit(_started)
+        self.processes.update(self.executor._processes or {})
 
     def _drain_reports(self) -> None:
         while True:
@@ -311,6 +365,8 @@ class RayShardWorker:
 
     def __init__(self, reports=None):
         logging.basicConfig(level=logging.WARNING)
+        from pipeline.startup import skip_pandas_probe
+        skip_pandas_probe()
         if reports is not None:
             progress.set_sink(lambda key, n: reports.add.remote(key, n))
         self.key = None
@@ -335,8 +391,10 @@ class RayShardWorker:
     def drop(self) -> None:
         """The stage instance and its models go (the actor stays for a later stage)."""
         import gc
+        had_models = self.set_up and loads_models(self.stage)
         self.key, self.stage, self.error, self.setups, self.set_up = None, None, None, 0, False
-        gc.collect()
+        if had_models:
+            gc.collect()
 
     def run(self, key: int, stage_blob: bytes, method: str, raw: str, progress_key: list | None = None) -> dict:
         import ray
@@ -409,6 +467,10 @@ class RayActorPool:
             # Actors this stage does not use let the previous stage's models go now.
             for a in range(size, len(self.actors)):
                 self.actors[a].drop.remote()
+        self.grow(size)
+
+    def grow(self, size: int) -> None:
+        """At least `size` actors (creating one returns at once: its process starts meanwhile)."""
         while len(self.actors) < size:
             self.actors.append(self._new_actor())
 
@@ -510,6 +572,15 @@ class RayExecutor:
             self._started_here = True
         for name in ("ray",):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+    def prestart(self, stage) -> None:
+        """Ray and the stage's actors started now, not at its first map: the driver is about to
+        read the source into shards, and the actors' processes start and import meanwhile
+        (a few seconds each)."""
+        self.start()
+        if self._pool is None:
+            self._pool = RayActorPool(self.cpus_per_worker, self._reports())
+        self._pool.grow(self.workers_for(stage, 1 << 30))
 
     def workers_for(self, stage, n_tasks: int) -> int:
         import ray

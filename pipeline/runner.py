@@ -205,6 +205,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     stage = make_stage(config, spec, stage_dirs)
     stage.check_private_files(_where(config, spec), [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
+    reads_source = input_paths is not None or not config.previous(spec)     # the driver ingests first
     fingerprint = stage_fingerprint(stage, spec, input_fp, config)
     if not force and is_done(folder):
         stats = read_json(folder / STATS)
@@ -225,6 +226,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     inputs = None
     with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
+        if reads_source and hasattr(executor, "prestart"):
+            executor.prestart(stage)
         inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
         if document:

@@ -10,6 +10,10 @@ run with the new threshold.
    from its stored scores (no model), phi takes what its cache holds, the stages after them
    rerun;
 3. fresh: a run with max_score = --after in its own folder B (the reference).
+Steps 1-2 are done `--repeat` times (3 by default), each pair in a new folder A: this machine's
+CPU speed varies by half from minute to minute, so one pair's ratio moves by a few hundredths.
+The ratio reported is the median pair's (every pair's walls are in `pairs`), and first/retune
+are that pair's runs.
 Each run is its own process (`python -m pipeline run`), timed from the outside (wall) and by
 the manifest. Compared: every file of final/ and tokenizer/ of A after the retune against B,
 byte for byte. Also written: each run's per-stage seconds, toxicity's decided_from_stored_scores
@@ -66,7 +70,7 @@ def run(cfg: Path) -> dict:
                 entry[key] = s[key]
         stages[s["stage"]] = entry
     skipped = [line.split("]")[0].lstrip("[") for line in proc.stderr.splitlines() if "] skipped" in line]
-    return {"wall_s": round(wall, 1), "chain_seconds": manifest["seconds"], "docs_read": manifest["docs_read"],
+    return {"wall_s": round(wall, 2), "chain_seconds": manifest["seconds"], "docs_read": manifest["docs_read"],
             "sequences": manifest.get("sequences"), "tokens": manifest.get("tokens"), "skipped": skipped,
             "run_folder": manifest.get("run_folder"), "stages": stages}
 
@@ -141,6 +145,7 @@ def main() -> None:
     ap.add_argument("--other-corpus", action="store_true",
                     help="build the other corpus (see other_corpus) and use it as --input; writes "
                          "bench/retune_other.json unless --out says otherwise")
+    ap.add_argument("--repeat", type=int, default=3, help="first/retune pairs (the median pair's ratio is reported)")
     ap.add_argument("--out", default=str(ROOT / "bench/retune.json"))
     ap.add_argument("--recompare", action="store_true",
                     help="only compare again the run folders the last run left in bench/work/retune, and update "
@@ -161,15 +166,23 @@ def main() -> None:
     for d in (a, b):
         shutil.rmtree(d, ignore_errors=True)
     load_at_start = [round(x, 1) for x in os.getloadavg()]
-    first = run(write_config("first", args.docs, args.before, a, args.input))
-    retune = run(write_config("retune", args.docs, args.after, a, args.input))
+    pairs = []
+    for _ in range(max(1, args.repeat)):
+        shutil.rmtree(a, ignore_errors=True)
+        first = run(write_config("first", args.docs, args.before, a, args.input))
+        retune = run(write_config("retune", args.docs, args.after, a, args.input))
+        pairs.append((retune["wall_s"] / first["wall_s"], first, retune))
+    _, first, retune = sorted(pairs, key=lambda p: p[0])[len(pairs) // 2]
     fresh = run(write_config("fresh", args.docs, args.after, b, args.input))
     result = {
         "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}"
+                   + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
                    + (" --other-corpus" if args.other_corpus else f" --input {args.input}" if args.input else ""),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "config": "configs/pubmed.yaml", "input": args.input or "configs/pubmed.yaml's", "docs": args.docs, "max_score": {"before": args.before, "after": args.after},
         "first": first, "retune": retune, "fresh": fresh,
+        "pairs": [{"first_wall_s": f["wall_s"], "retune_wall_s": r["wall_s"], "retune_vs_first_wall": round(x, 3)}
+                  for x, f, r in pairs],
         "retune_vs_first_wall": round(retune["wall_s"] / first["wall_s"], 3),
         "retune_vs_first_chain": round(retune["chain_seconds"] / first["chain_seconds"], 3),
         **comparison(a, b),

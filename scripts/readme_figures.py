@@ -265,9 +265,13 @@ def retune(src: dict) -> str:
                      f"{phi['seconds']:,.1f} s | {cache.get('hits', 0):,} / {cache.get('misses', 0):,} |")
     lines.append("")
     same = "byte-identical" if r["identical_final_and_tokenizer"] else "NOT identical"
-    lines.append(f"The retune takes {r['retune_vs_first_wall'] * 100:.0f} % of the first run's wall time "
-                 f"({r['retune_vs_first_chain'] * 100:.0f} % of its chain time); its final/ and tokenizer/ files "
+    lines.append(f"The retune takes {r['retune_vs_first_wall'] * 100:.1f} % of the first run's wall time "
+                 f"({r['retune_vs_first_chain'] * 100:.1f} % of its chain time); its final/ and tokenizer/ files "
                  f"({r['files_compared']} files) are {same} to the fresh run's.")
+    pairs = r.get("pairs") or []
+    if len(pairs) > 1:
+        lines[-1] += (f" The first and retune rows are the median of {len(pairs)} first/retune pairs, whose ratios were "
+                      + ", ".join(f"{q['retune_vs_first_wall']:.3f}" for q in pairs) + ".")
     return "\n".join(lines) + "\n"
 
 

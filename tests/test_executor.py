@@ -380,11 +380,15 @@ def _setups_across_map_calls(executor, tmp_path):
     calls += [list(executor.map(stage, "where", tasks)) for _ in range(3)]
     stats = executor.stage_stats()
     assert all([r["shard"] for r in call] == list(range(6)) for call in calls)     # task order
-    pids = {r["pid"] for call in calls for r in call}
+    pids = {r["pid"] for call in calls[1:] for r in call}
     setups = log.read_text().split()
-    # The same (at most two) workers served all four calls; each set up once, at the first
-    # call that needed the models.
+    # The same (at most two) workers served the three calls that load models; each set up
+    # once, at the first call that needed them.
     assert 1 <= len(pids) <= 2 and os.getpid() not in pids
+    # The first call loads no model: before the local workers exist, this process runs it
+    # while they start (a retune's first stage); Ray's actors run it.
+    first = {r["pid"] for r in calls[0]}
+    assert first == {os.getpid()} if executor.kind == "local" else first <= pids
     assert len(setups) == len(set(setups)) and set(setups) <= {str(p) for p in pids}
     assert {str(r["pid"]) for r in calls[1]} <= set(setups)
     return stage, tasks, stats
@@ -500,3 +504,26 @@ def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
         assert workers["workers"] == 2 and workers["nodes"] == 2, (stage, workers)
     cluster, local = _files(tmp_path / "cluster"), _files(tmp_path / "local")
     assert sorted(cluster) == sorted(local) and [n for n in local if local[n] != cluster[n]] == []
+
+
+PANDAS_PROBE_THEN = {
+    # pandas imported after the probe (a reader's datasets, a plugin): pandas objects convert.
+    "import": "import pandas as pd\n"
+              "assert pa.array(pd.Series([1, None], dtype='Int64')).to_pylist() == [1, None]\n"
+              "assert pa.types.is_dictionary(pa.array(pd.Categorical(['a', 'b'])).type)\n",
+    # pandas asked for by pyarrow itself.
+    "to_pandas": "df = pa.table({'a': [1, 2]}).to_pandas()\n"
+                 "assert list(df['a']) == [1, 2] and pa.Table.from_pandas(df).num_rows == 2\n",
+}
+
+
+@pytest.mark.parametrize("then", sorted(PANDAS_PROBE_THEN))
+def test_skip_pandas_probe_leaves_pandas_working(then):
+    """pipeline/startup.py: pyarrow's first conversions do not import pandas (0.2 s a process),
+    and pandas still works with pyarrow once imported, either way."""
+    code = ("import sys\nfrom pipeline.startup import skip_pandas_probe\nskip_pandas_probe()\n"
+            "import pyarrow as pa, pyarrow.compute as pc\n"
+            "pa.array([1, 2]); pa.table({'t': ['x']}).to_pylist(); pc.greater(pa.array([0.1]), 0.5)\n"
+            "assert 'pandas' not in sys.modules\n" + PANDAS_PROBE_THEN[then] + "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

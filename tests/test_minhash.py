@@ -9,7 +9,7 @@ import xxhash
 from datasketch import MinHash
 
 from pipeline.minhash import MinHasher, ShingleSpans, sha1_hash32, shingle_bytes, shingles, xxh32_spans
-from conftest import read_arrow_dir, run_cli, write_config, write_jsonl
+from conftest import read_arrow_dir, run_cli, run_in_process, write_config, write_jsonl
 
 
 @pytest.mark.parametrize("hashfunc, fn", [("xxh32", xxhash.xxh32_intdigest), ("sha1", sha1_hash32)])
@@ -102,19 +102,35 @@ def test_planted_near_duplicates_recall_and_false_merges(tmp_path, english_texts
     assert (stats["bands"], stats["rows"]) == _optimal_param(0.8, 128, 0.1, 0.9) == (14, 9)
 
 
-def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts):
+def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts, monkeypatch):
+    from pipeline.stages import dedup_minhash
     rows = [{"id": f"d{i}", "text": t} for i, t in enumerate(english_texts[:150])]
     rows += [{"id": f"c{i}", "text": t + " Extra closing sentence."} for i, t in enumerate(english_texts[:40])]
     src = write_jsonl(tmp_path / "docs.jsonl", rows)
+    # A small input gets one partition by default: every partition count the config asks for
+    # here is used (in this process: num_proc 1).
+    assert dedup_minhash.partitions_for(len(rows), 14, 64) == 1
+    monkeypatch.setattr(dedup_minhash, "MIN_PARTITION_BYTES", 1)
     outs = []
-    for name, parts in (("a", 1), ("b", 64), ("c", 64)):
+    for name, parts in (("a", 1), ("b", 64), ("c", 64), ("d", 23)):
         cfg = write_config(tmp_path / f"{name}.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / name}\n"
-                                                      f"stages: [{{dedup_minhash: {{partitions: {parts}}}}}]\n")
-        run_cli("-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg))
+                                                      f"num_proc: 1\nstages: [{{dedup_minhash: {{partitions: {parts}}}}}]\n")
+        code, _, err = run_in_process("stage", "dedup_minhash", "--config", str(cfg))
+        assert code == 0, err
+        stats = json.loads((tmp_path / name / "stages/01_dedup_minhash/stats.json").read_text())
+        assert stats["partitions"] == parts
         outs.append((tmp_path / name / "stages/01_dedup_minhash/removed/00000.arrow").read_bytes())
-    assert outs[0] == outs[1] == outs[2]
+    assert outs[0] == outs[1] == outs[2] == outs[3]
     removed = read_arrow_dir(tmp_path / "a/stages/01_dedup_minhash/removed")
     assert removed.num_rows >= 38
+
+
+def test_partitions_follow_the_input_size():
+    from pipeline.stages.dedup_minhash import PAIR, partitions_for
+    assert partitions_for(0, 14, 256) == partitions_for(1, 14, 256) == 1
+    per_partition = (1 << 20) // (14 * PAIR.itemsize)           # 6,241 documents
+    assert partitions_for(per_partition, 14, 256) == 1 and partitions_for(per_partition + 1, 14, 256) == 2
+    assert partitions_for(2_000_000, 14, 256) == 256 and partitions_for(2_000_000, 14, 16) == 16
 
 
 def _chain(base: str, versions: int, edits: int, rng) -> list[str]:
@@ -226,3 +242,32 @@ def test_lsh_params_are_the_ones_datasketch_chooses():
             for fn_weight in (0.5, 0.3):
                 assert lsh_params(threshold, num_perm, fn_weight) == \
                     _optimal_param(threshold, num_perm, 1.0 - fn_weight, fn_weight), (threshold, num_perm, fn_weight)
+
+
+def test_split_leak_check_counts_validation_copies_of_train_documents(tmp_path, english_texts, monkeypatch):
+    """split's leak check (dedup_minhash's band keys, reduced per partition span): a validation
+    document that is a one-word edit of a train document is counted, whatever the partitions."""
+    import pyarrow as pa
+
+    from conftest import shard_inputs
+    from pipeline.shards import StageOutput
+    from pipeline.stages import dedup_minhash
+    from pipeline.stages.base import RunContext
+    from pipeline.stages.split import Split, SplitConfig, assign_splits
+    originals = english_texts[:300]
+    copies = [t.replace(" the ", " a ", 1) for t in originals]
+    ids = [f"o{i}" for i in range(300)] + [f"c{i}" for i in range(300)]
+    table = pa.table({"id": ids, "text": originals + copies})
+    is_val = assign_splits(ids, 7, 0.2)
+    # Validation documents whose other version is in train.
+    expected = int(sum(is_val[i] != is_val[300 + i] for i in range(300)))
+    assert expected > 30
+    ctx = RunContext(run_dir=tmp_path, seed=7, upstream={"dedup_minhash": dedup_minhash.MinHashConfig(partitions=64)})
+    found = {}
+    for name, min_bytes in (("one", dedup_minhash.MIN_PARTITION_BYTES), ("many", 1)):
+        monkeypatch.setattr(dedup_minhash, "MIN_PARTITION_BYTES", min_bytes)
+        inputs = shard_inputs(table, tmp_path / f"in-{name}", batch_size=100)
+        output = StageOutput(tmp_path / name, keep_removed_text=False)
+        inputs.bind(output)
+        found[name] = Split(SplitConfig(validation_fraction=0.2), ctx).run(inputs, output)["validation_near_train"]
+    assert found == {"one": expected, "many": expected}

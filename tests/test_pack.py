@@ -142,3 +142,56 @@ def test_formats_without_datasets_and_wide_ids(corpus, tmp_path):
     assert flat_dtype(65536) == np.uint16 and flat_dtype(65537) == np.uint32
     with pytest.raises(UserError, match="flat_dtype"):
         flat_dtype(100277, "uint16")
+
+
+@pytest.mark.parametrize("rows,seq_len", [(0, 8), (7, 8), (2500, 8), (300, 2049)])
+def test_sequence_shards_are_the_bytes_datasets_writes(rows, seq_len, tmp_path):
+    """pipeline/hf_arrow.py writes without importing datasets: the shard file, its record
+    batches (save_to_disk's writer batch size), state.json and dataset_info.json are compared
+    with the installed datasets' ArrowWriter, DatasetInfo and save_to_disk."""
+    from datasets import Dataset, DatasetInfo, Features, Sequence, Value, config as ds_config
+    from datasets.arrow_writer import ArrowWriter, get_writer_batch_size_from_data_size
+    from datasets.utils.py_utils import asdict
+
+    from pipeline import hf_arrow
+
+    features = Features({"input_ids": Sequence(Value("int32"), length=seq_len)})
+    assert hf_arrow.sequence_features(seq_len) == features.to_dict()
+    values = np.arange(rows * seq_len, dtype=np.int32) % 50_000
+    nbytes = rows * seq_len * 4
+    expected_batch = ds_config.DEFAULT_MAX_BATCH_SIZE
+    if nbytes > 0:
+        expected_batch = min(expected_batch, get_writer_batch_size_from_data_size(rows, nbytes))
+    batch = hf_arrow.writer_batch_size(rows, nbytes)
+    assert batch == expected_batch
+    for big_rows in (1, 10**5, 10**7):      # past the 100 MB row group too
+        assert hf_arrow.writer_batch_size(big_rows, big_rows * 8196) == min(
+            ds_config.DEFAULT_MAX_BATCH_SIZE, get_writer_batch_size_from_data_size(big_rows, big_rows * 8196))
+
+    def chunks():
+        for c0 in range(0, rows, batch):
+            yield pa.array(values[c0 * seq_len:min(c0 + batch, rows) * seq_len], pa.int32())
+
+    ours = hf_arrow.SequenceShardWriter(pa.OSFile(str(tmp_path / "ours.arrow"), "wb"), seq_len)
+    for part in chunks():
+        ours.write(part)
+    ours.close()
+    theirs = ArrowWriter(features=features, path=str(tmp_path / "theirs.arrow"), embed_local_files=True)
+    for part in chunks():
+        theirs.write_table(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(part, seq_len)}))
+    theirs.finalize()
+    theirs.close()
+    assert (tmp_path / "ours.arrow").read_bytes() == (tmp_path / "theirs.arrow").read_bytes()
+
+    info = asdict(DatasetInfo(features=features))
+    assert hf_arrow.dataset_info(seq_len) == json.dumps({k: info[k] for k in sorted(info)}, indent=2)
+    # save_to_disk itself: one shard, the same record batches and dataset_info.json.
+    Dataset.from_dict({"input_ids": values.reshape(rows, seq_len).tolist()}, features=features) \
+        .save_to_disk(str(tmp_path / "saved"), num_shards=1)
+    saved = tmp_path / "saved" / "data-00000-of-00001.arrow"
+    with pa.ipc.open_stream(saved.read_bytes()) as a, pa.ipc.open_stream((tmp_path / "ours.arrow").read_bytes()) as b:
+        assert a.schema.equals(b.schema, check_metadata=True)
+        assert [x.num_rows for x in a] == [y.num_rows for y in b]
+    assert json.loads((tmp_path / "saved" / "dataset_info.json").read_text())["features"] == features.to_dict()
+    state = json.loads((tmp_path / "saved" / "state.json").read_text())
+    assert sorted(json.loads(hf_arrow.dataset_state("train", rows, seq_len, 1))) == sorted(state)

@@ -101,6 +101,11 @@ class Stage:
     def setup(self) -> None:
         """Load models; called once per worker process before the first batch."""
 
+    @classmethod
+    def loads_models(cls) -> bool:
+        """Whether setup() loads anything: a class of its own defines it (this one does nothing)."""
+        return cls.setup is not Stage.setup
+
     # -- what the stage's output depends on, besides its options, input, code and engines --
     def fingerprint_files(self) -> list[Path]:
         """Files the stage reads besides its input (models, a tokenizer.json): their content,

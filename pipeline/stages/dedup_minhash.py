@@ -30,8 +30,13 @@ from pipeline.minhash import MinHasher, band_keys, lsh_params
 from pipeline.stages.base import GlobalStage, StageConfig
 
 PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
-# Bucket partitions per reduce task.
+# Bucket partitions per reduce task (at most).
 PARTITIONS_PER_TASK = 16
+# A partition's records, at least, before the input is cut into more partitions (up to the
+# config's `partitions`): a small input gets a few partitions, not 256 files of a few records
+# each and 16 tasks whose start-up is most of their time. The default 256 are all used from
+# about 1.5 M documents (14 bands x 12 bytes a record).
+MIN_PARTITION_BYTES = 1 << 20
 
 
 class MinHashConfig(StageConfig):
@@ -50,7 +55,8 @@ class MinHashConfig(StageConfig):
     # deviation of ~0.03, so verifying at the threshold itself would lose 6% of true 0.85 pairs.
     verify: bool = True
     verify_margin: float = Field(default=0.05, ge=0.0, lt=0.5)
-    # Bucket files: the largest one is what pass 2 holds in memory.
+    # Bucket files, at most (fewer for a small input: MIN_PARTITION_BYTES): the largest one
+    # is what pass 2 holds in memory.
     partitions: int = Field(default=256, ge=1, le=1024)
     # How verified pairs become clusters. star: documents are taken in input order and each
     # joins the cluster of a candidate only if it is within the threshold (estimated Jaccard,
@@ -94,7 +100,7 @@ class MinHashDedup(GlobalStage):
         work = task.folder / "work"
         save_npy(work / f"sig-{task.shard.name}.npy", sigs)
         index = write_band_partitions(work / f"bands-{task.shard.name}", band_keys(sigs, bands, rows), task.row0,
-                                      cfg.partitions)
+                                      task.params["partitions"])
         return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": _peak_rss_mb()}
 
     def partition_pairs(self, task) -> dict:
@@ -134,21 +140,21 @@ class MinHashDedup(GlobalStage):
         bands, rows = cfg.bands()
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        signed = inputs.map(self, "signature_shard")
+        n = sum(s.rows for s in inputs.shards)
+        partitions = partitions_for(n, bands, cfg.partitions)
+        signed = inputs.map(self, "signature_shard", partitions=partitions)
         index = [r["partition_index"] for r in signed]
         phase("signatures", signed)
         names = inputs.names()
         offsets = inputs.row_offsets()
-        n = sum(s.rows for s in inputs.shards)
-        # Reduce tasks of PARTITIONS_PER_TASK partitions: each maps every shard's signatures
-        # once for all of its partitions.
-        spans = [(p, min(p + PARTITIONS_PER_TASK, cfg.partitions)) for p in range(0, cfg.partitions, PARTITIONS_PER_TASK)]
+        # Each reduce task maps every shard's signatures once for all of its partitions.
+        spans = partition_spans(partitions)
         results = inputs.map_tasks(self, "partition_pairs", [{"partitions": span, "names": names, "offsets": offsets,
                                                               "index": index} for span in spans])
         phase("partitions", results)
         candidates = sum(r["candidates"] for r in results)
         largest = max((r["largest"] for r in results), default=0)
-        found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(cfg.partitions)]
+        found = [load_npy(work / f"pairs-{p:04d}.npy") for p in range(partitions)]
         u = np.concatenate([f[0] for f in found]) if found else np.zeros(0, np.int64)
         v = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.int64)
         del found
@@ -179,7 +185,7 @@ class MinHashDedup(GlobalStage):
         cluster_sizes = Counter(int(s) for s in sizes if s > 1)
         far = round(cfg.threshold - 0.2, 6)
         return {"bands": bands, "rows": rows, "num_perm": cfg.num_perm, "threshold": cfg.threshold,
-                "clustering": cfg.clustering,
+                "clustering": cfg.clustering, "partitions": partitions,
                 "candidate_pairs": int(candidates), "clusters": int(sum(cluster_sizes.values())),
                 "cluster_sizes": {str(k): v for k, v in sorted(cluster_sizes.items())},
                 # Removed documents whose estimated Jaccard to their representative is below
@@ -202,6 +208,21 @@ class MinHashDedup(GlobalStage):
         body += table(["cluster size", "clusters"], sorted(sizes.items(), key=lambda kv: int(kv[0]))) if sizes \
             else "<p>No near-duplicate clusters.</p>"
         return Section("Near-duplicate clusters", body, figures={"cluster_sizes": sizes})
+
+
+def partitions_for(docs: int, bands: int, most: int) -> int:
+    """Bucket partitions for `docs` documents: one per MIN_PARTITION_BYTES of band records, at
+    least 1 and at most `most` (the config's). Which partition a bucket falls in never changes
+    the pairs found (tests/test_minhash.py)."""
+    return int(min(most, max(1, -(-docs * bands * PAIR.itemsize // MIN_PARTITION_BYTES))))
+
+
+def partition_spans(partitions: int) -> list[tuple[int, int]]:
+    """[first, end) partitions of each reduce task: at most PARTITIONS_PER_TASK each, as even
+    as can be."""
+    n_tasks = -(-partitions // PARTITIONS_PER_TASK)
+    cuts = [partitions * k // n_tasks for k in range(n_tasks + 1)]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
 def _peak_rss_mb() -> int:

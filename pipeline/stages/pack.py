@@ -19,7 +19,6 @@ The packing order, and so every byte, is that of one sequential sort of the whol
 (key, position); without shuffle, each input shard is one bucket, in corpus order."""
 from __future__ import annotations
 
-import json
 import math
 from typing import Literal
 
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import source_of_shard
+from pipeline import hf_arrow
 from pipeline.errors import UserError
 from pipeline.mixing import shuffle_keys
 from pipeline.stages.base import GlobalStage, StageConfig
@@ -259,10 +259,9 @@ class Pack(GlobalStage):
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
     def write_sequences(self, task) -> dict:
         """Rows [r0, r1) of final/<split>, cut from the split's token stream at their global
-        offsets, written as datasets' save_to_disk writes a shard (its ArrowWriter, the same
-        record batches), so the bytes are those of one sequential save_to_disk."""
-        from datasets.arrow_writer import ArrowWriter
-
+        offsets, written as datasets' save_to_disk writes a shard (the same schema and record
+        batches: pipeline/hf_arrow.py), so the bytes are those of one sequential save_to_disk.
+        The split's first shard also writes its state.json and dataset_info.json."""
         p = task.params
         seq_len, split = p["seq_len"], p["split"]
         folder = task.folder
@@ -270,16 +269,18 @@ class Pack(GlobalStage):
         offsets = np.asarray(p["offsets"], np.int64)
         target = folder / "final" / split / f"data-{p['index']:05d}-of-{p['of']:05d}.arrow"
         tmp = target.with_name(target.name + ".tmp") if target.renames else target
-        writer = ArrowWriter(features=sequence_features(seq_len), stream=tmp.open_output(), embed_local_files=True)
+        writer = hf_arrow.SequenceShardWriter(tmp.open_output(), seq_len)
         r0, r1 = p["rows"]
         for c0 in range(r0, r1, p["writer_batch_size"]):
             c1 = min(c0 + p["writer_batch_size"], r1)
-            values = pa.array(read_tokens(streams, offsets, c0 * seq_len, c1 * seq_len), pa.int32())
-            writer.write_table(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(values, seq_len)}))
-        writer.finalize()
+            writer.write(pa.array(read_tokens(streams, offsets, c0 * seq_len, c1 * seq_len), pa.int32()))
         writer.close()
         if tmp != target:
             tmp.rename(target)
+        if p["index"] == 0:
+            (folder / "final" / split / hf_arrow.STATE_FILE).write_text(
+                hf_arrow.dataset_state(split, p["split_rows"], seq_len, p["of"]))
+            (folder / "final" / split / hf_arrow.INFO_FILE).write_text(hf_arrow.dataset_info(seq_len))
         return {"rows": r1 - r0}
 
     # -- the driver: 2. combine counts, and the steps in order ----------------------------------
@@ -529,11 +530,8 @@ class Pack(GlobalStage):
         return tasks, bucket_counts, {"memory_bytes": memory, "buckets": len(buckets), "bins": BINS}
 
     def _write_datasets(self, inputs, final: RunPath, offsets: dict, sequences: dict, n_buckets: int) -> dict:
-        """final/<split> in datasets' save_to_disk layout, its shards written in parallel; the
-        driver writes state.json and dataset_info.json last."""
-        from datasets import config as ds_config
-        from datasets.arrow_writer import get_writer_batch_size_from_data_size
-
+        """final/<split> in datasets' save_to_disk layout, its shards written in parallel (the
+        first shard of a split writes its state.json and dataset_info.json)."""
         seq_len = row_tokens(self.config)          # the width of a row
         tasks, num_shards = [], {}
         for split in SPLITS:
@@ -542,15 +540,11 @@ class Pack(GlobalStage):
             # As save_to_disk cuts (about 500 MB per shard unless num_shards is set).
             k = min(self.config.num_shards or max(1, math.ceil(nbytes / 500e6)), max(1, n))
             num_shards[split] = k
-            batch = ds_config.DEFAULT_MAX_BATCH_SIZE
-            if nbytes > 0:
-                batch = min(batch, get_writer_batch_size_from_data_size(n, nbytes))
-            tasks += [{"split": split, "index": i, "of": k, "rows": [r0, r1], "seq_len": seq_len,
-                       "buckets": n_buckets, "offsets": offsets[split].tolist(), "writer_batch_size": batch}
+            tasks += [{"split": split, "index": i, "of": k, "rows": [r0, r1], "seq_len": seq_len, "split_rows": n,
+                       "buckets": n_buckets, "offsets": offsets[split].tolist(),
+                       "writer_batch_size": hf_arrow.writer_batch_size(n, nbytes)}
                       for i, (r0, r1) in enumerate(contiguous_shards(n, k))]
         inputs.map_tasks(self, "write_sequences", tasks)
-        for split in SPLITS:
-            write_dataset_metadata(final / split, num_shards[split], sequences[split], seq_len, split)
         return num_shards
 
     def _write_token_files(self, work: RunPath, final: RunPath, n_buckets: int, vocab_size: int, eos: int) -> None:
@@ -602,23 +596,3 @@ def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> 
             writer.write_batch(batch)
     (folder / f"{name}.arrow").write_bytes(sink.getvalue().to_pybytes())
     save_npy(folder / f"{name}.counts.npy", counts)
-
-
-def sequence_features(seq_len: int):
-    from datasets import Features, Sequence, Value
-    return Features({"input_ids": Sequence(Value("int32"), length=seq_len)})
-
-
-def write_dataset_metadata(folder: RunPath, num_shards: int, rows: int, seq_len: int, split: str) -> None:
-    """state.json and dataset_info.json as Dataset.save_to_disk writes them. The fingerprint
-    only names the dataset: a pure function of the content, so reruns are byte-identical."""
-    from datasets import DatasetInfo
-    from datasets import config as ds_config
-    from datasets.utils.py_utils import asdict
-
-    state = {"_fingerprint": f"medprep-{split}-{rows}-{seq_len}", "_format_columns": None, "_format_kwargs": {},
-             "_format_type": None, "_output_all_columns": False, "_split": None,
-             "_data_files": [{"filename": f"data-{i:05d}-of-{num_shards:05d}.arrow"} for i in range(num_shards)]}
-    (folder / ds_config.DATASET_STATE_JSON_FILENAME).write_text(json.dumps(state, indent=2, sort_keys=True))
-    info = asdict(DatasetInfo(features=sequence_features(seq_len)))
-    (folder / ds_config.DATASET_INFO_FILENAME).write_text(json.dumps({k: info[k] for k in sorted(info)}, indent=2))

@@ -68,38 +68,50 @@ class Split(GlobalStage):
             from pipeline.stages.dedup_minhash import write_band_partitions
             work = task.folder / "work"
             all_keys = np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)
-            write_band_partitions(work / f"bands-{task.shard.name}", all_keys, task.row0, mh.partitions)
+            write_band_partitions(work / f"bands-{task.shard.name}", all_keys, task.row0, task.params["partitions"])
             save_npy(work / f"val-{task.shard.name}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
         return marker
 
-    def leak_partition(self, task) -> dict:
-        """Reduce, per bucket partition: validation rows that share a bucket with a train row."""
+    def leak_partitions(self, task) -> dict:
+        """Reduce, per bucket partition of the task's span: validation rows that share a bucket
+        with a train row."""
         from pipeline.stages.dedup_minhash import read_partition
         work = task.folder / "work"
         names = task.params["names"]
-        pairs = read_partition(work, names, task.params["partition"])
-        if not len(pairs):
-            return {"rows": []}
-        is_val = np.concatenate([load_npy(work / f"val-{name}.npy") for name in names])
-        order = np.argsort(pairs["key"], kind="stable")
-        fk, fr = pairs["key"][order], pairs["row"][order].astype(np.int64)
-        new_run = np.concatenate([[True], fk[1:] != fk[:-1]])
-        run_id = np.cumsum(new_run) - 1
-        has_train = np.zeros(int(new_run.sum()), bool)
-        np.logical_or.at(has_train, run_id, ~is_val[fr])
-        return {"rows": np.unique(fr[is_val[fr] & has_train[run_id]]).tolist()}
+        is_val = None
+        rows: set[int] = set()
+        for partition in range(*task.params["partitions"]):
+            pairs = read_partition(work, names, partition)
+            if not len(pairs):
+                continue
+            if is_val is None:
+                is_val = np.concatenate([load_npy(work / f"val-{name}.npy") for name in names])
+            order = np.argsort(pairs["key"], kind="stable")
+            fk, fr = pairs["key"][order], pairs["row"][order].astype(np.int64)
+            new_run = np.concatenate([[True], fk[1:] != fk[:-1]])
+            run_id = np.cumsum(new_run) - 1
+            has_train = np.zeros(int(new_run.sum()), bool)
+            np.logical_or.at(has_train, run_id, ~is_val[fr])
+            rows.update(np.unique(fr[is_val[fr] & has_train[run_id]]).tolist())
+        return {"rows": sorted(rows)}
 
     def run(self, inputs, output) -> dict:
         leak = self._leak_settings()
+        partitions = None
         if leak is not None:
+            from pipeline.stages.dedup_minhash import MinHashConfig, partitions_for
             (output.folder / "work").mkdir(exist_ok=True)
-        markers = inputs.map(self, "split_shard", leak=leak)
+            # As dedup_minhash cuts its band keys: fewer partitions for a small input.
+            mh = MinHashConfig.model_validate(leak)
+            partitions = partitions_for(sum(s.rows for s in inputs.shards), mh.bands()[0], mh.partitions)
+        markers = inputs.map(self, "split_shard", leak=leak, partitions=partitions)
         counts = {s: sum(m["stats"].get(f"split.{s}", 0) for m in markers) for s in SPLITS}
         stats = {"splits": counts, "validation_fraction": self.config.validation_fraction}
         if leak is not None:
+            from pipeline.stages.dedup_minhash import partition_spans
             names = inputs.names()
-            found = inputs.map_tasks(self, "leak_partition", [{"partition": p, "names": names}
-                                                              for p in range(leak["partitions"])])
+            found = inputs.map_tasks(self, "leak_partitions", [{"partitions": span, "names": names}
+                                                               for span in partition_spans(partitions)])
             stats["validation_near_train"] = len({r for f in found for r in f["rows"]})
             (output.folder / "work").rmtree()
         return stats
