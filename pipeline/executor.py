@@ -184,9 +184,9 @@ class LocalExecutor:
         return max(1, min(self.num_proc, n_tasks))
 
     def prestart(self, stage) -> None:
-        """Start the worker processes now, not at the stage's first map: the driver is about
-        to read the source into shards (seconds), and the processes start and import
-        meanwhile."""
+        """Start the worker processes now, not at a map that waits for them: they start and
+        import while the driver works (reading the source into shards; running tasks that
+        load no model)."""
         if self.num_proc > 1 and self._pool is None:
             self._pool = WorkerPool(self.num_proc)
             self._pool.warm()

@@ -43,7 +43,10 @@ class _PandasIntegrationBack:
         def exec_then_tell_pyarrow(module):
             exec_module(module)
             import pyarrow.lib
-            pyarrow.lib._pandas_api.compat
+            try:
+                pyarrow.lib._pandas_api.compat
+            except ImportError:          # a pandas pyarrow does not support: pandas itself still imports
+                pass
         spec.loader.exec_module = exec_then_tell_pyarrow
         return spec
 

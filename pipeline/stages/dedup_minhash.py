@@ -35,7 +35,7 @@ PARTITIONS_PER_TASK = 16
 # A partition's records, at least, before the input is cut into more partitions (up to the
 # config's `partitions`): a small input gets a few partitions, not 256 files of a few records
 # each and 16 tasks whose start-up is most of their time. The default 256 are all used from
-# about 1.5 M documents (14 bands x 12 bytes a record).
+# about 1.6 M documents (14 bands x 12 bytes a record).
 MIN_PARTITION_BYTES = 1 << 20
 
 

@@ -319,7 +319,7 @@ class Pack(GlobalStage):
         if mix_plan is not None:
             mix_plan["windows"], mix_plan["windows_fine"] = self._window_shares(
                 work, len(tasks), sorted(mix), (MIX_WINDOW_SEQUENCES, MIX_FINE_WINDOW_SEQUENCES))
-        shard_counts = self._write_datasets(inputs, final, offsets, sequences, len(tasks)) \
+        shard_counts = self._write_datasets(inputs, offsets, sequences, len(tasks)) \
             if "datasets" in cfg.formats else {}
         self._write_token_files(work, final, len(tasks), vocab_size, eos)
         megatron = self._write_megatron_sources(work, final, len(tasks), vocab_size, mix_plan, sequences["train"]) \
@@ -529,7 +529,7 @@ class Pack(GlobalStage):
         bucket_counts = np.stack([total[lo:hi].sum(axis=0) for lo, hi in buckets])
         return tasks, bucket_counts, {"memory_bytes": memory, "buckets": len(buckets), "bins": BINS}
 
-    def _write_datasets(self, inputs, final: RunPath, offsets: dict, sequences: dict, n_buckets: int) -> dict:
+    def _write_datasets(self, inputs, offsets: dict, sequences: dict, n_buckets: int) -> dict:
         """final/<split> in datasets' save_to_disk layout, its shards written in parallel (the
         first shard of a split writes its state.json and dataset_info.json)."""
         seq_len = row_tokens(self.config)          # the width of a row
