@@ -104,6 +104,17 @@ class SourceReader:
                 "text_bytes": text_bytes}
 
 
+def reads_on_driver(input_cfg) -> bool:
+    """Whether ingest_source reads on the driver whatever the executor: a `limit` (documents
+    in order) or a single file."""
+    if input_cfg.limit is not None:
+        return True
+    try:
+        return len(expand_paths(input_cfg.paths)) <= 1
+    except Exception:
+        return False                          # ingest_source names the problem
+
+
 def ingest_source(input_cfg, run, folder: RunPath, executor=None, source: str | None = None) -> StageInputs:
     """The source cut into shards in `folder` (`source`: a multi-source run's source name)."""
     done = folder / DONE
@@ -113,7 +124,7 @@ def ingest_source(input_cfg, run, folder: RunPath, executor=None, source: str | 
         folder.mkdir()
         files = expand_paths(input_cfg.paths)
         info = _ingest_per_file(input_cfg, run, folder, files, executor, source) \
-            if executor is not None and input_cfg.limit is None and len(files) > 1 else None
+            if executor is not None and not reads_on_driver(input_cfg) else None
         if info is None:
             from pipeline.progress import current
             if current() is not None:

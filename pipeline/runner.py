@@ -227,8 +227,10 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
         if reads_source and hasattr(executor, "prestart"):
-            executor.prestart(stage)
-        inputs = open_inputs(output, executor)
+            inputs = _ingest_while_starting(executor, stage, open_inputs, output, config.inputs[spec.source],
+                                            input_paths is not None)
+        else:
+            inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
         if document:
             # A filter stage's scores live outside its folder (which a rerun replaces), under
@@ -256,6 +258,35 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
                docs_in=stats["docs_in"], docs_out=stats["docs_out"], removed=stats["removed"],
                seconds=round(seconds, 3), rate=round(rate, 1))
     return stats
+
+
+def _ingest_while_starting(executor, stage, open_inputs, output, input_cfg, given_paths: bool) -> StageInputs:
+    """The executor starts its workers (executor.prestart) while the driver reads the source.
+    Ray's start (a few seconds of processes coming up, mostly waiting) runs in this thread and
+    the reading in another, at once, when the reading needs no workers (one file, or a `limit`:
+    read in order on the driver). Otherwise (and for local workers: forked, so no second thread
+    while they fork; and for --input files) one after the other: the workers start, then the
+    reading begins."""
+    from pipeline.ingest import reads_on_driver
+    if getattr(executor, "kind", "") != "ray" or given_paths or not reads_on_driver(input_cfg):
+        executor.prestart(stage)
+        return open_inputs(output, executor)
+    import threading
+    box: dict = {}
+
+    def ingest():
+        try:
+            box["inputs"] = open_inputs(output, None)
+        except BaseException as exc:          # raised again in this thread, below
+            box["error"] = exc
+
+    reader = threading.Thread(target=ingest, name="medprep-ingest", daemon=True)
+    reader.start()
+    executor.prestart(stage)                  # an interrupt here leaves the (daemon) reader behind
+    reader.join()
+    if "error" in box:
+        raise box["error"]
+    return box["inputs"]
 
 
 @contextmanager

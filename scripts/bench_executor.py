@@ -7,8 +7,9 @@ Ray with 1 and 2 workers, then a projection for 36 M abstracts from measured cos
    own process and run folder: local with num_proc 1 and 2; Ray (a local instance with 2 CPUs)
    with 1 worker per stage and with 2 workers per stage (one actor pool per run, rebound to
    each stage in turn). Wall time from the manifest, docs/s, the ratios between them (2 vs 1 Ray
-   workers, 2 vs 1 local processes, Ray vs local at the same worker count), and whether data/,
-   removed/, tokenizer and final/ are byte-identical across the four.
+   workers: the median of `--repeat` pairs run back to back; 2 vs 1 local processes; Ray vs
+   local at the same worker count), and whether data/, removed/, tokenizer and final/ are
+   byte-identical across the four.
 2. Per-document costs: each stage's shard-task seconds in the 1-worker Ray run (one core) per
    document read, and its driver seconds (reading the source into shards, combining results).
 3. The driver-side steps that do not shrink with more workers, timed at `--driver-docs`
@@ -241,6 +242,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--driver-docs", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="Ray 1-worker / 2-worker pairs, run back to back; the median pair is reported")
     ap.add_argument("--keep-driver-steps", action="store_true",
                     help="take the driver-step timings (2 M documents) from the previous bench/executor.json "
                          "instead of timing them again (they do not depend on the executor)")
@@ -272,9 +275,24 @@ def main() -> int:
     result = {"command": " ".join(["python scripts/bench_executor.py", *sys.argv[1:]]),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "docs": args.docs, "config": "configs/pubmed.yaml (input.limit = docs, report off)", "runs": {}}
-    for name, (executor, num_proc) in variants.items():
+    for name in ("local_1_process", "local_2_processes"):
         print(f"running {name} ...", file=sys.stderr)
-        result["runs"][name] = run_variant(name, args.docs, executor, num_proc)
+        result["runs"][name] = run_variant(name, args.docs, *variants[name])
+    # The Ray pair `--repeat` times, 1 and 2 workers back to back: this machine's CPU speed
+    # drifts by tens of percent over minutes, so one pair's ratio is partly the drift. The runs
+    # kept are those of the median pair (by ratio); every pair's ratio is listed.
+    pairs = []
+    for k in range(args.repeat):
+        pair = {}
+        for name in ("ray_1_worker", "ray_2_workers"):
+            print(f"running {name} ({k + 1}/{args.repeat}) ...", file=sys.stderr)
+            pair[name] = run_variant(name, args.docs, *variants[name])
+        pairs.append(pair)
+    ratio = lambda pair: pair["ray_2_workers"]["docs_per_s"] / pair["ray_1_worker"]["docs_per_s"]
+    median = sorted(pairs, key=ratio)[len(pairs) // 2]
+    result["runs"].update(median)
+    result["ray_pairs"] = [{"speedup_2_vs_1": round(ratio(p), 3), "ray_1_chain_s": p["ray_1_worker"]["chain_seconds"],
+                            "ray_2_chain_s": p["ray_2_workers"]["chain_seconds"]} for p in pairs]
     result.update(compare_runs(list(variants)))
     previous = json.loads((ROOT / "bench/executor.json").read_text()) if (ROOT / "bench/executor.json").exists() else {}
     if args.keep_driver_steps and "driver_steps" in previous:

@@ -1,6 +1,7 @@
 """Readers: every format, and every kind of malformed record survived, counted, located."""
 import gzip
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -82,3 +83,115 @@ def test_malformed_input_survives_a_run_and_is_counted(tmp_path):
     removed = read_arrow_dir(tmp_path / "run/stages/01_normalize/removed").to_pylist()
     assert {r["id"] for r in removed} == {f"{path}:2", "c", f"{path}:4"}
     assert "text" not in removed[0]                      # no text in removed/ unless asked
+
+
+# ---- PubMed XML: the citation cut and the incremental parser give the same documents -------
+
+TINY = RAW.parent.parent / "samples/pubmed21n1298_tiny.xml.gz"
+
+
+def _pubmed(path):
+    from pathlib import Path
+
+    from pipeline.readers import pubmed_xml
+    docs, aside = [], []
+    for b in pubmed_xml.read(Path(path), None, 100):
+        docs.extend(b.table.to_pylist())
+        aside.extend(b.set_aside)
+    return docs, aside
+
+
+def _pubmed_parsed(path):
+    """The reference: ElementTree's incremental parser alone (the reader before the cut)."""
+    from pathlib import Path
+
+    from pipeline.readers import pubmed_xml
+    batcher = pubmed_xml.RowBatcher(pubmed_xml.SCHEMA, 100)
+    docs = []
+    for elem in pubmed_xml._citations_parsed(Path(path), batcher):
+        pmid, found = pubmed_xml._documents(elem)
+        if pmid and not found:
+            batcher.aside(f"pmid:{pmid}", "no_abstract")
+        docs.extend(found)
+    return docs, batcher.set_aside
+
+
+def _cut_count(path):
+    """How many citations the fast cut yields before it hands over (all of them: it did not)."""
+    from pathlib import Path
+
+    from pipeline.readers import pubmed_xml
+    done = [0]
+    try:
+        for _ in pubmed_xml._citations_cut(Path(path), done):
+            pass
+    except pubmed_xml._NotPlain:
+        return done[0], False
+    return done[0], True
+
+
+def _write_xml(path, data: bytes):
+    if str(path).endswith(".gz"):
+        path.write_bytes(gzip.compress(data, mtime=0))
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def test_pubmed_citation_cut_gives_the_parsers_documents(tmp_path):
+    xml = gzip.decompress(TINY.read_bytes())
+    # Markup the cut must read as the parser does: entities, character references, inline
+    # markup, a processing instruction, CRLF line ends, attributes in single quotes.
+    first = xml.index(b"<AbstractText")
+    first = xml.index(b">", first) + 1
+    xml = (xml[:first] + b"&lt;5 &amp; &#x3b1;-<i>beta</i>\r\n<sup>2</sup><?pmcsd ?> " + xml[first:])
+    xml = xml.replace(b'<MedlineCitation Status="MEDLINE" Owner="NLM">',
+                      b"<MedlineCitation Status='MEDLINE' Owner='NLM'\n>", 3)
+    for name in ("plain.xml.gz", "plain.xml"):
+        path = _write_xml(tmp_path / name, xml)
+        assert _cut_count(path) == (xml.count(b"</MedlineCitation>"), True)
+        docs, aside = _pubmed(path)
+        assert (docs, aside) == _pubmed_parsed(path)
+        assert len(docs) > 250 and ": <5 & \u03b1-beta 2 " in docs[0]["text"]
+
+
+def test_pubmed_unusual_xml_goes_to_the_parser_from_where_the_cut_stopped(tmp_path):
+    xml = gzip.decompress(TINY.read_bytes())
+    middle = xml.index(b"<PubmedArticle>", len(xml) // 2)
+    variants = {
+        "comment": xml[:middle] + b"<!-- <MedlineCitation><PMID>1</PMID></MedlineCitation> -->" + xml[middle:],
+        "cdata": xml[:middle] + b"<X><![CDATA[</MedlineCitation>]]></X>" + xml[middle:],
+        "latin1": xml.replace(b'encoding="utf-8"', b'encoding="ISO-8859-1"', 1),
+        "entity": re.sub(rb"<!DOCTYPE[^>]*>", b"<!DOCTYPE PubmedArticleSet [<!ENTITY nlm 'NLM'>]>", xml, count=1)
+                    .replace(b"<AbstractText>", b"<AbstractText>&nlm; ", 1),
+    }
+    for name, data in variants.items():
+        path = _write_xml(tmp_path / f"{name}.xml.gz", data)
+        done, whole = _cut_count(path)
+        assert not whole, name
+        assert _pubmed(path) == _pubmed_parsed(path), name
+    assert _cut_count(tmp_path / "comment.xml.gz")[0] > 100      # it stopped midway, not at the start
+
+
+def test_pubmed_broken_and_truncated_xml_keep_every_citation_before_the_fault(tmp_path):
+    xml = gzip.decompress(TINY.read_bytes())
+    starts = [i for i in range(len(xml)) if xml.startswith(b"<PubmedArticle>", i)]
+    cut = starts[200]
+    before = xml[:cut] + b"</PubmedArticleSet>\n"
+    kept, _ = _pubmed_parsed(_write_xml(tmp_path / "before.xml", before))
+    # A broken tag in citation 201: the 200 before it are kept, the fault named by its line.
+    broken = xml[:cut] + xml[cut:].replace(b"<PMID Version=\"1\">", b"<PMID Version=\"1\"", 1)
+    path = _write_xml(tmp_path / "broken.xml.gz", broken)
+    docs, aside = _pubmed(path)
+    line = broken[:broken.index(b"<PMID Version=\"1\"", cut)].count(b"\n") + 1
+    assert docs == kept
+    assert aside[-1] == (f"{path}:{line}", "malformed_bad_xml")
+    assert aside[-1] == _pubmed_parsed(path)[1][-1]
+    # A .gz cut short: the same citations and the same line as the parser's.
+    whole = gzip.compress(xml, mtime=0)
+    short = tmp_path / "short.xml.gz"
+    short.write_bytes(whole[: len(whole) * 2 // 3])
+    docs, aside = _pubmed(short)
+    ref_docs, ref_aside = _pubmed_parsed(short)
+    assert aside[-1] == ref_aside[-1] and aside[-1][1] == "malformed_truncated"
+    assert docs[: len(ref_docs)] == ref_docs and len(docs) >= len(ref_docs) > 150

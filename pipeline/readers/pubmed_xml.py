@@ -8,8 +8,10 @@ reason `no_abstract`; broken XML is set aside as `malformed_bad_xml` with its li
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 import xml.etree.ElementTree as ET
+from xml.parsers import expat
 from pathlib import Path
 
 import pyarrow as pa
@@ -82,10 +84,15 @@ class _LineCounter:
         return data
 
 
-def read(path: Path, cfg, batch_size: int):
-    batcher = RowBatcher(SCHEMA, batch_size)
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as raw:
+def _opener(path: Path):
+    return gzip.open if path.name.endswith(".gz") else open
+
+
+def _citations_parsed(path: Path, batcher: RowBatcher, skip: int = 0):
+    """Every MedlineCitation element of the file, in order, from ElementTree's incremental
+    parser; the first `skip` are parsed but not yielded. Broken XML and a truncated .gz end
+    the file with a set-aside record naming the line (what came before is kept)."""
+    with _opener(path)(path, "rb") as raw:
         fh = _LineCounter(raw)
         context = ET.iterparse(fh, events=("start", "end"))
         root = None
@@ -95,13 +102,10 @@ def read(path: Path, cfg, batch_size: int):
                     root = elem
                 if event != "end" or elem.tag != "MedlineCitation":
                     continue
-                pmid, docs = _documents(elem)
-                if pmid and not docs:
-                    batcher.aside(f"pmid:{pmid}", "no_abstract")
-                for doc in docs:
-                    out = batcher.add(doc)
-                    if out:
-                        yield out
+                if skip:
+                    skip -= 1
+                else:
+                    yield elem
                 root.clear()   # keep memory flat over a whole baseline file
         except ET.ParseError as exc:
             line = exc.position[0] if getattr(exc, "position", None) else "?"
@@ -109,6 +113,112 @@ def read(path: Path, cfg, batch_size: int):
         except (EOFError, zlib.error):
             # A truncated .xml.gz: the citations before the cut are kept.
             batcher.aside(f"{path}:{fh.lines}", "malformed_truncated")
+
+
+class _NotPlain(Exception):
+    """The fast path cannot vouch for the rest of the file: the parser takes over."""
+
+
+CHUNK = 1 << 20
+START, END, EMPTY = b"<MedlineCitation", b"</MedlineCitation>", b"<MedlineCitation/>"
+# Markup a citation-by-citation cut could misread: a tag inside a comment or CDATA section,
+# entities or default attributes declared in the file. (Processing instructions, such as
+# MEDLINE's `<?pmcsd ?>`, are dropped by both parsers.)
+UNPLAIN = re.compile(rb"<!(?:--|\[CDATA\[|ENTITY|ATTLIST)")
+DECLARATION = re.compile(rb'^<\?xml[^>]*?encoding=["\']([A-Za-z0-9._-]+)["\'][^>]*\?>|^<\?xml[^>]*\?>')
+
+
+def _citations_cut(path: Path, done: list[int]):
+    """The same elements as _citations_parsed, found by cutting the byte stream at
+    <MedlineCitation ...> ... </MedlineCitation> and parsing each cut alone (in C, no Python
+    per element: about 3x faster than the incremental parser's event loop). The bytes between
+    cuts, with an empty element in each cut's place, go through a second expat parser with no
+    handlers, so the whole file is checked for well-formedness as before. `done[0]` counts the
+    citations yielded; anything this path cannot vouch for raises _NotPlain."""
+    skeleton = expat.ParserCreate()
+    with _opener(path)(path, "rb") as fh:
+        try:
+            buf = fh.read(CHUNK)
+        except (EOFError, zlib.error, OSError):
+            raise _NotPlain from None
+        if buf.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+            raise _NotPlain                     # a byte-order mark: decoding is the parser's
+        head = DECLARATION.match(buf)
+        if head and head.group(1) and head.group(1).lower() not in (b"utf-8", b"utf8"):
+            raise _NotPlain
+        if head:
+            skeleton_feed(skeleton, buf[:head.end()])
+            buf = buf[head.end():]
+        eof = False
+        while True:
+            if UNPLAIN.search(buf):
+                raise _NotPlain
+            pos = 0
+            while True:
+                start = buf.find(START, pos)
+                if start < 0 or start + len(START) >= len(buf):
+                    break
+                if buf[start + len(START)] not in b" \t\r\n>":
+                    raise _NotPlain
+                end = buf.find(END, start)
+                if end < 0:
+                    break
+                end += len(END)
+                skeleton_feed(skeleton, buf[pos:start])
+                skeleton_feed(skeleton, EMPTY)
+                try:
+                    elem = ET.fromstring(buf[start:end])
+                except ET.ParseError:
+                    raise _NotPlain from None
+                yield elem
+                done[0] += 1
+                pos = end
+            if eof:
+                break
+            try:
+                more = fh.read(CHUNK)
+            except (EOFError, zlib.error, OSError):
+                raise _NotPlain from None
+            if not more:
+                eof = True
+            # What is left before the next cut's start goes through now; a cut's start stays.
+            keep = buf.find(START, pos)
+            if keep < 0:
+                keep = max(pos, len(buf) - len(START))
+            skeleton_feed(skeleton, buf[pos:keep])
+            buf = buf[keep:] + more
+        if START in buf:
+            raise _NotPlain                     # a citation without its end tag
+        skeleton_feed(skeleton, buf, final=True)
+
+
+def skeleton_feed(parser, data: bytes, final: bool = False) -> None:
+    try:
+        parser.Parse(data, final)
+    except expat.ExpatError:
+        raise _NotPlain from None
+
+
+def _citations(path: Path, batcher: RowBatcher):
+    """The fast cut when it can vouch for the file; the incremental parser from where it
+    stopped otherwise (broken or unusual XML: the same elements, errors and lines as ever)."""
+    done = [0]
+    try:
+        yield from _citations_cut(path, done)
+    except _NotPlain:
+        yield from _citations_parsed(path, batcher, skip=done[0])
+
+
+def read(path: Path, cfg, batch_size: int):
+    batcher = RowBatcher(SCHEMA, batch_size)
+    for elem in _citations(path, batcher):
+        pmid, docs = _documents(elem)
+        if pmid and not docs:
+            batcher.aside(f"pmid:{pmid}", "no_abstract")
+        for doc in docs:
+            out = batcher.add(doc)
+            if out:
+                yield out
     out = batcher.flush()
     if out:
         yield out
