@@ -251,6 +251,8 @@ def main() -> int:
                     help="recompute only the projection from the runs in bench/executor.json (and the byte "
                          "comparison, from the run folders the last run left in bench/work/executor)")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat: at least 1 pair")
     if args.project_only:
         result = json.loads((ROOT / "bench/executor.json").read_text())
         if "pack_plan_s" not in result["driver_steps"]:
