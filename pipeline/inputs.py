@@ -3,6 +3,7 @@ tasks on the run's executor. The runner builds it (pipeline/ingest.py for the so
 previous stage's output shards otherwise) and binds it to the stage's output and executor."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Iterator
 
@@ -68,6 +69,14 @@ class StageInputs:
         out = list(self.executor.map(stage, method, tasks))
         self.task_seconds += time.perf_counter() - t0
         return out
+
+    def driver_threads(self, stage) -> int:
+        """The threads the stage's own work on the driver may use (a tokenizer learning its
+        merges): the workers the run gives the stage, which wait for it meanwhile, at most
+        this machine's cores."""
+        if self.executor is None:
+            return 1
+        return max(1, min(self.executor.workers_for(stage, os.cpu_count() or 1), os.cpu_count() or 1))
 
     def phase(self, name: str) -> None:
         """A step of the stage on the driver (clustering), for its progress: no tasks."""

@@ -130,12 +130,17 @@ class FiguresCache:
         self.hits = self.misses = 0
 
     def get(self, key: str):
-        f = self.cache.folder(key) / "figures.json"
-        if f.exists():
+        hit = self.peek(key)
+        if hit is not None:
             self.hits += 1
-            return json.loads(f.read_text())
-        self.misses += 1
-        return None
+        else:
+            self.misses += 1
+        return hit
+
+    def peek(self, key: str):
+        """The figures under `key`, or None, without counting a hit or a miss."""
+        f = self.cache.folder(key) / "figures.json"
+        return json.loads(f.read_text()) if f.exists() else None
 
     def put(self, key: str, value: dict) -> None:
         if self.cache.writes:
@@ -193,43 +198,80 @@ def measure(enc: Encoder, texts: list[str], words: int, chars: int, terms: list[
     }
 
 
+class Comparison:
+    """Figures of encoders on the same texts, added one at a time: the corpus's counts and
+    domain terms first, then each encoder's figures (a Reference is loaded unless `cache` holds
+    its figures). The general tokenizers' figures do not depend on the run's tokenizer, so the
+    tokenizer stage measures them while its own tokenizer trains."""
+
+    def __init__(self, texts: list[str], seq_len: int, cache: FiguresCache | None = None):
+        self.texts, self.seq_len, self.cache = texts, seq_len, cache
+        # The corpus's counts and domain terms depend on the texts alone: cached as the
+        # references' figures are (wordfreq's import and look-ups cost ~0.3 s).
+        corpus_key = _figures_key("corpus", texts, 0, [], []) if cache is not None else None
+        hit = cache.get(corpus_key) if corpus_key else None
+        if hit is not None:
+            words, chars, terms = hit["words"], hit["chars"], [tuple(t) for t in hit["terms"]]
+        else:
+            arr = pa.array(texts, pa.string())
+            words = int(pc.sum(pc.list_value_length(split_words(arr))).as_py() or 0)
+            chars = int(pc.sum(pc.utf8_length(arr)).as_py() or 0)
+            terms = domain_terms(arr)
+            if corpus_key:
+                cache.put(corpus_key, {"words": words, "chars": chars, "terms": terms})
+        self.words, self.chars, self.terms = words, chars, terms
+        self.term_words = [t for t, _ in terms]
+        self.examples = _examples(self.term_words)
+        self.figures: dict[str, dict] = {}
+        self.pieces: dict[str, dict] = {}
+
+    def add(self, enc) -> None:
+        key = None
+        if isinstance(enc, Reference):
+            if self.cache is not None:
+                key = _figures_key(enc.identity, self.texts, self.seq_len, self.term_words, self.examples)
+                hit = self.cache.get(key)
+                if hit is not None:
+                    self.figures[enc.name], self.pieces[enc.name] = hit["figures"], hit["examples"]
+                    return
+            enc = enc.load()
+        figures = measure(enc, self.texts, self.words, self.chars, self.term_words, self.seq_len)
+        # A term as it stands inside a sentence: after a space.
+        pieces = dict(zip(self.examples, enc.pieces([" " + t for t in self.examples])))
+        self.figures[enc.name], self.pieces[enc.name] = figures, pieces
+        if key is not None:
+            self.cache.put(key, {"figures": figures, "examples": pieces})
+
+    def result(self, names: list[str]) -> dict:
+        """The figures of the encoders named, in that order, and the corpus's."""
+        return {
+            "documents": len(self.texts), "words": self.words, "chars": self.chars, "seq_len": self.seq_len,
+            "domain_terms": len(self.term_words), "top_domain_terms": self.terms[:20],
+            "tokenizers": {n: self.figures[n] for n in names}, "examples": {n: self.pieces[n] for n in names},
+        }
+
+
+def _examples(term_words: list[str]) -> list[str]:
+    return EXAMPLE_TERMS + [t for t in term_words if t not in EXAMPLE_TERMS][:EXAMPLES_FROM_CORPUS]
+
+
+def all_cached(encoders: list, texts: list[str], seq_len: int, cache: FiguresCache | None) -> bool:
+    """Whether `cache` holds the corpus's figures and every one of these encoders' (all of
+    them References): then the comparison loads and measures nothing but the run's tokenizer."""
+    if cache is None or not all(isinstance(enc, Reference) for enc in encoders):
+        return False
+    corpus = cache.peek(_figures_key("corpus", texts, 0, [], []))
+    if corpus is None:
+        return False
+    term_words = [t for t, _ in corpus["terms"]]
+    return all(cache.peek(_figures_key(enc.identity, texts, seq_len, term_words, _examples(term_words))) is not None
+               for enc in encoders)
+
+
 def compare(encoders: list, texts: list[str], seq_len: int, cache: FiguresCache | None = None) -> dict:
     """Every figure for every encoder on the same texts, plus the example-term table.
     `encoders`: Encoders, and References (loaded unless `cache` holds their figures)."""
-    # The corpus's counts and domain terms depend on the texts alone: cached as the references'
-    # figures are (wordfreq's import and look-ups cost ~0.3 s).
-    corpus_key = _figures_key("corpus", texts, 0, [], []) if cache is not None else None
-    hit = cache.get(corpus_key) if corpus_key else None
-    if hit is not None:
-        words, chars, terms = hit["words"], hit["chars"], [tuple(t) for t in hit["terms"]]
-    else:
-        arr = pa.array(texts, pa.string())
-        words = int(pc.sum(pc.list_value_length(split_words(arr))).as_py() or 0)
-        chars = int(pc.sum(pc.utf8_length(arr)).as_py() or 0)
-        terms = domain_terms(arr)
-        if corpus_key:
-            cache.put(corpus_key, {"words": words, "chars": chars, "terms": terms})
-    term_words = [t for t, _ in terms]
-    examples = EXAMPLE_TERMS + [t for t in term_words if t not in EXAMPLE_TERMS][:EXAMPLES_FROM_CORPUS]
-    result = {
-        "documents": len(texts), "words": words, "chars": chars, "seq_len": seq_len,
-        "domain_terms": len(term_words), "top_domain_terms": terms[:20],
-        "tokenizers": {}, "examples": {},
-    }
+    comparison = Comparison(texts, seq_len, cache)
     for enc in encoders:
-        key = None
-        if isinstance(enc, Reference):
-            if cache is not None:
-                key = _figures_key(enc.identity, texts, seq_len, term_words, examples)
-                hit = cache.get(key)
-                if hit is not None:
-                    result["tokenizers"][enc.name], result["examples"][enc.name] = hit["figures"], hit["examples"]
-                    continue
-            enc = enc.load()
-        figures = measure(enc, texts, words, chars, term_words, seq_len)
-        # A term as it stands inside a sentence: after a space.
-        pieces = dict(zip(examples, enc.pieces([" " + t for t in examples])))
-        result["tokenizers"][enc.name], result["examples"][enc.name] = figures, pieces
-        if key is not None:
-            cache.put(key, {"figures": figures, "examples": pieces})
-    return result
+        comparison.add(enc)
+    return comparison.result([enc.name for enc in encoders])

@@ -19,9 +19,10 @@ from pipeline.tokenizer_compare import gpt2_tokenizer
 
 
 def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, cache: dict | None = None,
-                  **options) -> tuple[dict, object]:
+                  driver_threads: int = 1, **options) -> tuple[dict, object]:
     """Runs the stage on these documents; returns (stats, the saved tokenizer). `cache`: the
-    run's cache (ctx.cache: root, direct, max_mb)."""
+    run's cache (ctx.cache: root, direct, max_mb); `driver_threads`: what the run's workers
+    would give the stage's work on the driver."""
     from tokenizers import Tokenizer
 
     cols = {"id": [f"d{i}" for i in range(len(texts))], "text": texts}
@@ -32,6 +33,7 @@ def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = N
     ctx = RunContext(run_dir=tmp_path, seed=1, cache=cache or {})
     output = StageOutput(folder, keep_removed_text=False)
     inputs.bind(output)
+    inputs.driver_threads = lambda stage: driver_threads
     stats = TrainTokenizer(TokenizerConfig(**options), ctx).run(inputs, output)
     output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats}, input_shards=inputs.names())
     return stats, Tokenizer.from_file(str(folder / TOKENIZER_FILE))
@@ -150,6 +152,39 @@ def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt
     pieces = stats["comparison_examples"]["cl100k"]["myocardial infarction"]
     assert "".join(pieces) == " myocardial infarction" and len(pieces) == 5
     assert len(stats["comparison_examples"]["o200k"]["myocardial infarction"]) < len(pieces)
+
+
+def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_texts, monkeypatch):
+    """With the workers' cores (driver threads), the general tokenizers are measured in a thread
+    while the run's tokenizer trains on the others: the same comparison, the same tokenizer."""
+    import pipeline.stages.tokenizer as stage
+
+    monkeypatch.setattr(stage, "THREADED_TRAINING_MIN_DOCS", 1)      # threaded training on a small corpus
+    texts = english_texts[:240]
+    splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
+    runs = {}
+    for n in (1, 3):
+        stats, _ = run_tokenizer(tmp_path / str(n), texts, splits, driver_threads=n, vocab_size=3000)
+        runs[n] = stats
+    assert runs[1]["training_threads"] == 1 and runs[3]["training_threads"] == 2
+    for key in ("comparison", "comparison_examples", "comparison_corpus", "vocab_size", "trained_on_docs"):
+        assert runs[3][key] == runs[1][key], key
+    assert set(runs[3]["comparison"]) == {"trained", "gpt2", "cl100k", "o200k"}
+    names = [p.relative_to(tmp_path / "1").as_posix() for p in sorted((tmp_path / "1").rglob("*")) if p.is_file()]
+    assert "stages/10_tokenizer/tokenizer.json" in names
+    for name in names:
+        if not name.endswith("stats.json"):
+            assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "3" / name).read_bytes(), name
+    import os
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false"              # serial again after training
+    # With every general tokenizer's figures in the run's cache there is nothing to measure
+    # beside training: on 2 threads, both train.
+    cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100}
+    first, _ = run_tokenizer(tmp_path / "c1", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
+    again, _ = run_tokenizer(tmp_path / "c2", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
+    assert (first["training_threads"], first["comparison_cache"]) == (1, {"hits": 0, "misses": 4})
+    assert (again["training_threads"], again["comparison_cache"]) == (2, {"hits": 4, "misses": 0})
+    assert again["comparison"] == first["comparison"] == runs[1]["comparison"]
 
 
 def test_reference_figures_come_from_the_cache_only_for_the_same_validation_texts(tmp_path, english_texts):

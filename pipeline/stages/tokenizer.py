@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -97,6 +99,95 @@ class TokenizerConfig(StageConfig):
         if clash:
             raise ValueError(f"compare_files: name {sorted(clash)[0]!r} is taken")
         return self
+
+
+# Below about this many training documents, threads slow BPE training down: each merge's
+# parallel pass over the few words holding its pair costs more than it saves (abstracts, 2
+# threads against 1, timed once here: slower at 1,500 documents and at 3,000, faster at 5,000).
+THREADED_TRAINING_MIN_DOCS = 4_000
+
+
+def training_threads(available: int, train_docs: int | None) -> int:
+    """The threads BPE training uses: those available, on enough text to gain from them."""
+    if train_docs is None or train_docs < THREADED_TRAINING_MIN_DOCS:
+        return 1
+    return max(1, available)
+
+
+class _References:
+    """The comparison's general tokenizers (and an extended tokenizer's base) measured on the
+    validation texts, in a thread started here or at `finish`; `finish(tok)` adds the run's
+    own tokenizer and returns the stage's comparison stats."""
+
+    def __init__(self, own_name: str, encoders: list, validation: list[str], seq_len: int, derived, cache,
+                 background: bool):
+        self.own_name, self.encoders, self.validation, self.seq_len = own_name, encoders, validation, seq_len
+        self.derived, self.cache = derived, cache
+        from pipeline.tokenizer_compare import all_cached
+        # Nothing to load when the cache holds every general tokenizer's figures (a retune whose
+        # validation split did not change): training keeps every thread.
+        self.background = background and bool(validation) and not all_cached(encoders, validation, seq_len, cache)
+        self.comparison = None
+        self.error: BaseException | None = None
+        self.thread = None
+        if self.background:
+            import threading
+            self.thread = threading.Thread(target=self._measure, name="medprep-tokenizer-compare", daemon=True)
+            self.thread.start()
+
+    def _measure(self) -> None:
+        from pipeline.tokenizer_compare import Comparison
+        try:
+            comparison = Comparison(self.validation, self.seq_len, self.cache)
+            for enc in self.encoders:
+                comparison.add(enc)
+            self.comparison = comparison
+        except BaseException as exc:       # raised again in the stage's thread, at finish
+            self.error = exc
+
+    def finish(self, tok) -> dict:
+        from pipeline.tokenizer_compare import HFEncoder
+
+        if not self.validation:
+            return {"comparison": None, "comparison_note": "no validation documents: nothing to compare on"}
+        if self.thread is not None:
+            self.thread.join()
+        else:
+            self._measure()
+        if self.error is not None:
+            raise self.error
+        own = HFEncoder(self.own_name, tok)
+        self.comparison.add(own)
+        result = self.comparison.result([own.name] + [enc.name for enc in self.encoders])
+        out = {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
+               "comparison_corpus": {"split": "validation", **result}}
+        if self.cache is not None:
+            out.update(cache_keys=self.derived.keys, comparison_cache={"hits": self.cache.hits,
+                                                                       "misses": self.cache.misses})
+        return out
+
+
+@contextmanager
+def tokenizers_threads(n: int):
+    """HF tokenizers' own threads (rayon) for what runs inside, n of them: the package is made
+    serial at import (pipeline/__init__.py) so that worker processes do not each start a pool
+    the size of the machine; the driver's training, while the workers wait, may use their
+    cores (the same tokenizer.json). Rayon sizes its pool once per process, at first use."""
+    if n <= 1:
+        yield
+        return
+    before = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    os.environ.setdefault("RAYON_NUM_THREADS", str(n))
+    try:
+        yield
+    finally:
+        # Serial again before anything forks: a child must not inherit "true" without rayon's threads.
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def build_trainer(cfg: TokenizerConfig, extra_special: list[str] = ()):
@@ -327,9 +418,19 @@ class TrainTokenizer(GlobalStage):
         if cfg.mode != "load":
             inputs.phase("training")       # on the driver: progress shows the step, not counts
         sample = self._mix_sample(inputs) if cfg.mode != "load" else None
+        # With two or more driver threads, the general tokenizers are measured on the validation
+        # split in one of them while the run's tokenizer trains (their figures do not depend on
+        # it): loading their vocabularies takes about as long as training on 1,500 abstracts.
+        driver = inputs.driver_threads(self)
+        references = self._start_references(base_json, self._validation_texts(inputs), background=driver > 1)
+        train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
+            else min(inputs.total, cfg.train_sample_docs)
+        threads = training_threads(driver - 1 if references.background else driver, train_docs)
+        stats["training_threads"] = threads
         if cfg.mode == "train":
             tok, trainer = build_trainer(cfg, placeholders)
-            tok.train_from_iterator(self._train_batches(inputs, counter, sample), trainer=trainer)
+            with tokenizers_threads(threads):
+                tok.train_from_iterator(self._train_batches(inputs, counter, sample), trainer=trainer)
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
             if tok.get_vocab_size() < cfg.vocab_size:
@@ -338,8 +439,9 @@ class TrainTokenizer(GlobalStage):
         elif cfg.mode == "load":
             tok = Tokenizer.from_str(base_json)
         else:
-            tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter, sample),
-                                             cfg.extend_tokens, cfg.min_frequency, placeholders)
+            with tokenizers_threads(threads):
+                tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter, sample),
+                                                 cfg.extend_tokens, cfg.min_frequency, placeholders)
             stats.update(extended)
             if extended["extend_tokens_added"] < cfg.extend_tokens:
                 log.warning("tokenizer: extend_tokens %d requested, the train split gave %d new tokens (no pair "
@@ -373,43 +475,43 @@ class TrainTokenizer(GlobalStage):
         # executor; validation texts, up to compare_max_docs in corpus order, for the comparison.
         inputs.map(self, "copy_shard")
         inputs.phase("comparison")
+        stats.update(references.finish(tok))
+        return stats
+
+    def _validation_texts(self, inputs) -> list[str]:
+        """Validation texts, up to compare_max_docs in corpus order, for the comparison."""
         validation: list[str] = []
         for table in inputs.tables():
-            if len(validation) >= cfg.compare_max_docs:
+            if len(validation) >= self.config.compare_max_docs:
                 break
             if "split" in table.column_names:
                 val = table.filter(pc.equal(table["split"], "validation"))
-                validation.extend(val["text"].to_pylist()[: cfg.compare_max_docs - len(validation)])
-        stats.update(self._compare(tok, base_json, validation))
-        return stats
+                validation.extend(val["text"].to_pylist()[: self.config.compare_max_docs - len(validation)])
+        return validation
 
-    def _compare(self, tok, base_json: str | None, validation: list[str]) -> dict:
+    def _start_references(self, base_json: str | None, validation: list[str], background: bool) -> "_References":
+        """The comparison's encoders other than the run's own tokenizer, measured on the
+        validation texts now: in a thread when `background`, else when finished."""
         from tokenizers import Tokenizer
 
         from pipeline.cache import DerivedCache
-        from pipeline.tokenizer_compare import FiguresCache, HFEncoder, Reference, compare, hf_encoder
+        from pipeline.tokenizer_compare import FiguresCache, Reference, hf_encoder
 
-        if not validation:
-            return {"comparison": None, "comparison_note": "no validation documents: nothing to compare on"}
         cfg = self.config
-        encoders = [HFEncoder(RUN_NAME[cfg.mode], tok)]
+        others = []
         if cfg.mode == "extend":
-            encoders.append(HFEncoder("base", Tokenizer.from_str(base_json)))
-        encoders += [Reference(name) for name in cfg.compare]
+            from pipeline.tokenizer_compare import HFEncoder
+            others.append(HFEncoder("base", Tokenizer.from_str(base_json)))
+        others += [Reference(name) for name in cfg.compare]
         for name, path in sorted(cfg.compare_files.items()):
             if not Path(path).is_file():
                 raise UserError(f"stages.tokenizer.compare_files.{name}: {path} not found")
-            encoders.append(hf_encoder(name, path))
+            others.append(hf_encoder(name, path))
         pack = self.ctx.upstream.get("pack")
-        seq_len = pack.seq_len if pack is not None else 2048
         derived = DerivedCache.of(self.ctx.cache, "tokenizer_compare")
         cache = FiguresCache(derived) if derived is not None else None
-        result = compare(encoders, validation, seq_len, cache)
-        out = {"comparison": result.pop("tokenizers"), "comparison_examples": result.pop("examples"),
-               "comparison_corpus": {"split": "validation", **result}}
-        if cache is not None:
-            out.update(cache_keys=derived.keys, comparison_cache={"hits": cache.hits, "misses": cache.misses})
-        return out
+        return _References(RUN_NAME[cfg.mode], others, validation, pack.seq_len if pack is not None else 2048,
+                           derived, cache, background)
 
     def manifest_fields(self, stats: dict) -> dict:
         # tokenizer.comparison.<name>.tokens_per_word, ...: the run's tokenizer beside general ones.
