@@ -586,6 +586,7 @@ class RayExecutor:
         import ray
         n = self.workers.get(stage.name)
         if n is None:
+            self.start()                  # asked before any map (a stage's driver threads): Ray must be up
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
         return max(1, min(n, n_tasks))
 

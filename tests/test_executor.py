@@ -112,6 +112,24 @@ def test_ray_and_local_executors_write_the_same_bytes(local_and_ray):
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_the_tokenizer_stage_run_alone_under_ray_writes_the_same_tokenizer(local_and_ray, tmp_path):
+    """Run alone (`stage tokenizer`), the stage asks the Ray executor for its workers (its
+    driver threads) before any map has started Ray: Ray starts then, and the stage writes the
+    tokenizer the whole chain wrote."""
+    import shutil
+    run = tmp_path / "ray"
+    shutil.copytree(local_and_ray["ray"], run)
+    text = (local_and_ray["ray"].parent / "ray.yaml").read_text().replace(str(local_and_ray["ray"]), str(run))
+    cfg = write_config(tmp_path / "ray.yaml", text)
+    before = (run / "tokenizer/tokenizer.json").read_bytes()
+    run_cli("-m", "pipeline", "stage", "tokenizer", "--config", str(cfg), "--force", "--no-progress", timeout=600)
+    stats = json.loads((run / "stages/09_tokenizer/stats.json").read_text())
+    assert stats["executor"] == "ray" and stats["executor_workers"]["workers"] == 2
+    assert (run / "tokenizer/tokenizer.json").read_bytes() == before
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_manifest_and_stats_say_which_executor_ran(local_and_ray):
     for kind, run in ((k, local_and_ray[k]) for k in ("local", "ray")):
         manifest = json.loads((run / "manifest.json").read_text())

@@ -426,7 +426,8 @@ class TrainTokenizer(GlobalStage):
         train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
             else min(inputs.total, cfg.train_sample_docs)
         threads = training_threads(driver - 1 if references.background else driver, train_docs)
-        stats["training_threads"] = threads
+        if cfg.mode != "load":
+            stats["training_threads"] = threads
         if cfg.mode == "train":
             tok, trainer = build_trainer(cfg, placeholders)
             with tokenizers_threads(threads):
@@ -472,7 +473,7 @@ class TrainTokenizer(GlobalStage):
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 
         # Documents pass through unchanged (pack reads them from here), shard by shard on the
-        # executor; validation texts, up to compare_max_docs in corpus order, for the comparison.
+        # executor; then the comparison adds the run's own tokenizer to the others' figures.
         inputs.map(self, "copy_shard")
         inputs.phase("comparison")
         stats.update(references.finish(tok))
