@@ -460,6 +460,25 @@ def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_
     assert ray.is_initialized()                     # the session's instance is not this executor's
 
 
+@pytest.mark.ray
+def test_the_local_instance_starts_without_the_processes_it_does_not_use(ray_instance):
+    """Our own local instance runs no autoscaler monitor and no log monitor (they would start
+    beside the driver's reading of the source), its workers find `pipeline` without a job
+    runtime_env, the driver's environment is as before, and Ray's parameters class is restored."""
+    import ray
+    from ray._private import parameter
+
+    from pipeline.executor import RayShardWorker
+    node = ray._private.worker._global_node
+    assert {"gcs_server", "raylet"} <= set(node.all_processes)
+    assert not {"monitor", "log_monitor"} & set(node.all_processes)
+    assert parameter.RayParams.__init__.__name__ == "__init__"
+    assert "pipeline" not in os.environ.get("PYTHONPATH", "")
+    assert not ray.get_runtime_context().runtime_env.get("env_vars")
+    module = ray.get(ray.remote(lambda: RayShardWorker.__module__).remote(), timeout=120)
+    assert module == "pipeline.executor"
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:

@@ -141,6 +141,18 @@ def test_stages_command_lists_every_stage_and_group():
     assert lines["filters"] == "group: langid -> perplexity -> heuristics -> toxicity"
 
 
+def test_output_into_a_closed_pipe_ends_without_a_traceback():
+    """`medprep stages | head -1`: the reader has gone before the listing is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "stages"], stdout=write_end, stderr=subprocess.PIPE,
+                              cwd=ROOT, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_keep_final_leaves_the_outputs_and_the_record_and_states_the_size(reference_run, tmp_path):
     cfg = write_config(tmp_path / "final.yaml", TINY.read_text() + "keep: final\n")

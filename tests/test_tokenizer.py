@@ -156,7 +156,7 @@ def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt
 
 def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_texts, monkeypatch):
     """With the workers' cores (driver threads), the general tokenizers are measured in a thread
-    while the run's tokenizer trains on the others: the same comparison, the same tokenizer."""
+    while the run's tokenizer trains on all of them: the same comparison, the same tokenizer."""
     import pipeline.stages.tokenizer as stage
 
     monkeypatch.setattr(stage, "THREADED_TRAINING_MIN_DOCS", 1)      # threaded training on a small corpus
@@ -166,7 +166,7 @@ def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_te
     for n in (1, 3):
         stats, _ = run_tokenizer(tmp_path / str(n), texts, splits, driver_threads=n, vocab_size=3000)
         runs[n] = stats
-    assert runs[1]["training_threads"] == 1 and runs[3]["training_threads"] == 2
+    assert runs[1]["training_threads"] == 1 and runs[3]["training_threads"] == 3
     for key in ("comparison", "comparison_examples", "comparison_corpus", "vocab_size", "trained_on_docs"):
         assert runs[3][key] == runs[1][key], key
     assert set(runs[3]["comparison"]) == {"trained", "gpt2", "cl100k", "o200k"}
@@ -178,11 +178,17 @@ def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_te
     import os
     assert os.environ["TOKENIZERS_PARALLELISM"] == "false"              # serial again after training
     # With every general tokenizer's figures in the run's cache there is nothing to measure
-    # beside training: on 2 threads, both train.
+    # beside training: no thread for it, and both threads train.
+    import threading
+    measured_in = []
+    measure = stage._References._measure
+    monkeypatch.setattr(stage._References, "_measure",
+                        lambda self: (measured_in.append(threading.current_thread().name), measure(self)))
     cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100}
     first, _ = run_tokenizer(tmp_path / "c1", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
     again, _ = run_tokenizer(tmp_path / "c2", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
-    assert (first["training_threads"], first["comparison_cache"]) == (1, {"hits": 0, "misses": 4})
+    assert measured_in == ["medprep-tokenizer-compare", threading.current_thread().name]
+    assert (first["training_threads"], first["comparison_cache"]) == (2, {"hits": 0, "misses": 4})
     assert (again["training_threads"], again["comparison_cache"]) == (2, {"hits": 4, "misses": 0})
     assert again["comparison"] == first["comparison"] == runs[1]["comparison"]
 
