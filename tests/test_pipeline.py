@@ -141,6 +141,20 @@ def test_stages_command_lists_every_stage_and_group():
     assert lines["filters"] == "group: langid -> perplexity -> heuristics -> toxicity"
 
 
+def test_exit_handlers_run_although_the_command_skips_the_teardown(tmp_path):
+    """The CLI leaves with os._exit after a success (no module teardown), but a plugin's or a
+    library's atexit handler still runs."""
+    mark = tmp_path / "handler-ran"
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+            "sys.argv = ['medprep', 'stages']\n"
+            "from pipeline.cli import entry\n"
+            "entry()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "normalize" in proc.stdout
+    assert mark.read_text() == "ran"
+
+
 def test_output_into_a_closed_pipe_ends_without_a_traceback():
     """`medprep stages | head -1`: the reader has gone before the listing is written."""
     read_end, write_end = os.pipe()
