@@ -169,7 +169,9 @@ class DocumentCache:
     # -- writes --
     def used_bytes(self) -> int:
         if self._used is None:
-            self._used = sum(f.size() for f in (self.root / CACHE_DIR).rglob())
+            # Another worker's temporary file (NAME.PID.tmp) may be renamed between the listing
+            # and its size: gone, it counts nothing (its final name is counted from the next listing).
+            self._used = sum(f.size() or 0 for f in (self.root / CACHE_DIR).rglob())
         return self._used
 
     def put(self, keys: list[bytes], columns: dict[str, pa.Array]) -> bool:
@@ -219,7 +221,7 @@ def _in_use(key: str, used: set[str]) -> bool:
 def describe(config) -> list[dict]:
     root = cache_root(config)
     used = keys_in_use(config.output_dir)
-    return [{"key": key, "files": len(files), "bytes": sum(f.size() for f in files), "in_use": _in_use(key, used)}
+    return [{"key": key, "files": len(files), "bytes": sum(f.size() or 0 for f in files), "in_use": _in_use(key, used)}
             for key, files in sorted(namespaces(root).items())]
 
 
@@ -234,7 +236,7 @@ def prune(config) -> list[str]:
     left: list[tuple[float, int, RunPath]] = []
     for key, files in sorted(namespaces(root).items()):
         if not _in_use(key, used):
-            size = sum(f.size() for f in files)
+            size = sum(f.size() or 0 for f in files)
             for f in files:
                 f.unlink(missing_ok=True)
             if not (root / key).rglob():

@@ -32,7 +32,7 @@ def _mb(n: float) -> str:
 def _bytes_under(folder) -> int:
     if folder.local is not None:
         return sum(f.stat().st_size for f in folder.local.rglob("*") if f.is_file())
-    return sum(f.size() for f in folder.rglob())
+    return sum(f.size() or 0 for f in folder.rglob())
 
 
 def free_bytes(folder) -> int | None:

@@ -196,3 +196,30 @@ def test_a_new_key_reruns_phi_with_surrogates_and_kept_ids(tmp_path, notes, monk
     assert rerun["cache"]["namespace"] != first["cache"]["namespace"] and rerun["cache"]["hits"] == 0
     again = read_arrow_dir(tmp_path / "run/stages/01_phi/data")["text"].to_pylist()
     assert len(again) == len(texts) == 4 and again != texts
+
+
+def test_a_file_renamed_by_another_worker_while_the_cache_sizes_itself_counts_nothing(tmp_path, monkeypatch):
+    """Two workers write the cache at once: a temporary file one of them lists may be renamed
+    into place by the other before it is sized. The cache still writes (it crashed with a
+    TypeError on the vanished file's size)."""
+    from pipeline.cache import DocumentCache
+    from pipeline.runpath import RunPath
+    fields = [pa.field("text", pa.string())]
+    cache = DocumentCache({"root": str(tmp_path), "max_mb": 10}, "phi", "ns", fields)
+    assert cache.put([b"k" * 16], {"text": pa.array(["one"])})
+    written = cache.folder.glob("*.arrow")[0]
+    other = tmp_path / "cache" / "phi" / "ns" / "other.arrow.4242.tmp"
+    other.write_bytes(written.read_bytes())
+    listing = RunPath.rglob
+
+    def listed_then_renamed(self, pattern="*"):
+        found = listing(self, pattern)
+        if other.exists():
+            other.rename(other.with_name("other.arrow"))     # the other worker's write ends
+        return found
+    monkeypatch.setattr(RunPath, "rglob", listed_then_renamed)
+    fresh = DocumentCache({"root": str(tmp_path), "max_mb": 10}, "phi", "ns", fields)
+    assert fresh.used_bytes() == written.size()
+    assert fresh.put([b"j" * 16], {"text": pa.array(["two"])})
+    assert fresh.get([b"j" * 16])[0] is not None
+
