@@ -3,6 +3,7 @@ the multi-locale synthetic set it scores. No model runs here: this checks the ru
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -113,6 +114,16 @@ def test_locale_set_is_deterministic_with_exact_offsets():
     docs = make_locale_documents(40, 3)
     assert docs == make_locale_documents(40, 3)
     assert docs != make_locale_documents(40, 4)
+    # ... and the same in another process, whatever its hash seed (it_IT's cities come from a set)
+    import subprocess
+    import sys
+    code = ("import hashlib, json, sys; sys.path.insert(0, 'scripts')\n"
+            "from phi_synth_locales import make_locale_documents\n"
+            "print(hashlib.sha256(json.dumps(make_locale_documents(300, 7)).encode()).hexdigest())\n")
+    root = Path(__file__).resolve().parents[1]
+    digests = {subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=300).stdout for seed in ("1", "2")}
+    assert len(digests) == 1
     assert len({d["locale"] for d in docs}) >= 12
     types = set()
     for d in docs:
