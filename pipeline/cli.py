@@ -145,8 +145,9 @@ def entry() -> None:
     """The `medprep` command and `python -m pipeline`: main(), then, once it succeeded, the
     exit handlers, then the process leaves without tearing down its modules and engines
     (0.2 s, a tenth of a retune): every file is written and closed by then. A run connected
-    to Ray exits the usual way (its atexit handler disconnects from the cluster). Output piped into a reader that stops early
-    (`medprep stages | head`) ends the command quietly, as it does for other tools."""
+    to Ray exits the usual way (its atexit handler disconnects from the cluster). Output
+    piped into a reader that stops early (`medprep stages | head`) ends the command quietly,
+    as it does for other tools."""
     import os
     try:
         main()
