@@ -266,12 +266,3 @@ def all_cached(encoders: list, texts: list[str], seq_len: int, cache: FiguresCac
     term_words = [t for t, _ in corpus["terms"]]
     return all(cache.peek(_figures_key(enc.identity, texts, seq_len, term_words, _examples(term_words))) is not None
                for enc in encoders)
-
-
-def compare(encoders: list, texts: list[str], seq_len: int, cache: FiguresCache | None = None) -> dict:
-    """Every figure for every encoder on the same texts, plus the example-term table.
-    `encoders`: Encoders, and References (loaded unless `cache` holds their figures)."""
-    comparison = Comparison(texts, seq_len, cache)
-    for enc in encoders:
-        comparison.add(enc)
-    return comparison.result([enc.name for enc in encoders])

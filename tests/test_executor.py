@@ -463,8 +463,9 @@ def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_
 @pytest.mark.ray
 def test_the_local_instance_starts_without_the_processes_it_does_not_use(ray_instance):
     """Our own local instance runs no autoscaler monitor and no log monitor (they would start
-    beside the driver's reading of the source), its workers find `pipeline` without a job
-    runtime_env, the driver's environment is as before, and Ray's parameters class is restored."""
+    beside the driver's reading of the source), the job has no runtime_env and a worker still
+    imports `pipeline`, the driver's environment is as before, and Ray's parameters class is
+    restored."""
     import ray
     from ray._private import parameter
 

@@ -419,8 +419,8 @@ class TrainTokenizer(GlobalStage):
             inputs.phase("training")       # on the driver: progress shows the step, not counts
         sample = self._mix_sample(inputs) if cfg.mode != "load" else None
         # With two or more driver threads, the general tokenizers are measured on the validation
-        # split in one of them while the run's tokenizer trains (their figures do not depend on
-        # it): loading their vocabularies takes about as long as training on 1,500 abstracts.
+        # split in a thread of their own while the run's tokenizer trains (their figures do not
+        # depend on it): loading their vocabularies takes about as long as training on 1,500 abstracts.
         driver = inputs.driver_threads(self)
         references = self._start_references(base_json, self._validation_texts(inputs), background=driver > 1)
         train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
