@@ -113,7 +113,11 @@ def _leave_now() -> None:
 
 
 def _started() -> None:
-    """WorkerPool.warm's task: the process is up (its initializer ran)."""
+    """WorkerPool.warm's task: the process is up (its initializer ran), with the modules every
+    stage's first task would import (and the source's reading) loaded, so that a task given
+    once it has run starts at once (LocalExecutor.ready)."""
+    import pipeline.ingest  # noqa: F401
+    import pipeline.stages.base  # noqa: F401
 
 
 def _bind_stage(key: int, stage_blob: bytes) -> None:
@@ -191,6 +195,11 @@ class LocalExecutor:
             self._pool = WorkerPool(self.num_proc)
             self._pool.warm()
 
+    def ready(self) -> bool:
+        """Whether tasks given now start at once: the worker processes are up (prestarted ones
+        have finished starting), or there are none to wait for."""
+        return self.num_proc <= 1 or (self._pool is not None and self._pool.started())
+
     def map(self, stage, method: str, tasks: list[ShardTask]):
         """Results of `method` on each task, yielded in task order."""
         if not tasks:
@@ -263,12 +272,16 @@ class WorkerPool:
         self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
                                             initargs=(self.reports,))
         self.processes: dict = {}
+        self._warming: list = []
 
     def warm(self) -> None:
         """A no-op task per worker, not waited for: each submit starts a process."""
-        for _ in range(self.num_proc):
-            self.executor.submit(_started)
+        self._warming = [self.executor.submit(_started) for _ in range(self.num_proc)]
         self.processes.update(self.executor._processes or {})
+
+    def started(self) -> bool:
+        """Whether the processes warm() started have run their no-op task (they are up)."""
+        return all(f.done() for f in self._warming)
 
     def _drain_reports(self) -> None:
         while True:
@@ -586,6 +599,10 @@ class RayExecutor:
         for name in ("ray",):
             logging.getLogger(name).setLevel(logging.WARNING)
 
+    def ready(self) -> bool:
+        """Whether Ray is up and the run's actors exist (prestart or a map made them)."""
+        return self._pool is not None
+
     def prestart(self, stage) -> None:
         """Ray and the stage's actors started now, not at its first map: the driver is about to
         read the source into shards, and the actors' processes start and import meanwhile
@@ -597,7 +614,7 @@ class RayExecutor:
 
     def workers_for(self, stage, n_tasks: int) -> int:
         import ray
-        n = self.workers.get(stage.name)
+        n = self.workers.get(getattr(stage, "workers_of", None) or stage.name)
         if n is None:
             self.start()                  # asked before any map (a stage's driver threads): Ray must be up
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
@@ -660,18 +677,24 @@ class RayExecutor:
 
 @contextmanager
 def _lean_local_instance():
-    """A local instance of our own without the two processes it does not use: the autoscaler
-    monitor (a fixed instance has nothing to scale) and the log monitor (it forwards worker
-    logs to the driver, which log_to_driver=False turns off). They start beside the driver's
-    reading of the source and cost ~1.2-1.6 s of CPU there. ray.init does not expose the two
-    switches (`ray start` does), so they are set on its node parameters; where that class
-    has changed, the instance starts with them as before."""
+    """A local instance of our own without the three processes it does not use: the autoscaler
+    monitor (a fixed instance has nothing to scale), the log monitor (it forwards worker logs
+    to the driver, which log_to_driver=False turns off) and the API server (with the dashboard
+    off it serves only usage statistics; ray.init waits ~0.9 s for it to come up). They start
+    beside the driver's reading of the source and cost ~2 s of CPU there. ray.init does not
+    expose these switches (`ray start` has the first two), so they are set on its node
+    parameters and node for the one call; where those have changed, the instance starts with
+    the processes as before."""
     try:
-        from ray._private import parameter
-        original = parameter.RayParams.__init__
         import inspect
+
+        from ray._private import node, parameter
+        original = parameter.RayParams.__init__
         names = inspect.signature(original).parameters
         if "no_monitor" not in names or "include_log_monitor" not in names:
+            raise AttributeError
+        api_server = node.Node.start_api_server
+        if set(inspect.signature(api_server).parameters) != {"self", "include_dashboard", "raise_on_failure"}:
             raise AttributeError
     except Exception:
         yield
@@ -681,11 +704,18 @@ def _lean_local_instance():
         kwargs["no_monitor"] = True
         kwargs["include_log_monitor"] = False
         original(self, *args, **kwargs)
+
+    def no_api_server(self, *, include_dashboard, raise_on_failure):
+        if include_dashboard:                 # never so here: ray.init gets include_dashboard=False
+            return api_server(self, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
+        self._webui_url = None
     parameter.RayParams.__init__ = lean
+    node.Node.start_api_server = no_api_server
     try:
         yield
     finally:
         parameter.RayParams.__init__ = original
+        node.Node.start_api_server = api_server
 
 
 def _kill_autoscaler_monitor() -> None:

@@ -149,7 +149,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
                 raise UserError(f"--input: not found: {', '.join(missing)}")
         from pipeline.ingest import ingest_source
         return (lambda output, executor: ingest_source(input_cfg, run, output.tmp / "input", executor,
-                                                       source=spec.source)), \
+                                                       source=spec.source, stage_name=spec.name)), \
             source_fingerprint(input_cfg)
     shards_in, fingerprints = [], []
     for prev in previous:
@@ -273,20 +273,38 @@ def _ingest_while_starting(executor, stage, open_inputs, output, input_cfg, give
         return open_inputs(output, executor)
     import threading
     box: dict = {}
+    started = _OnceStarted(executor)
 
     def ingest():
         try:
-            box["inputs"] = open_inputs(output, None)
+            box["inputs"] = open_inputs(output, started)
         except BaseException as exc:          # raised again in this thread, below
             box["error"] = exc
 
     reader = threading.Thread(target=ingest, name="medprep-ingest", daemon=True)
     reader.start()
     executor.prestart(stage)                  # an interrupt here leaves the (daemon) reader behind
+    started.event.set()
     reader.join()
     if "error" in box:
         raise box["error"]
     return box["inputs"]
+
+
+class _OnceStarted:
+    """The executor as the reading thread sees it while the main thread starts it: not ready
+    (the reading parses on the driver) until prestart has returned."""
+
+    def __init__(self, executor):
+        import threading
+        self.executor = executor
+        self.event = threading.Event()
+
+    def ready(self) -> bool:
+        return self.event.is_set() and self.executor.ready()
+
+    def __getattr__(self, name):
+        return getattr(self.executor, name)
 
 
 @contextmanager

@@ -462,18 +462,20 @@ def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_
 
 @pytest.mark.ray
 def test_the_local_instance_starts_without_the_processes_it_does_not_use(ray_instance):
-    """Our own local instance runs no autoscaler monitor and no log monitor (they would start
-    beside the driver's reading of the source), the job has no runtime_env and a worker still
-    imports `pipeline`, the driver's environment is as before, and Ray's parameters class is
-    restored."""
+    """Our own local instance runs no autoscaler monitor, no log monitor and no API server
+    (they would start beside the driver's reading of the source), the job has no runtime_env
+    and a worker still imports `pipeline`, the driver's environment is as before, and Ray's
+    parameters class and node are restored."""
     import ray
+    from ray._private import node as ray_node
     from ray._private import parameter
 
     from pipeline.executor import RayShardWorker
     node = ray._private.worker._global_node
     assert {"gcs_server", "raylet"} <= set(node.all_processes)
-    assert not {"monitor", "log_monitor"} & set(node.all_processes)
+    assert not {"monitor", "log_monitor", "dashboard"} & set(node.all_processes)
     assert parameter.RayParams.__init__.__name__ == "__init__"
+    assert ray_node.Node.start_api_server.__name__ == "start_api_server"
     assert "pipeline" not in os.environ.get("PYTHONPATH", "")
     assert not ray.get_runtime_context().runtime_env.get("env_vars")
     module = ray.get(ray.remote(lambda: RayShardWorker.__module__).remote(), timeout=120)

@@ -195,3 +195,134 @@ def test_pubmed_broken_and_truncated_xml_keep_every_citation_before_the_fault(tm
     ref_docs, ref_aside = _pubmed_parsed(short)
     assert aside[-1] == ref_aside[-1] and aside[-1][1] == "malformed_truncated"
     assert docs[: len(ref_docs)] == ref_docs and len(docs) >= len(ref_docs) > 150
+
+
+# ---- PubMed XML cut here, parsed elsewhere: the same documents, batches and faults -----------
+
+def _up(executor):
+    """The executor with its worker processes started and up."""
+    import time
+    executor.prestart(None)
+    deadline = time.monotonic() + 120
+    while not executor.ready() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert executor.ready()
+    return executor
+
+
+class _StartsLate:
+    """A real local executor (2 worker processes) that reports not ready for its first
+    `calls` questions: the reading meets workers that are still starting."""
+
+    def __init__(self, calls: int):
+        from pipeline.executor import LocalExecutor
+        self.executor = _up(LocalExecutor(2))
+        self.calls = calls
+
+    def ready(self) -> bool:
+        self.calls -= 1
+        return self.calls < 0 and self.executor.ready()
+
+    def __getattr__(self, name):
+        return getattr(self.executor, name)
+
+
+def _pubmed_chunked(path, executor, folder):
+    """pubmed_xml.read with its citations parsed by a ChunkParser: (documents, set aside, batch
+    sizes, chunk files the workers parsed)."""
+    from pathlib import Path
+
+    from pipeline.ingest import ChunkParser
+    from pipeline.readers import pubmed_xml
+    from pipeline.runpath import RunPath
+    parser = ChunkParser(executor, RunPath.of(folder), 100)
+    docs, aside, sizes = [], [], []
+    for b in pubmed_xml.read(Path(path), None, 100, parser):
+        docs.extend(b.table.to_pylist())
+        aside.extend(b.set_aside)
+        sizes.append(b.table.num_rows)
+    assert not (RunPath.of(folder) / "parse").exists() or not (RunPath.of(folder) / "parse").iterdir()
+    return docs, aside, sizes, parser._written
+
+
+def _pubmed_batches(path):
+    from pathlib import Path
+
+    from pipeline.readers import pubmed_xml
+    docs, aside, sizes = [], [], []
+    for b in pubmed_xml.read(Path(path), None, 100):
+        docs.extend(b.table.to_pylist())
+        aside.extend(b.set_aside)
+        sizes.append(b.table.num_rows)
+    return docs, aside, sizes
+
+
+def _fault_variants(tmp_path) -> dict:
+    """The tiny sample as it is, with unusual markup midway (the cut hands over), with a broken
+    tag in citation 201, and as a .gz cut short."""
+    xml = gzip.decompress(TINY.read_bytes())
+    middle = xml.index(b"<PubmedArticle>", len(xml) // 2)
+    starts = [i for i in range(len(xml)) if xml.startswith(b"<PubmedArticle>", i)]
+    broken = xml[:starts[200]] + xml[starts[200]:].replace(b"<PMID Version=\"1\">", b"<PMID Version=\"1\"", 1)
+    whole = gzip.compress(xml, mtime=0)
+    paths = {"plain": _write_xml(tmp_path / "plain.xml.gz", xml),
+             "comment": _write_xml(tmp_path / "comment.xml.gz", xml[:middle] + b"<!-- x -->" + xml[middle:]),
+             "broken": _write_xml(tmp_path / "broken.xml.gz", broken)}
+    paths["short"] = tmp_path / "short.xml.gz"
+    paths["short"].write_bytes(whole[: len(whole) * 2 // 3])
+    return paths
+
+
+def test_pubmed_citations_parsed_in_chunks_give_the_same_batches_and_faults(tmp_path, monkeypatch):
+    """Chunks of 16 citations, windows of 64: each variant's documents, set-aside records (the
+    fault's line among them) and batch boundaries are those of the reader alone, whether the
+    chunks are parsed in this process (one worker) or by two worker processes."""
+    from pipeline.executor import LocalExecutor
+    from pipeline.readers import pubmed_xml
+    monkeypatch.setattr(pubmed_xml, "CHUNK_CITATIONS", 16)
+    paths = _fault_variants(tmp_path)
+    one, two = LocalExecutor(1), _up(LocalExecutor(2))
+    try:
+        for name, path in paths.items():
+            expected = _pubmed_batches(path)
+            assert expected[0] and expected[1], name
+            *here, written = _pubmed_chunked(path, one, tmp_path / f"{name}-1")
+            assert tuple(here) == expected and written == 0, name
+            *there, written = _pubmed_chunked(path, two, tmp_path / f"{name}-2")
+            assert tuple(there) == expected, name
+            assert written > 5, name                  # the workers parsed chunks
+        assert any(r == "malformed_bad_xml" for _, r in _pubmed_batches(paths["broken"])[1])
+        assert any(r == "malformed_truncated" for _, r in _pubmed_batches(paths["short"])[1])
+    finally:
+        two.close()
+
+
+def test_pubmed_chunks_cut_while_the_workers_start_wait_or_are_parsed_here(tmp_path, monkeypatch):
+    """Workers that are not ready for the first questions: the oldest windows are parsed in
+    this process, the later ones by the workers once up; the same batches as the reader
+    alone. A `limit` that stops the reading midway leaves no chunk file behind."""
+    from pipeline.config import InputConfig
+    from pipeline.ingest import ChunkParser
+    from pipeline.readers import pubmed_xml, read_documents
+    from pipeline.runpath import RunPath
+    monkeypatch.setattr(pubmed_xml, "CHUNK_CITATIONS", 16)
+    paths = _fault_variants(tmp_path)
+    late = _StartsLate(calls=6)
+    try:
+        for name in ("plain", "broken"):
+            expected = _pubmed_batches(paths[name])
+            late.calls = 0
+            *got, on_workers = _pubmed_chunked(paths[name], late, tmp_path / f"{name}-up")
+            assert tuple(got) == expected, name
+            late.calls = 10
+            *got, written = _pubmed_chunked(paths[name], late, tmp_path / f"{name}-late")
+            assert tuple(got) == expected, name
+            assert 0 < written < on_workers, name      # some windows parsed here, the rest on the workers
+        folder = RunPath.of(tmp_path / "limited")
+        cfg = InputConfig(paths=[str(paths["plain"])], limit=150)
+        parser = ChunkParser(late, folder, 100)
+        got = [b.table.to_pylist() for b in read_documents(cfg, 100, parser)]
+        assert got == [b.table.to_pylist() for b in read_documents(cfg, 100)]
+        assert not (folder / "parse").exists() or not (folder / "parse").iterdir()
+    finally:
+        late.executor.close()

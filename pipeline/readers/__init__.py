@@ -56,8 +56,9 @@ def expand_paths(paths: list[str]) -> list[Path]:
     return out
 
 
-def read_documents(input_cfg, batch_size: int) -> Iterator[ReaderBatch]:
-    """All documents of the configured input, in file order, as batches."""
+def read_documents(input_cfg, batch_size: int, parser=None) -> Iterator[ReaderBatch]:
+    """All documents of the configured input, in file order, as batches. `parser`: where a
+    PubMed XML file's citations are parsed (pubmed_xml.read; the same batches as without)."""
     from pipeline.readers import arrow, hf, jsonl, parquet, pubmed_xml, text
 
     files = expand_paths(input_cfg.paths)
@@ -74,6 +75,8 @@ def read_documents(input_cfg, batch_size: int) -> Iterator[ReaderBatch]:
             try:
                 if fmt == "arrow":
                     yield from arrow.read([path], batch_size)
+                elif fmt == "pubmed_xml" and parser is not None:
+                    yield from pubmed_xml.read(path, input_cfg, batch_size, parser)
                 else:
                     yield from readers[fmt](path, input_cfg, batch_size)
             except (OSError, EOFError, pa.ArrowException) as exc:
@@ -89,10 +92,12 @@ def _limit(batches: Iterator[ReaderBatch], limit: int | None) -> Iterator[Reader
         yield from batches
         return
     left = limit
+    if left <= 0:
+        return
     for b in batches:
-        if left <= 0:
-            return
         if b.table.num_rows > left:
             b = ReaderBatch(b.table.slice(0, left), b.set_aside)
         left -= b.table.num_rows
         yield b
+        if left <= 0:
+            return                  # before the reader parses a batch more, only to drop it

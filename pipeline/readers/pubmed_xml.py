@@ -131,10 +131,23 @@ DECLARATION = re.compile(rb'^<\?xml[^>]*?encoding=["\']([A-Za-z0-9._-]+)["\'][^>
 def _citations_cut(path: Path, done: list[int]):
     """The same elements as _citations_parsed, found by cutting the byte stream at
     <MedlineCitation ...> ... </MedlineCitation> and parsing each cut alone (in C, with no
-    Python event per element: the whole reader 1.5-1.9x faster on MEDLINE). The bytes between
-    cuts, with an empty element in each cut's place, go through a second expat parser with no
-    handlers, so the whole file is checked for well-formedness as before. `done[0]` counts the
-    citations yielded; anything this path cannot vouch for raises _NotPlain."""
+    Python event per element: the whole reader 1.5-1.9x faster on MEDLINE). `done[0]` counts
+    the citations yielded; anything this path cannot vouch for raises _NotPlain."""
+    for raw in _raw_citations(path, [0]):
+        try:
+            elem = ET.fromstring(raw)
+        except ET.ParseError:
+            raise _NotPlain from None
+        yield elem
+        done[0] += 1
+
+
+def _raw_citations(path: Path, done: list[int]):
+    """Each <MedlineCitation ...> ... </MedlineCitation> of the file, as bytes, in order. The
+    bytes between cuts, with an empty element in each cut's place, go through an expat parser
+    with no handlers, so the whole file is checked for well-formedness as before: a citation
+    is yielded once everything before it passed. `done[0]` counts the citations yielded;
+    anything this path cannot vouch for raises _NotPlain."""
     skeleton = expat.ParserCreate()
     with _opener(path)(path, "rb") as fh:
         try:
@@ -166,11 +179,7 @@ def _citations_cut(path: Path, done: list[int]):
                 end += len(END)
                 _skeleton_feed(skeleton, buf[pos:start])
                 _skeleton_feed(skeleton, EMPTY)
-                try:
-                    elem = ET.fromstring(buf[start:end])
-                except ET.ParseError:
-                    raise _NotPlain from None
-                yield elem
+                yield buf[start:end]
                 done[0] += 1
                 pos = end
             if eof:
@@ -200,19 +209,98 @@ def _skeleton_feed(parser, data: bytes, final: bool = False) -> None:
 
 
 def _citations(path: Path, batcher: RowBatcher):
-    """The fast cut when it can vouch for the file; the incremental parser from where it
-    stopped otherwise (broken or unusual XML: the same elements, errors and lines as ever)."""
+    """Each citation's (pmid, documents): from the fast cut when it can vouch for the file; from
+    the incremental parser from where it stopped otherwise (broken or unusual XML: the same
+    elements, errors and lines as ever)."""
     done = [0]
     try:
-        yield from _citations_cut(path, done)
+        for elem in _citations_cut(path, done):
+            yield _documents(elem)
     except _NotPlain:
-        yield from _citations_parsed(path, batcher, skip=done[0])
+        for elem in _citations_parsed(path, batcher, skip=done[0]):
+            yield _documents(elem)
 
 
-def read(path: Path, cfg, batch_size: int):
+# Citations per chunk a parser elsewhere (a worker) turns into documents.
+CHUNK_CITATIONS = 500
+
+
+def parse_chunk(raws: list[bytes]) -> dict:
+    """Raw citations (from _raw_citations) to their (pmid, documents), in order, up to the first
+    that is not well-formed: "failed_at" is its index in `raws` (None: all were)."""
+    out = []
+    for i, raw in enumerate(raws):
+        try:
+            elem = ET.fromstring(raw)
+        except ET.ParseError:
+            return {"citations": out, "failed_at": i}
+        out.append(_documents(elem))
+    return {"citations": out, "failed_at": None}
+
+
+def _citations_in_chunks(path: Path, batcher: RowBatcher, parser):
+    """The same (pmid, documents) as _citations, in the same order: the cut runs here, the
+    parsing of what it cut elsewhere. Every `parser.window` citations go, in chunks of
+    CHUNK_CITATIONS, to `parser.submit(chunks)`, whose `.result()` is each chunk's parse_chunk
+    result; up to `parser.ahead()` windows are cut before the oldest is handed on (parsed
+    meanwhile, or waiting for workers that are starting); `parser.close()` when the reading
+    ends. Where the cut cannot vouch for the
+    file, or a citation does not parse, what came before it is kept and the incremental
+    parser takes over from there, as in _citations."""
+    from collections import deque
+    pending: list[bytes] = []
+    windows: deque = deque()                     # submitted, not handed on yet, oldest first
+    parsed = 0                                   # citations whose documents were yielded
+    failed = False
+
+    def submit():
+        nonlocal pending
+        chunks = [pending[i:i + CHUNK_CITATIONS] for i in range(0, len(pending), CHUNK_CITATIONS)]
+        pending = []
+        windows.append(parser.submit(chunks))
+
+    def hand_on():
+        nonlocal parsed, failed
+        for result in windows.popleft().result():
+            for item in result["citations"]:
+                yield item
+                parsed += 1
+            if result["failed_at"] is not None:
+                failed = True                    # nothing after it is read from these windows
+                return
+
+    plain = True
+    try:
+        try:
+            for raw in _raw_citations(path, [0]):
+                pending.append(raw)
+                if len(pending) >= parser.window:
+                    submit()
+                    while len(windows) > parser.ahead() and not failed:
+                        yield from hand_on()
+                    if failed:
+                        break
+        except _NotPlain:
+            plain = False                        # what was cut before the fault is still read
+        if pending and not failed:
+            submit()
+        while windows and not failed:
+            yield from hand_on()
+    finally:
+        for window in windows:                   # stopped early (a `limit`, a fault): not wanted
+            window.abandon()
+        parser.close()                           # every map under way has ended, its files gone
+    if failed or not plain:
+        for elem in _citations_parsed(path, batcher, skip=parsed):
+            yield _documents(elem)
+
+
+def read(path: Path, cfg, batch_size: int, parser=None):
+    """The file's documents in batches. `parser`: where the citations are parsed (see
+    _citations_in_chunks; the documents and batches are the same as without)."""
     batcher = RowBatcher(SCHEMA, batch_size)
-    for elem in _citations(path, batcher):
-        pmid, docs = _documents(elem)
+    citations = _citations(path, batcher) if parser is None else _citations_in_chunks(path, batcher, parser)
+    for pmid, docs in citations:
         if pmid and not docs:
             batcher.aside(f"pmid:{pmid}", "no_abstract")
         for doc in docs:
