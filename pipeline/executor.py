@@ -113,11 +113,7 @@ def _leave_now() -> None:
 
 
 def _started() -> None:
-    """WorkerPool.warm's task: the process is up (its initializer ran), with the modules every
-    stage's first task would import (and the source's reading) loaded, so that a task given
-    once it has run starts at once (LocalExecutor.ready)."""
-    import pipeline.ingest  # noqa: F401
-    import pipeline.stages.base  # noqa: F401
+    """WorkerPool.warm's task: the process is up (its initializer ran)."""
 
 
 def _bind_stage(key: int, stage_blob: bytes) -> None:
