@@ -91,9 +91,7 @@ def _limit(batches: Iterator[ReaderBatch], limit: int | None) -> Iterator[Reader
     if limit is None:
         yield from batches
         return
-    left = limit
-    if left <= 0:
-        return
+    left = limit                    # >= 1: the config validates it
     for b in batches:
         if b.table.num_rows > left:
             b = ReaderBatch(b.table.slice(0, left), b.set_aside)

@@ -133,7 +133,7 @@ def _citations_cut(path: Path, done: list[int]):
     <MedlineCitation ...> ... </MedlineCitation> and parsing each cut alone (in C, with no
     Python event per element: the whole reader 1.5-1.9x faster on MEDLINE). `done[0]` counts
     the citations yielded; anything this path cannot vouch for raises _NotPlain."""
-    for raw in _raw_citations(path, [0]):
+    for raw in _raw_citations(path):
         try:
             elem = ET.fromstring(raw)
         except ET.ParseError:
@@ -142,12 +142,12 @@ def _citations_cut(path: Path, done: list[int]):
         done[0] += 1
 
 
-def _raw_citations(path: Path, done: list[int]):
+def _raw_citations(path: Path):
     """Each <MedlineCitation ...> ... </MedlineCitation> of the file, as bytes, in order. The
     bytes between cuts, with an empty element in each cut's place, go through an expat parser
     with no handlers, so the whole file is checked for well-formedness as before: a citation
-    is yielded once everything before it passed. `done[0]` counts the citations yielded;
-    anything this path cannot vouch for raises _NotPlain."""
+    is yielded once everything before it passed; anything this path cannot vouch for raises
+    _NotPlain."""
     skeleton = expat.ParserCreate()
     with _opener(path)(path, "rb") as fh:
         try:
@@ -180,7 +180,6 @@ def _raw_citations(path: Path, done: list[int]):
                 _skeleton_feed(skeleton, buf[pos:start])
                 _skeleton_feed(skeleton, EMPTY)
                 yield buf[start:end]
-                done[0] += 1
                 pos = end
             if eof:
                 break
@@ -244,9 +243,8 @@ def _citations_in_chunks(path: Path, batcher: RowBatcher, parser):
     CHUNK_CITATIONS, to `parser.submit(chunks)`, whose `.result()` is each chunk's parse_chunk
     result; up to `parser.ahead()` windows are cut before the oldest is handed on (parsed
     meanwhile, or waiting for workers that are starting); `parser.close()` when the reading
-    ends. Where the cut cannot vouch for the
-    file, or a citation does not parse, what came before it is kept and the incremental
-    parser takes over from there, as in _citations."""
+    ends. Where the cut cannot vouch for the file, or a citation does not parse, what came
+    before it is kept and the incremental parser takes over from there, as in _citations."""
     from collections import deque
     pending: list[bytes] = []
     windows: deque = deque()                     # submitted, not handed on yet, oldest first
@@ -272,7 +270,7 @@ def _citations_in_chunks(path: Path, batcher: RowBatcher, parser):
     plain = True
     try:
         try:
-            for raw in _raw_citations(path, [0]):
+            for raw in _raw_citations(path):
                 pending.append(raw)
                 if len(pending) >= parser.window:
                     submit()
