@@ -132,6 +132,16 @@ class DocumentCache:
         self._keys = all_keys[order]
         self._where = (np.concatenate(where) if where else np.empty((0, 2), np.int64))[order]
 
+    def has(self, keys: list[bytes]) -> np.ndarray:
+        """Whether each key has an entry (the index only: no values are read)."""
+        if self._keys is None:
+            self._load_index()
+        if not len(self._keys) or not keys:
+            return np.zeros(len(keys), bool)
+        wanted = np.array(keys, dtype="S16")
+        pos = np.minimum(np.searchsorted(self._keys, wanted), len(self._keys) - 1)
+        return self._keys[pos] == wanted
+
     def get(self, keys: list[bytes]) -> list[dict | None]:
         """The cached values (a dict of the value columns) of each key, or None."""
         if self._keys is None:

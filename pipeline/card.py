@@ -179,10 +179,12 @@ def _eos(run_dir: RunPath, config) -> tuple[str | None, int | None]:
     tok_dir = run_dir / "tokenizer"
     tcfg = _read_json(tok_dir / "tokenizer_config.json") or {}
     eos = tcfg.get("eos_token") or _stage_option(config, "eos_token")
-    eos_id = None
-    if (tok_dir / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-        eos_id = Tokenizer.from_str((tok_dir / "tokenizer.json").read_text()).token_to_id(eos)
+    # A special token's id is in tokenizer_config.json; another token's, in the tokenizer.
+    eos_id = next((int(i) for i, t in (tcfg.get("added_tokens_decoder") or {}).items()
+                   if isinstance(t, dict) and t.get("content") == eos), None)
+    if eos_id is None and (tok_dir / "tokenizer.json").is_file():
+        from pipeline.stages.tokenizer import tokenizer_from_json
+        eos_id = tokenizer_from_json((tok_dir / "tokenizer.json").read_text()).token_to_id(eos)
     return eos, eos_id
 
 

@@ -5,7 +5,9 @@ the driver only hands out tasks and commits.
 
 An executor knows no stage: it wraps any object with `name`, `config`, `ctx`, `setup()`,
 `methods_without_setup` and task methods (`method(task) -> dict`), built in each worker as
-`type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`.
+`type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`; a stage may
+say that a task loads no model (`runs_without_models(method, task)`), and the local driver
+then runs such tasks itself while its worker processes start.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
 - ray: one pool of Ray actors per run (RayActorPool), started as stages need them and rebound
@@ -63,6 +65,13 @@ def needs_setup(stage, method: str) -> bool:
     """Whether workers load the stage's models before running `method` (a threshold-only
     rerun decides again from stored scores: it never loads the model)."""
     return method not in stage.methods_without_setup
+
+
+def runs_without_models(stage, method: str, task) -> bool:
+    """Whether `method` on `task` loads no model (Stage.runs_without_models; an object
+    without it: a method without setup)."""
+    probe = getattr(stage, "runs_without_models", None)
+    return probe(method, task) if callable(probe) else not needs_setup(stage, method)
 
 
 def loads_models(stage) -> bool:
@@ -201,29 +210,29 @@ class LocalExecutor:
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
-        if workers > 1 and self._pool is None and not needs_setup(stage, method):
-            # Tasks that load no model (a filter deciding again from its stored scores) cost
-            # less than starting the processes: this process runs them while the processes
-            # start for the stages after it (a retune's first stage).
-            self.prestart(stage)
-            workers = 1
         shown = MapProgress(stage, method, tasks, workers)
-        if workers == 1:
-            if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
-                try:
-                    stage.setup()
-                except Exception as exc:
-                    raise StageFailed(setup_failure(stage.name, exc)) from exc
-                stage._set_up = True
+        here = len(tasks) if workers == 1 else 0
+        if workers > 1 and not self.ready() and runs_without_models(stage, method, tasks[0]):
+            # Tasks that load no model (a filter deciding again from its stored scores, phi
+            # answered by its cache, the global stages on a retune's few documents) cost less
+            # than waiting for the processes: this process runs them while the processes
+            # start, and hands the rest over once they are up.
+            self.prestart(stage)
+            here = 1
+        i = 0
+        if here:
             progress.set_sink(shown.report)
             try:
-                for i, task in enumerate(tasks):
-                    result = run_task(stage, method, task, shown.key(i))
+                while i < len(tasks) and (i < here or (not self.ready() and runs_without_models(stage, method, tasks[i]))):
+                    self._set_up_here(stage, method)
+                    result = run_task(stage, method, tasks[i], shown.key(i))
                     shown.done(i)
+                    i += 1
                     yield result
             finally:
                 progress.set_sink(None)
-            return
+            if i == len(tasks):
+                return
         if self._stage is not stage:
             import pickle
             self._stage, self._stage_key = stage, self._stage_key + 1
@@ -232,10 +241,20 @@ class LocalExecutor:
         if self._pool is None:
             self._pool = WorkerPool(self.num_proc)
         try:
-            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, method, tasks, shown)
+            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, method, tasks[i:], shown, first=i)
         except BaseException:
             self._close_pool()           # a broken or interrupted pool is not reused
             raise
+
+    @staticmethod
+    def _set_up_here(stage, method: str) -> None:
+        """The stage's setup() in this process, once, before a task that needs it."""
+        if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
+            try:
+                stage.setup()
+            except Exception as exc:
+                raise StageFailed(setup_failure(stage.name, exc)) from exc
+            stage._set_up = True
 
     def _close_pool(self) -> None:
         if self._pool is not None:
@@ -288,7 +307,8 @@ class WorkerPool:
                 self.shown.report(*item)
 
     def map(self, stage_name: str, key: int, stage_blob: bytes, method: str, tasks: list[dict],
-            shown: MapProgress | None = None):
+            shown: MapProgress | None = None, first: int = 0):
+        """Results of `tasks` in order; `first`: the map's index of tasks[0] (for progress)."""
         from collections import deque
         from concurrent.futures.process import BrokenProcessPool
         self.stage_name = stage_name
@@ -297,12 +317,12 @@ class WorkerPool:
         for i, task in enumerate(tasks):
             try:
                 future = self.executor.submit(_task_in_worker, key, stage_blob, method, task,
-                                              shown.key(i) if shown else None)
+                                              shown.key(first + i) if shown else None)
             except BrokenProcessPool:
                 raise StageFailed(self._death()) from None
             # The executor starts workers as tasks arrive: note each one, to tell how it ended.
             self.processes.update(self.executor._processes or {})
-            in_flight.append((i, future))
+            in_flight.append((first + i, future))
             while len(in_flight) > 2 * self.num_proc:
                 yield self._done(*in_flight.popleft())
         while in_flight:

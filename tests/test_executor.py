@@ -429,6 +429,40 @@ def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_ne
         executor.close()
 
 
+class SlowLightStage(CountingStage):
+    """Tasks that load no model and take a while: the driver runs them until the workers are up."""
+    name = "slow_light"
+
+    def where_without_models(self, task):
+        import time
+        time.sleep(task.params["sleep"])
+        return {"pid": os.getpid(), "shard": task.params["i"]}
+
+
+def test_the_driver_runs_tasks_without_models_until_the_workers_are_up_then_hands_them_over(tmp_path):
+    from pipeline.executor import LocalExecutor
+    from pipeline.runpath import RunPath
+    from pipeline.tasks import ShardTask
+    executor = LocalExecutor(num_proc=2)
+    try:
+        stage = SlowLightStage({"log": str(tmp_path / "setups.log")}, None)
+        # 16 x 0.4 s here would be 6.4 s; the processes start in well under that.
+        tasks = [ShardTask(RunPath.of(tmp_path), params={"i": i, "sleep": 0.4}) for i in range(16)]
+        results = list(executor.map(stage, "where_without_models", tasks))
+        assert [r["shard"] for r in results] == list(range(16))               # task order
+        pids = [r["pid"] for r in results]
+        here = pids.index(next(p for p in pids if p != os.getpid()))
+        # A prefix ran here while the processes started; every task after it ran in them.
+        assert here >= 1 and pids[:here] == [os.getpid()] * here
+        assert os.getpid() not in pids[here:] and set(pids[here:]) <= set(executor._pool.processes)
+        assert not (tmp_path / "setups.log").exists()
+        # Once they are up, a stage's tasks go to them from the first.
+        again = list(executor.map(stage, "where_without_models", tasks[:4]))
+        assert os.getpid() not in {r["pid"] for r in again}
+    finally:
+        executor.close()
+
+
 @pytest.mark.ray
 def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_stage(ray_instance, tmp_path):
     import ray

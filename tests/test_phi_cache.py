@@ -15,6 +15,7 @@ from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
 from pipeline.config import load_config
 from pipeline.phi.engine import PhiEngine
 from pipeline.runner import run_chain
+from pipeline.runpath import RunPath
 
 DEV = ROOT / "data/deid-dev"
 PHI = "stages/03_phi"
@@ -223,3 +224,41 @@ def test_a_file_renamed_by_another_worker_while_the_cache_sizes_itself_counts_no
     assert fresh.put([b"j" * 16], {"text": pa.array(["two"])})
     assert fresh.get([b"j" * 16])[0] is not None
 
+
+
+def test_a_shard_the_cache_answers_whole_needs_no_engine(tmp_path, notes, monkeypatch):
+    """A rerun's phi shard whose every text the cache holds runs without models (the local
+    executor's driver runs such tasks while its workers start): setup() opens the cache, the
+    engine never loads, the bytes are those the engine gave. A shard with one text the cache
+    lacks needs the engine, and so does any shard with surrogates."""
+    from pipeline.runner import make_stage, stage_dirs_for
+    from pipeline.tasks import InputShard, ShardTask
+    config = load_config(_config(tmp_path, "run", write_jsonl(tmp_path / "in.jsonl", notes[:2]), min_words=0))
+
+    def shard(name: str, rows: list[dict]) -> ShardTask:
+        path = tmp_path / f"{name}.arrow"
+        table = pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]})
+        with pa.ipc.new_stream(str(path), table.schema) as writer:
+            writer.write_table(table)
+        return ShardTask(RunPath.of(tmp_path / f"out-{name}"), InputShard(name, RunPath.of(path)), batch_size=8)
+    seen, more = shard("seen", notes[:10]), shard("more", notes[:11])
+    phi = make_stage(config, config.stage("phi"), stage_dirs_for(config))
+    assert not phi.runs_without_models("process_shard", seen)          # an empty cache
+    phi.setup()
+    phi.process_shard(seen)
+
+    again = make_stage(config, config.stage("phi"), stage_dirs_for(config))
+    assert again.runs_without_models("process_shard", seen)
+    assert not again.runs_without_models("process_shard", more)
+    assert not again.runs_without_models("score_shard", seen)
+
+    def no_engine(self):
+        raise AssertionError("the engine was loaded for a shard the cache answers")
+    monkeypatch.setattr(PhiEngine, "setup", no_engine)
+    again.setup()
+    marker = again.process_shard(ShardTask(RunPath.of(tmp_path / "out-again"), seen.shard, batch_size=8))
+    assert marker["stats"]["cache.hits"] == marker["docs_in"] == 10
+    assert read_arrow_dir(tmp_path / "out-again" / "data") == read_arrow_dir(tmp_path / "out-seen" / "data")
+    # Surrogates are built at setup: never without models.
+    again.config = again.config.model_copy(update={"mode": "surrogate"})
+    assert not again.runs_without_models("process_shard", seen)

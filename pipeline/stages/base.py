@@ -106,6 +106,13 @@ class Stage:
         """Whether setup() loads anything: a class of its own defines it (this one does nothing)."""
         return cls.setup is not Stage.setup
 
+    def runs_without_models(self, method: str, task) -> bool:
+        """Whether `method` on `task` loads no model in the process that runs it: the local
+        executor's driver runs such tasks itself while its workers start (a retune's stages
+        after the threshold). A method that needs no setup, or a stage whose setup() loads
+        nothing; phi: a shard that its cache answers whole."""
+        return method in self.methods_without_setup or not self.loads_models()
+
     # -- what the stage's output depends on, besides its options, input, code and engines --
     def fingerprint_files(self) -> list[Path]:
         """Files the stage reads besides its input (models, a tokenizer.json): their content,

@@ -33,7 +33,7 @@ from pipeline.errors import UserError
 from pipeline.mixing import shuffle_keys
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.stages.split import SPLITS
-from pipeline.stages.tokenizer import TOKENIZER_FILE
+from pipeline.stages.tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizers_threads
 from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
 from pipeline.shards import WRITE_CHUNK
 from pipeline.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
@@ -155,14 +155,12 @@ class Pack(GlobalStage):
     publishes = {"final": "final"}
 
     def _tokenizer(self):
-        from tokenizers import Tokenizer
-
         # The runner resolves which tokenizer.json (the one the tokenizer stage publishes).
         path = self.ctx.read_paths.get(TOKENIZER_FILE)
         if path is None or not as_run_path(path).exists():
             where = path or self.ctx.run_dir / "tokenizer" / TOKENIZER_FILE
             raise UserError(f"pack needs a tokenizer: {where} does not exist; run the tokenizer stage first")
-        return Tokenizer.from_str(as_run_path(path).read_text())
+        return tokenizer_from_json(as_run_path(path).read_text())
 
     # -- 1. map: tokenize one input shard ----------------------------------------------------
     def tokenize_shard(self, task) -> dict:
@@ -176,6 +174,7 @@ class Pack(GlobalStage):
             # No offsets needed: the fast path skips computing them (tokenizers >= 0.21).
             self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
         shuffle = task.params["shuffle"]
+        threads = task.params.get("encode_threads", 1)
         sources = task.params.get("sources") or []
         src = sources.index(source_of_shard(task.shard.name)) if sources else 0
         parts: list[pa.Table] = []
@@ -185,8 +184,9 @@ class Pack(GlobalStage):
                 split = pc.if_else(pc.equal(table["split"], "validation"), 1, 0).cast(pa.int8())
             else:
                 split = pa.array(np.zeros(table.num_rows, np.int8))
-            ids = pa.array([e.ids for e in self._encode(table["text"].to_pylist(), add_special_tokens=False)],
-                           pa.list_(pa.int32()))
+            with tokenizers_threads(threads):
+                encodings = self._encode(table["text"].to_pylist(), add_special_tokens=False)
+            ids = pa.array([e.ids for e in encodings], pa.list_(pa.int32()))
             n = table.num_rows
             keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed) if shuffle else np.zeros(n, np.uint64)
             parts.append(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
@@ -298,7 +298,11 @@ class Pack(GlobalStage):
         if mix and not cfg.shuffle:
             raise UserError("stages.pack.shuffle: false: a mix interleaves its sources by the shuffle; "
                             "set shuffle: true (or drop mix:)")
-        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle, **({"sources": sorted(mix)} if mix else {}))
+        # With workers, each encodes on two threads: two workers on two cores lose nothing to
+        # it, and the last shards, once the other workers are done, take half the time.
+        encode_threads = min(2, inputs.driver_threads(self))
+        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle, encode_threads=encode_threads,
+                   **({"sources": sorted(mix)} if mix else {}))
         names = inputs.names()
         mix_plan = self._repeat(inputs, work, names) if mix else None
         original_rows = None

@@ -126,11 +126,29 @@ class PhiDeidentify(DocumentStage):
             from pipeline.phi.secret import load_phi_key
             from pipeline.phi.surrogates import Surrogates
             self.surrogates = Surrogates(load_phi_key(self.config.key_file), Faker("en_US"), lexicon().given)
-        self.cache = self._open_cache()
+        self.cache = getattr(self, "_probed_cache", None) or self._open_cache()
         self.cache_counts: Counter = Counter()
         if self.cache is None or self.config.meta_fields == "redact":
             self.engine                  # a model that cannot load fails here, at setup
         self.ids_and_meta = self._ids_and_meta()
+
+    def runs_without_models(self, method: str, task) -> bool:
+        """A shard whose every text the cache holds (a rerun after a threshold changed
+        upstream): setup() then opens the cache and the engine never loads, so the driver may
+        run it while the workers start. Not with surrogates (setup builds them) or with
+        meta_fields redacted (the engine reads them)."""
+        if method != "process_shard" or self.config.mode == "surrogate" or self.config.meta_fields == "redact" \
+                or task.shard is None:
+            return False
+        if getattr(self, "_probed_cache", None) is None:
+            self._probed_cache = self._open_cache()
+        if self._probed_cache is None:
+            return False
+        from pipeline.cache import document_keys
+        from pipeline.shards import read_shard
+        # Outside a task, reading reports no progress.
+        texts = [t for table in read_shard(task.shard.path) for t in table["text"].to_pylist()]
+        return bool(self._probed_cache.has(document_keys(texts)).all())
 
     def _open_cache(self):
         """The results of earlier runs with this configuration (pipeline/cache.py): the

@@ -28,6 +28,30 @@ TOKENIZER_FILE = "tokenizer.json"
 # eos/bos/unk/pad and the context length (transformers 4.x refuses a folder without them).
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+# The tokenizer.json text parsed last in this process, and its Tokenizer (tokenizer_from_json).
+_parsed: dict[bytes, object] = {}
+
+
+def tokenizer_from_json(text: str):
+    """The Tokenizer of a tokenizer.json text, parsed once per process: the driver's pack and
+    the dataset card read the file the tokenizer stage has just written (28,000 merges take
+    ~35 ms to parse, each time). Callers only read it (ids, vocabulary, encodings)."""
+    import xxhash
+    from tokenizers import Tokenizer
+    key = xxhash.xxh3_128_digest(text.encode("utf-8"))
+    if key not in _parsed:
+        _parsed.clear()
+        _parsed[key] = Tokenizer.from_str(text)
+    return _parsed[key]
+
+
+def _remember(text: str, tok) -> None:
+    """`tok` is what tokenizer_from_json(text) would parse (the stage wrote text from it)."""
+    import xxhash
+    _parsed.clear()
+    _parsed[xxhash.xxh3_128_digest(text.encode("utf-8"))] = tok
+
+
 # What the run's own tokenizer is called in the comparison, by mode.
 RUN_NAME = {"train": "trained", "load": "loaded", "extend": "extended"}
 # Extension learns merges over base-token symbols: base id i is the character chr(SYMBOL_BASE + i),
@@ -303,7 +327,9 @@ def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_l
     if cfg.pad_token is not None:
         special["pad_token"] = cfg.pad_token
     extra = [t for t in placeholders if tok.token_to_id(t) is not None]
-    added = json.loads(tok.to_str())["added_tokens"]
+    added = [{"id": i, "content": a.content, "lstrip": a.lstrip, "normalized": a.normalized, "rstrip": a.rstrip,
+              "single_word": a.single_word, "special": a.special}
+             for i, a in sorted(tok.get_added_tokens_decoder().items())]
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **special,
@@ -464,7 +490,9 @@ class TrainTokenizer(GlobalStage):
         if cfg.mode == "load" and not stats["special_tokens_added"]:
             target.write_bytes(Path(cfg.tokenizer_path).read_bytes())     # used as it is: the same bytes
         else:
-            target.write_text(tok.to_str(pretty=True))      # what Tokenizer.save writes
+            text = tok.to_str(pretty=True)                # what Tokenizer.save writes
+            target.write_text(text)
+            _remember(text, tok)
         pack = self.ctx.upstream.get("pack")
         for name, content in transformers_files(tok, cfg, placeholders, pack.seq_len if pack else None).items():
             write_json(output.folder / name, content)
