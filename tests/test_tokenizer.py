@@ -19,16 +19,30 @@ from pipeline.tokenizer_compare import gpt2_tokenizer
 
 
 def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, cache: dict | None = None,
-                  driver_threads: int = 1, **options) -> tuple[dict, object]:
+                  driver_threads: int = 1, shard_rows: int | None = None, **options) -> tuple[dict, object]:
     """Runs the stage on these documents; returns (stats, the saved tokenizer). `cache`: the
     run's cache (ctx.cache: root, direct, max_mb); `driver_threads`: what the run's workers
-    would give the stage's work on the driver."""
+    would give the stage's work on the driver; `shard_rows`: documents per input shard (one
+    shard when None)."""
     from tokenizers import Tokenizer
 
     cols = {"id": [f"d{i}" for i in range(len(texts))], "text": texts}
     if splits is not None:
         cols["split"] = splits
-    inputs = shard_inputs(pa.table(cols), tmp_path / "input", batch_size=100)
+    if shard_rows is None:
+        inputs = shard_inputs(pa.table(cols), tmp_path / "input", batch_size=100)
+    else:
+        from pipeline.inputs import StageInputs
+        from pipeline.runpath import RunPath
+        from pipeline.shards import ShardWriter
+        from pipeline.tasks import InputShard
+        writer = ShardWriter(tmp_path / "input", None, shard_rows)
+        writer.write(pa.table(cols))
+        writer.close()
+        names = writer.names
+        inputs = StageInputs([InputShard(n, RunPath.of(tmp_path / "input" / f"{n}.arrow"),
+                                         min(shard_rows, len(texts) - i * shard_rows)) for i, n in enumerate(names)],
+                             batch_size=100)
     folder = tmp_path / "stages" / "10_tokenizer"
     ctx = RunContext(run_dir=tmp_path, seed=1, cache=cache or {})
     output = StageOutput(folder, keep_removed_text=False)
@@ -156,17 +170,17 @@ def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt
 
 def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_texts, monkeypatch):
     """With the workers' cores (driver threads), the general tokenizers are measured in a thread
-    while the run's tokenizer trains on all of them: the same comparison, the same tokenizer."""
+    while the run's tokenizer learns its merges (on one thread: from word counts, threads only
+    slow the merges down): the same comparison, the same tokenizer."""
     import pipeline.stages.tokenizer as stage
 
-    monkeypatch.setattr(stage, "THREADED_TRAINING_MIN_DOCS", 1)      # threaded training on a small corpus
     texts = english_texts[:240]
     splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
     runs = {}
     for n in (1, 3):
         stats, _ = run_tokenizer(tmp_path / str(n), texts, splits, driver_threads=n, vocab_size=3000)
         runs[n] = stats
-    assert runs[1]["training_threads"] == 1 and runs[3]["training_threads"] == 3
+    assert runs[1]["training_threads"] == runs[3]["training_threads"] == 1
     for key in ("comparison", "comparison_examples", "comparison_corpus", "vocab_size", "trained_on_docs"):
         assert runs[3][key] == runs[1][key], key
     assert set(runs[3]["comparison"]) == {"trained", "gpt2", "cl100k", "o200k"}
@@ -178,7 +192,7 @@ def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_te
     import os
     assert os.environ["TOKENIZERS_PARALLELISM"] == "false"              # serial again after training
     # With every general tokenizer's figures in the run's cache there is nothing to measure
-    # beside training: no thread for it, and both threads train.
+    # beside training: no thread for it.
     import threading
     measured_in = []
     measure = stage._References._measure
@@ -188,8 +202,8 @@ def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_te
     first, _ = run_tokenizer(tmp_path / "c1", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
     again, _ = run_tokenizer(tmp_path / "c2", texts, splits, cache=cache, driver_threads=2, vocab_size=3000)
     assert measured_in == ["medprep-tokenizer-compare", threading.current_thread().name]
-    assert (first["training_threads"], first["comparison_cache"]) == (2, {"hits": 0, "misses": 4})
-    assert (again["training_threads"], again["comparison_cache"]) == (2, {"hits": 4, "misses": 0})
+    assert first["comparison_cache"] == {"hits": 0, "misses": 4}
+    assert again["comparison_cache"] == {"hits": 4, "misses": 0}
     assert again["comparison"] == first["comparison"] == runs[1]["comparison"]
 
 
@@ -290,3 +304,52 @@ def test_a_mix_weights_the_sample_the_tokenizer_learns_from(tmp_path, english_te
     assert mixed["trained_on_docs"] > 200 + 3 * 100 and plain["trained_on_docs"] == 203 and "mix_sample" not in plain
     for word in (" afebrile", " hemodynamically"):
         assert len(mixed_tok.encode(word).ids) == 1 and len(plain_tok.encode(word).ids) > 2, word
+
+
+def test_training_from_the_workers_word_counts_is_training_on_the_texts(english_texts):
+    """The stage trains from the words its tasks count (pipeline/word_counts.py): the same
+    tokenizer.json as HF tokenizers trained on the texts, on real abstracts with text that
+    puts the two pre-tokenizers apart (letters of a recent Unicode version, which Oniguruma
+    and `regex` classify differently), odd white space, contractions, digits and emoji. A
+    text counted `times` times is that many copies of it."""
+    from pipeline.stages.tokenizer import build_trainer
+    from pipeline.word_counts import WordCounter, merge_counts, train_from_counts
+    odd = ["The patient\u0558s label \u0558\u0559 read 12,5\u00a0mg\u2009/\u2009kg.", "We're done; they'll see \U00010940\U00010941.",
+           "Tabs\tand\r\nnew\n\n  lines \u3000 ideographic space, \u2028 separator", "Emoji 🧬🧪 and µg/mL ≥ 3·10⁻⁵ (p<0.05)"]
+    texts = english_texts[:300] + odd * 3
+    cfg = TokenizerConfig(vocab_size=2000)
+    reference, trainer = build_trainer(cfg)
+    reference.train_from_iterator([texts[i:i + 50] for i in range(0, len(texts), 50)], trainer=trainer)
+
+    first, second = WordCounter(), WordCounter()
+    first.add(texts[:150])
+    second.add(texts[150:])
+    assert {c for c, agrees in second._agrees.items() if not agrees} >= {"\u0558", "\U00010940"}
+    ours, trainer = build_trainer(cfg)
+    train_from_counts(ours, trainer, merge_counts([first.table(), second.table()]))
+    assert ours.to_str() == reference.to_str()
+    assert ours.pre_tokenizer.__class__.__name__ == "ByteLevel"           # set back after training
+
+    thrice, copies = WordCounter(), WordCounter()
+    thrice.add(texts[:40], 3)
+    copies.add(texts[:40] * 3)
+    by_word = lambda t: sorted(zip(t["word"].to_pylist(), t["count"].to_pylist()))
+    assert by_word(thrice.table()) == by_word(copies.table()) and thrice.docs == copies.docs == 120
+
+
+def test_a_retune_counts_again_only_the_shards_whose_training_texts_changed(tmp_path, english_texts):
+    """Word counts are kept in the run's cache by the texts counted: a rerun on a train split
+    that lost one document counts that document's shard again and reads the others back, and
+    trains the tokenizer a fresh run trains."""
+    texts = english_texts[:300]
+    cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100, "namespace": "test"}
+    run_tokenizer(tmp_path / "first", texts, cache=cache, shard_rows=100, vocab_size=2000)
+    entries = sorted((tmp_path / "run/cache/tokenizer_words/test").glob("*.arrow"))
+    assert len(entries) == 3                                  # one per input shard of 100
+    fewer = texts[:150] + texts[151:]
+    stats, retuned = run_tokenizer(tmp_path / "retune", fewer, cache=cache, shard_rows=100, vocab_size=2000)
+    after = sorted((tmp_path / "run/cache/tokenizer_words/test").glob("*.arrow"))
+    assert set(entries) < set(after) and len(after) == 5      # shards 2 and 3 changed; shard 1 did not
+    assert "cache/tokenizer_words/test" in stats["cache_keys"] and stats["trained_on_docs"] == 299
+    _, fresh = run_tokenizer(tmp_path / "fresh", fewer, shard_rows=100, vocab_size=2000)
+    assert retuned.to_str() == fresh.to_str()

@@ -343,6 +343,32 @@ def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_l
     return {TOKENIZER_CONFIG_FILE: config, SPECIAL_TOKENS_MAP_FILE: {**special, "additional_special_tokens": extra}}
 
 
+def _read_counts(path) -> pa.Table | None:
+    """A cache entry of word counts, or None where it cannot be read (it is counted again)."""
+    from pipeline.word_counts import COUNTS_SCHEMA
+    try:
+        with path.open_input() as fh:
+            table = pa.ipc.open_file(fh).read_all()
+    except (OSError, pa.ArrowInvalid):
+        return None
+    return table if table.schema.equals(COUNTS_SCHEMA) else None
+
+
+def _write_counts(path, table: pa.Table) -> None:
+    """The entry written whole under a temporary name, then renamed: a reader never sees half."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
+def _sample_shares(sample: dict, after: dict) -> None:
+    """The mix sample's bytes per source as trained on, and their shares."""
+    total = sum(after.values())
+    sample.update(bytes_after=after, share={s: round(b / total, 6) if total else 0.0 for s, b in after.items()})
+
+
 class TrainTokenizer(GlobalStage):
     name = "tokenizer"
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
@@ -372,21 +398,104 @@ class TrainTokenizer(GlobalStage):
         from pipeline.phi.placeholders import placeholder_tokens
         return placeholder_tokens()
 
+    def _sample_fraction(self, inputs) -> float | None:
+        """The share of the documents the tokenizer's sample takes (train_sample_docs)."""
+        if self.config.train_sample_docs is not None and inputs.total:
+            return self.config.train_sample_docs / inputs.total
+        return None
+
+    def _train_rows(self, table: pa.Table, fraction: float | None) -> pa.Table:
+        """The table's train documents, sampled to `fraction`."""
+        if "split" in table.column_names:
+            table = table.filter(pc.equal(table["split"], "train"))
+        if fraction is not None and fraction < 1.0:
+            from pipeline.stages.split import assign_splits
+            # The same keyed hash as the split, with another seed: a sample by id.
+            table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
+        return table
+
     def _train_tables(self, inputs) -> Iterator[tuple[str | None, pa.Table]]:
         """(source, train documents) per table: the train split, sampled to about
         train_sample_docs. The source is the shard's (None in a one-source run)."""
         from pipeline.documents import source_of_shard
-        fraction = None
-        if self.config.train_sample_docs is not None and inputs.total:
-            fraction = self.config.train_sample_docs / inputs.total
+        fraction = self._sample_fraction(inputs)
         for shard, table in inputs.shard_tables():
-            if "split" in table.column_names:
-                table = table.filter(pc.equal(table["split"], "train"))
-            if fraction is not None and fraction < 1.0:
-                from pipeline.stages.split import assign_splits
-                # The same keyed hash as the split, with another seed: a sample by id.
-                table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
-            yield source_of_shard(shard.name), table
+            yield source_of_shard(shard.name), self._train_rows(table, fraction)
+
+    def _copies(self, table: pa.Table, epochs: float | None) -> list[pa.Table]:
+        """The train documents as often as the sample takes them: once; with a mix (`epochs`,
+        their source's), whole copies, then for the fraction the documents whose seeded draw
+        (a hash of the run seed and the id, as pack's repeated copies) falls below it."""
+        copies = [table]
+        if epochs is not None:
+            from pipeline.mixing import partial_draws, shuffle_keys
+            whole = int(math.floor(epochs + 1e-9))
+            copies += [table for _ in range(1, whole)]
+            if epochs - whole > 1e-9:
+                keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
+                copies.append(table.filter(pa.array(partial_draws(keys, whole) < epochs - whole)))
+        return [part for part in copies if part.num_rows]
+
+    def count_words_shard(self, task) -> dict:
+        """The input shard passed through as this stage's output shard, and the words of its
+        documents in the tokenizer's sample counted (pipeline/word_counts.py): the marker,
+        with `words` (word, count), `train_docs` and `train_bytes`. The counts are kept in the
+        run's cache by the texts counted: a retune whose change left a shard's training
+        texts as they were reads them back (the shards it changed are counted again)."""
+        import xxhash
+
+        from pipeline.documents import source_of_shard
+        from pipeline.tasks import rewrite_shard
+        epochs = (task.params.get("epochs") or {}).get(source_of_shard(task.shard.name))
+        counted: list[tuple[list[str], int]] = []          # (texts, times)
+        nbytes = 0
+        key = xxhash.xxh3_128()
+
+        def collect(table: pa.Table, row0: int) -> pa.Table:
+            nonlocal nbytes
+            train = self._train_rows(table, task.params.get("fraction"))
+            if train.num_rows:
+                parts = self._copies(train, epochs)
+                # Whole copies are the same texts: counted once, times their number.
+                whole = sum(part is train for part in parts)
+                counted.append((train["text"].to_pylist(), whole))
+                counted.extend((part["text"].to_pylist(), 1) for part in parts if part is not train)
+                nbytes += sum(int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
+                              for part in parts)
+            return table
+        marker = rewrite_shard(self, task, collect)
+        for texts, times in counted:
+            key.update(f"{len(texts)}x{times}:".encode())
+            for text in texts:
+                key.update(text.encode("utf-8"))
+                key.update(b"\0")
+        entry = self._words_entry(key.hexdigest())
+        words = _read_counts(entry) if entry is not None and entry.exists() else None
+        if words is None:
+            from pipeline.word_counts import WordCounter
+            counter = WordCounter()
+            for texts, times in counted:
+                counter.add(texts, times)
+            words = counter.table()
+            if entry is not None:
+                _write_counts(entry, words)
+        return {**marker, "words": words, "train_docs": sum(len(t) * n for t, n in counted), "train_bytes": nbytes}
+
+    def _words_entry(self, key: str):
+        """Where the word counts of the texts digested to `key` are kept, or None (no cache,
+        or one that writes nothing)."""
+        from pipeline.cache import DerivedCache
+        namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
+        derived = DerivedCache.of(getattr(self.ctx, "cache", None), "tokenizer_words")
+        if derived is None or not namespace or not derived.writes:
+            return None
+        return derived.folder(namespace) / f"{key}.arrow"
+
+    def cache_namespace(self) -> str:
+        """The word counts' namespace: the package and its code, and the engines that count."""
+        import pipeline
+        from pipeline.digests import code_digest, digest, package_versions
+        return digest(pipeline.__version__, code_digest(), "tokenizer_words", package_versions(["regex", "tokenizers"]))
 
     def _mix_sample(self, inputs) -> dict | None:
         """With a mix: each source's epochs in the tokenizer's sample, so that the sources'
@@ -404,33 +513,21 @@ class TrainTokenizer(GlobalStage):
         return {"epochs": epochs, "bytes_before": before}
 
     def _train_batches(self, inputs, counter: dict, sample: dict | None = None) -> Iterator[list[str]]:
-        """The texts the tokenizer learns from. With a mix (`sample`), each source's documents
-        `epochs` times: whole copies, then for the fraction the documents whose seeded draw (a
-        hash of the run seed and the id, as pack's repeated copies) falls below it."""
+        """The texts the tokenizer learns from (the sample: _train_tables, _copies), on the
+        driver (extending a tokenizer reads the texts; training counts their words on the
+        workers instead: count_words_shard)."""
         epochs = sample["epochs"] if sample else None
         after = {s: 0 for s in epochs} if epochs else None
         for source, table in self._train_tables(inputs):
             if not table.num_rows:
                 continue
-            copies = [(0, table)]
-            if epochs:
-                from pipeline.mixing import partial_draws, shuffle_keys
-                e = epochs[source]
-                whole = int(math.floor(e + 1e-9))
-                copies += [(k, table) for k in range(1, whole)]
-                if e - whole > 1e-9:
-                    keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
-                    copies.append((whole, table.filter(pa.array(partial_draws(keys, whole) < e - whole))))
-            for _, part in copies:
-                if not part.num_rows:
-                    continue
+            for part in self._copies(table, epochs[source] if epochs else None):
                 counter["docs"] += part.num_rows
                 if after is not None:
                     after[source] += int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
                 yield part["text"].to_pylist()
         if after is not None:
-            total = sum(after.values())
-            sample.update(bytes_after=after, share={s: round(b / total, 6) if total else 0.0 for s, b in after.items()})
+            _sample_shares(sample, after)
 
     def run(self, inputs, output) -> dict:
         from tokenizers import Tokenizer
@@ -439,6 +536,7 @@ class TrainTokenizer(GlobalStage):
         target = output.folder / TOKENIZER_FILE
         placeholders = self._placeholders()
         counter = {"docs": 0}
+        words_key = None
         stats: dict = {"mode": cfg.mode, "trained": cfg.mode == "train"}
         base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
         if cfg.mode != "load":
@@ -449,18 +547,25 @@ class TrainTokenizer(GlobalStage):
         # depend on it): loading their vocabularies takes about as long as training on 1,500 abstracts.
         driver = inputs.driver_threads(self)
         references = self._start_references(base_json, self._validation_texts(inputs), background=driver > 1)
-        train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
-            else min(inputs.total, cfg.train_sample_docs)
-        # Training takes every driver thread, the comparison's too: the comparison's load is
-        # short, and rayon's threads use the core it leaves (10,000 abstracts on 2 cores: stage
-        # 5.4-6.1 s against 6.0-6.3 s with one training thread beside the comparison).
-        threads = training_threads(driver, train_docs)
-        if cfg.mode != "load":
-            stats["training_threads"] = threads
         if cfg.mode == "train":
+            # The workers count the words (and pass the documents through); the merges are
+            # learned here from the counts, on one thread (threads slow the merges down).
+            from pipeline.word_counts import merge_counts, train_from_counts
+            stats["training_threads"] = 1
+            epochs = sample["epochs"] if sample else None
+            counted = inputs.map(self, "count_words_shard", fraction=self._sample_fraction(inputs), epochs=epochs)
+            inputs.phase("training")
+            counter["docs"] = sum(r["train_docs"] for r in counted)
+            if epochs:
+                from pipeline.documents import source_of_shard
+                after = {s: 0 for s in epochs}
+                for shard, r in zip(inputs.shards, counted):
+                    after[source_of_shard(shard.name)] += r["train_bytes"]
+                _sample_shares(sample, after)
             tok, trainer = build_trainer(cfg, placeholders)
-            with tokenizers_threads(threads):
-                tok.train_from_iterator(self._train_batches(inputs, counter, sample), trainer=trainer)
+            train_from_counts(tok, trainer, merge_counts(r["words"] for r in counted))
+            if self._words_entry("") is not None:      # a run's cache of word counts: --prune keeps it
+                words_key = f"cache/tokenizer_words/{self.ctx.cache['namespace']}"
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
             if tok.get_vocab_size() < cfg.vocab_size:
@@ -469,6 +574,11 @@ class TrainTokenizer(GlobalStage):
         elif cfg.mode == "load":
             tok = Tokenizer.from_str(base_json)
         else:
+            # Extending reads the texts here. It takes every driver thread, the comparison's
+            # too: the comparison's load is short, and rayon's threads use the core it leaves.
+            train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
+                else min(inputs.total, cfg.train_sample_docs)
+            threads = stats["training_threads"] = training_threads(driver, train_docs)
             with tokenizers_threads(threads):
                 tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter, sample),
                                                  cfg.extend_tokens, cfg.min_frequency, placeholders)
@@ -504,10 +614,14 @@ class TrainTokenizer(GlobalStage):
                       "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
 
         # Documents pass through unchanged (pack reads them from here), shard by shard on the
-        # executor; then the comparison adds the run's own tokenizer to the others' figures.
-        inputs.map(self, "copy_shard")
+        # executor (in training, with the word counts); then the comparison adds the run's own
+        # tokenizer to the others' figures.
+        if cfg.mode != "train":
+            inputs.map(self, "copy_shard")
         inputs.phase("comparison")
         stats.update(references.finish(tok))
+        if words_key:
+            stats["cache_keys"] = [*stats.get("cache_keys", []), words_key]
         return stats
 
     def _validation_texts(self, inputs) -> list[str]:
