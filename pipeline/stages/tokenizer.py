@@ -355,9 +355,10 @@ def _read_counts(path) -> pa.Table | None:
 
 
 def _write_counts(path, table: pa.Table) -> None:
-    """The entry written whole under a temporary name, then renamed: a reader never sees half."""
+    """The entry written whole (RunPath.write_bytes: a temporary name, then renamed)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as writer:
+    # zstd: a shard's words take a quarter of the space (they would be a fifth of a run folder).
+    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(sink.getvalue().to_pybytes())
