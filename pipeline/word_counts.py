@@ -5,7 +5,7 @@ HF tokenizers' BpeTrainer counts the words its pre-tokenizer cuts (ByteLevel: GP
 then each byte as one of 256 printable characters), then merges. On abstracts the counting is
 ~90 % of training (10,000 abstracts: 2.4 s of 2.6 on one thread) and runs on the driver while
 the workers wait. Here the workers count with the `regex` module (GPT-2's own pattern and
-engine: 3x faster than the trainer's counting), and the driver hands the trainer the counted
+engine: over twice as fast as the trainer's counting), and the driver hands the trainer the counted
 words, each word as often as it was counted, cut by white space (no byte-level character is
 white space): the trainer sees the same words the same number of times, and learns the same
 merges (tests/test_tokenizer.py compares the tokenizer.json bytes).

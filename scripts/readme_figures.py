@@ -246,7 +246,9 @@ def executor_scaling(src: dict) -> str:
                  f"MinHash star clustering over {d['verified_pairs']:,} verified pairs {d['minhash_star_clusters_s']:.1f} s "
                  f"(connected components {d['minhash_components_s']:.1f} s), pack's plan over {d['pack_plan_shards']:,} shards' "
                  f"bin counts {d['pack_plan_s']:.2f} s, tokenizer training on a "
-                 f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s.")
+                 f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s"
+                 + (f" (from the word counts its tasks made, {d['tokenizer_count_words_task_s']:.1f} s of task time "
+                    "in all)" if "tokenizer_count_words_task_s" in d else "") + ".")
     return "\n".join(lines) + "\n"
 
 
