@@ -19,6 +19,7 @@ import os
 import platform
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -183,13 +184,17 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)
         (WORK / "tokenizer/tokenizer.json").write_bytes((WORK / "tokenizer.json").read_bytes())
-    # The documents as one input shard on disk (not timed), as a stage reads them in a run.
-    shard_dir = WORK / "stage_in" / stage
+    # The documents as one input shard on disk (not timed), as a stage reads them in a run: the
+    # output of the stage before it (normalize: the source cut into a shard), so a stage that
+    # keeps the text writes where the texts are, not the texts again, as it does in a run.
+    after_a_stage = stage != "normalize"
+    shard_dir = WORK / "stage_in" / stage / "data"
+    shutil.rmtree(WORK / "stage_in" / stage, ignore_errors=True)
     writer = ShardWriter(RunPath.of(shard_dir), None, max(table.num_rows, 1))
     writer.write(table)
     writer.close()
-    inputs = StageInputs([InputShard("00000", RunPath.of(shard_dir / "00000.arrow"), table.num_rows)],
-                         batch_size=batch_size)
+    inputs = StageInputs([InputShard("00000", RunPath.of(shard_dir / "00000.arrow"), table.num_rows,
+                                     stage_output=after_a_stage)], batch_size=batch_size)
     document = isinstance(obj, DocumentStage)
     t_setup = time.perf_counter()
     if document:
