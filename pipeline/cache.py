@@ -132,29 +132,28 @@ class DocumentCache:
         self._keys = all_keys[order]
         self._where = (np.concatenate(where) if where else np.empty((0, 2), np.int64))[order]
 
-    def has(self, keys: list[bytes]) -> np.ndarray:
-        """Whether each key has an entry (the index only: no values are read)."""
+    def _lookup(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """(indexes of the keys that have an entry, their positions in the sorted index)."""
         if self._keys is None:
             self._load_index()
         if not len(self._keys) or not keys:
-            return np.zeros(len(keys), bool)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         wanted = np.array(keys, dtype="S16")
         pos = np.minimum(np.searchsorted(self._keys, wanted), len(self._keys) - 1)
-        return self._keys[pos] == wanted
+        found = np.flatnonzero(self._keys[pos] == wanted)
+        return found, pos[found]
+
+    def has(self, keys: list[bytes]) -> np.ndarray:
+        """Whether each key has an entry (the index only: no values are read)."""
+        out = np.zeros(len(keys), bool)
+        out[self._lookup(keys)[0]] = True
+        return out
 
     def get(self, keys: list[bytes]) -> list[dict | None]:
         """The cached values (a dict of the value columns) of each key, or None."""
-        if self._keys is None:
-            self._load_index()
         out: list[dict | None] = [None] * len(keys)
-        if not len(self._keys) or not keys:
-            return out
-        wanted = np.array(keys, dtype="S16")
-        pos = np.searchsorted(self._keys, wanted)
-        pos_ok = np.minimum(pos, len(self._keys) - 1)
-        found = np.nonzero((pos < len(self._keys)) & (self._keys[pos_ok] == wanted))[0]
-        for i in found:
-            file_no, row = self._where[pos_ok[i]]
+        for i, at in zip(*self._lookup(keys)):
+            file_no, row = self._where[at]
             values = self._values(int(file_no))
             if values is not None:
                 out[i] = {name: values[name][row] for name in self.names}

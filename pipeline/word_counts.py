@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import lru_cache
+from itertools import chain
 from typing import Iterable, Iterator
 
 import pyarrow as pa
@@ -75,22 +76,26 @@ def _spelled(word: str) -> str:
     return out
 
 
+# Per character met in this process: whether both engines cut it alike (WordCounter._agreeing).
+_agrees: dict[str, bool] = {}
+
+
 class WordCounter:
     """Byte-level words of texts and how often each occurs (`add`; `table()` when done)."""
 
     def __init__(self):
         self._raw: Counter = Counter()         # words as regex cuts them
         self._spelled: Counter = Counter()     # words as the pre-tokenizer spells them (exceptions)
-        self._agrees: dict[str, bool] = {}     # per character: do both engines cut it alike
         self.docs = 0
 
-    def _agreeing(self, char: str) -> bool:
-        ok = self._agrees.get(char)
+    @staticmethod
+    def _agreeing(char: str) -> bool:
+        ok = _agrees.get(char)
         if ok is None:
             findall, cut = _pattern().findall, _byte_level().pre_tokenize_str
             ok = all([w for w, _ in cut(c)] == [byte_level(w) for w in findall(c)]
                      for c in (ctx.format(c=char) for ctx in _CONTEXTS))
-            self._agrees[char] = ok
+            _agrees[char] = ok
         return ok
 
     def add(self, texts: list[str], times: int = 1) -> None:
@@ -105,15 +110,11 @@ class WordCounter:
             spelled = Counter(w for t in exceptions for w, _ in cut(t))
             texts = [t for t in texts if odd.isdisjoint(t)]
             self._add_times(self._spelled, spelled, times)
-        findall = _pattern().findall
+        words = chain.from_iterable(map(_pattern().findall, texts))
         if times == 1:
-            for text in texts:
-                self._raw.update(findall(text))
+            self._raw.update(words)
         else:
-            once: Counter = Counter()
-            for text in texts:
-                once.update(findall(text))
-            self._add_times(self._raw, once, times)
+            self._add_times(self._raw, Counter(words), times)
 
     @staticmethod
     def _add_times(into: Counter, counts: Counter, times: int) -> None:

@@ -513,7 +513,7 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
 # What str.split() splits a line on (a line holds no line break): RE2's \s is ASCII only, so
 # the Unicode separators are added.
 _STR_SPLIT_SEPARATOR = r"[\s\p{Z}\x{1c}-\x{1f}\x{85}]"
-_STR_SPLIT_WORD = r"[^\s\p{Z}\x{1c}-\x{1f}\x{85}]"
+_STR_SPLIT_WORD = "[^" + _STR_SPLIT_SEPARATOR[1:]
 
 
 def _at_least_words(lines: pa.Array, k: int) -> np.ndarray:

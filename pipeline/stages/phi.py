@@ -8,6 +8,7 @@ passed on unredacted."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -126,7 +127,7 @@ class PhiDeidentify(DocumentStage):
             from pipeline.phi.secret import load_phi_key
             from pipeline.phi.surrogates import Surrogates
             self.surrogates = Surrogates(load_phi_key(self.config.key_file), Faker("en_US"), lexicon().given)
-        self.cache = getattr(self, "_probed_cache", None) or self._open_cache()
+        self.cache = self._cache_opened
         self.cache_counts: Counter = Counter()
         if self.cache is None or self.config.meta_fields == "redact":
             self.engine                  # a model that cannot load fails here, at setup
@@ -140,15 +141,19 @@ class PhiDeidentify(DocumentStage):
         if method != "process_shard" or self.config.mode == "surrogate" or self.config.meta_fields == "redact" \
                 or task.shard is None:
             return False
-        if getattr(self, "_probed_cache", None) is None:
-            self._probed_cache = self._open_cache()
-        if self._probed_cache is None:
+        if self._cache_opened is None:
             return False
         from pipeline.cache import document_keys
         from pipeline.shards import read_shard
         # Outside a task, reading reports no progress.
         texts = [t for table in read_shard(task.shard.path) for t in table["text"].to_pylist()]
-        return bool(self._probed_cache.has(document_keys(texts)).all())
+        return bool(self._cache_opened.has(document_keys(texts)).all())
+
+    @cached_property
+    def _cache_opened(self):
+        """The cache of this configuration (_open_cache), opened once: the driver's probe
+        (runs_without_models) and setup() share it."""
+        return self._open_cache()
 
     def _open_cache(self):
         """The results of earlier runs with this configuration (pipeline/cache.py): the

@@ -364,6 +364,20 @@ def _write_counts(path, table: pa.Table) -> None:
     path.write_bytes(sink.getvalue().to_pybytes())
 
 
+def _texts_digest(counted: list[tuple[pa.Array, int]]) -> str:
+    """xxh3-128 of the texts counted (each part's count, times, offsets and bytes)."""
+    import xxhash
+
+    from pipeline.ccnet_norm import _string_buffers
+    key = xxhash.xxh3_128()
+    for texts, times in counted:
+        offsets, data = _string_buffers(texts.fill_null(""))
+        key.update(f"{len(texts)}x{times}:".encode())
+        key.update(offsets.tobytes())
+        key.update(data.tobytes())
+    return key.hexdigest()
+
+
 def _sample_shares(sample: dict, after: dict) -> None:
     """The mix sample's bytes per source as trained on, and their shares."""
     total = sum(after.values())
@@ -443,14 +457,11 @@ class TrainTokenizer(GlobalStage):
         with `words` (word, count), `train_docs` and `train_bytes`. The counts are kept in the
         run's cache by the texts counted: a retune whose change left a shard's training
         texts as they were reads them back (the shards it changed are counted again)."""
-        import xxhash
-
         from pipeline.documents import source_of_shard
         from pipeline.tasks import rewrite_shard
         epochs = (task.params.get("epochs") or {}).get(source_of_shard(task.shard.name))
-        counted: list[tuple[list[str], int]] = []          # (texts, times)
+        counted: list[tuple[pa.Array, int]] = []           # (texts, times)
         nbytes = 0
-        key = xxhash.xxh3_128()
 
         def collect(table: pa.Table, row0: int) -> pa.Table:
             nonlocal nbytes
@@ -459,38 +470,33 @@ class TrainTokenizer(GlobalStage):
                 parts = self._copies(train, epochs)
                 # Whole copies are the same texts: counted once, times their number.
                 whole = sum(part is train for part in parts)
-                counted.append((train["text"].to_pylist(), whole))
-                counted.extend((part["text"].to_pylist(), 1) for part in parts if part is not train)
+                counted.append((train["text"].combine_chunks(), whole))
+                counted.extend((part["text"].combine_chunks(), 1) for part in parts if part is not train)
                 nbytes += sum(int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
                               for part in parts)
             return table
         marker = rewrite_shard(self, task, collect)
-        for texts, times in counted:
-            key.update(f"{len(texts)}x{times}:".encode())
-            for text in texts:
-                key.update(text.encode("utf-8"))
-                key.update(b"\0")
-        entry = self._words_entry(key.hexdigest())
+        folder = self._words_folder()
+        entry = folder / f"{_texts_digest(counted)}.arrow" if folder is not None else None
         words = _read_counts(entry) if entry is not None and entry.exists() else None
         if words is None:
             from pipeline.word_counts import WordCounter
             counter = WordCounter()
             for texts, times in counted:
-                counter.add(texts, times)
+                counter.add(texts.to_pylist(), times)
             words = counter.table()
             if entry is not None:
                 _write_counts(entry, words)
         return {**marker, "words": words, "train_docs": sum(len(t) * n for t, n in counted), "train_bytes": nbytes}
 
-    def _words_entry(self, key: str):
-        """Where the word counts of the texts digested to `key` are kept, or None (no cache,
-        or one that writes nothing)."""
+    def _words_folder(self):
+        """Where the shards' word counts are kept, or None (no cache, or one that writes nothing)."""
         from pipeline.cache import DerivedCache
         namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
         derived = DerivedCache.of(getattr(self.ctx, "cache", None), "tokenizer_words")
         if derived is None or not namespace or not derived.writes:
             return None
-        return derived.folder(namespace) / f"{key}.arrow"
+        return derived.folder(namespace)
 
     def cache_namespace(self) -> str:
         """The word counts' namespace: the package and its code, and the engines that count."""
@@ -565,7 +571,7 @@ class TrainTokenizer(GlobalStage):
                 _sample_shares(sample, after)
             tok, trainer = build_trainer(cfg, placeholders)
             train_from_counts(tok, trainer, merge_counts(r["words"] for r in counted))
-            if self._words_entry("") is not None:      # a run's cache of word counts: --prune keeps it
+            if self._words_folder() is not None:       # a run's cache of word counts: --prune keeps it
                 words_key = f"cache/tokenizer_words/{self.ctx.cache['namespace']}"
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
