@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -109,6 +110,18 @@ def _init_worker(reports=None):
     atexit.register(_leave_now)
     if reports is not None:
         progress.set_sink(progress.QueueSink(reports))
+    # A worker waits on its task queue, whose write end every worker holds too: when the
+    # driver dies (the out-of-memory killer's SIGKILL), no end-of-file comes, and the workers
+    # would stay forever, holding the run's memory and the user's terminal. They leave with it.
+    parent = mp.parent_process()
+    if parent is not None:
+        threading.Thread(target=_leave_with, args=(parent.sentinel,), name="leave-with-driver", daemon=True).start()
+
+
+def _leave_with(sentinel: int) -> None:
+    from multiprocessing.connection import wait
+    wait([sentinel])
+    os._exit(1)
 
 
 def _leave_now() -> None:

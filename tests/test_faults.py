@@ -56,6 +56,11 @@ from pipeline.stages.normalize import Normalize
 class KilledNormalize(Normalize):
     """normalize, except that the worker given document d7 dies as the OOM killer ends it."""
 
+    def runs_without_models(self, method, task):
+        # Every task goes to a worker: the driver runs tasks that load no model while its
+        # workers start, and on a slow machine it was given d7 and killed itself.
+        return False
+
     def process(self, table):
         if "d7" in table["id"].to_pylist():        # shard 3 of 6, in a worker process
             os.kill(os.getpid(), signal.SIGKILL)
@@ -87,6 +92,51 @@ def test_killed_worker_ends_the_run_with_the_memory_hint(tmp_path):
     assert len(errors) == 1 and "stage 'normalize'" in errors[0] and "SIGKILL" in errors[0], proc.stderr
     assert "out-of-memory" in errors[0] and "Traceback" not in proc.stderr
     assert not (tmp_path / "run/stages/01_normalize").exists()
+
+
+DRIVER_KILLED = '''
+import os
+import signal
+import time
+
+
+def main():
+    from pipeline.executor import LocalExecutor
+    executor = LocalExecutor(2)
+    executor.prestart(None)
+    while not executor.ready():
+        time.sleep(0.05)
+    print(" ".join(str(pid) for pid in executor._pool.processes), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie has: this container's init
+    does not reap orphans)."""
+    try:
+        status = open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
+
+
+def test_workers_leave_when_the_driver_is_killed(tmp_path):
+    import time
+    (tmp_path / "driver_killed.py").write_text(DRIVER_KILLED)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    proc = subprocess.Popen([sys.executable, "-c", "import driver_killed; driver_killed.main()"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    proc.wait(timeout=60)
+    assert proc.returncode == -9 and len(pids) == 2
+    deadline = time.monotonic() + 30
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in pids if _running(p)]
+    for p in left:
+        os.kill(p, 9)
+    assert not left, f"workers {left} outlived their driver"
 
 
 # ---- 8: removed/ does not depend on num_proc ------------------------------------------------
