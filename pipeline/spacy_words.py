@@ -483,6 +483,10 @@ class Words:
     # starts among them.
     raw_flags: np.ndarray
     doc_offsets: np.ndarray
+    # The documents' codepoints, whitespace included, and how many non-space ones come before
+    # each (positions there to positions in `text`).
+    raw_cps: np.ndarray
+    compact_index: np.ndarray
 
     def count_in_docs(self, flag: int) -> np.ndarray:
         """Per document, how many of its characters have the flag."""
@@ -513,6 +517,22 @@ class Words:
 
     def hashes(self) -> np.ndarray:
         return self.text.hash(self.start, self.end)
+
+    def sentences_in_spans(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """`sentences` of each span [start, end) of the documents split (positions in
+        raw_cps; sorted, disjoint, each starting and ending with a non-space character and
+        within one document), from these tokens: spaCy cuts a string at its whitespace first and
+        every piece alone, so a span's tokens are the document's tokens inside it, and its
+        whitespace tokens those strictly between its first and last character."""
+        if not len(start):
+            return np.zeros(0, np.int64)
+        cs, ce = self.compact_index[start], self.compact_index[end]
+        span = np.searchsorted(cs, self.start, side="right") - 1
+        inside = (span >= 0) & (self.start < ce[np.maximum(span, 0)])
+        gap_span = np.searchsorted(cs, self.gap, side="left") - 1
+        gap_inside = (gap_span >= 0) & (self.gap < ce[np.maximum(gap_span, 0)])
+        tokens = np.flatnonzero(inside)
+        return _sentences(self, tokens, span[tokens], self.gap[gap_inside], gap_span[gap_inside], len(start))
 
     def to_lists(self) -> list[list[str]]:
         """The tokens as strings, per document (for tests and checks, not the stage)."""
@@ -716,7 +736,7 @@ class EnglishWords:
         leading = run_start == doc_offsets[run_doc]
         is_token = leading | (run_len >= 2) | (cps_all[run_start] != 32)
         gap, gap_doc = compact_index[run_start[is_token]], run_doc[is_token]
-        return Words(t, bounds, end, doc, counts, gap, gap_doc, flags_all, doc_offsets)
+        return Words(t, bounds, end, doc, counts, gap, gap_doc, flags_all, doc_offsets, cps_all, compact_index)
 
     def sentences(self, text: pa.Array) -> np.ndarray:
         """Sentences per string as spaCy's sentencizer finds them (what datatrove's
@@ -724,26 +744,7 @@ class EnglishWords:
         token that is neither punctuation nor a sentence-end character and comes after a
         sentence-end character with no such token between (whitespace tokens included)."""
         w = self.split(text)
-        n = len(w.counts)
-        # Tokens and whitespace tokens in order: by document, then position (a whitespace token
-        # goes before the token that starts where it is).
-        is_word = np.concatenate([np.ones(len(w.start), bool), np.zeros(len(w.gap), bool)])
-        doc = np.concatenate([w.doc, w.gap_doc])
-        order = np.lexsort((np.concatenate([2 * w.start + 1, 2 * w.gap]), doc))
-        doc, is_word = doc[order], is_word[order]
-        punct = np.zeros(len(order), bool)
-        end = np.zeros(len(order), bool)
-        punct[is_word] = w.all_flag(PUNCT_CATEGORY)[order[is_word]]
-        end[is_word] = (w.any_flag(SENT_END) & (w.lengths == 1))[order[is_word]]
-        wordy = ~punct & ~end
-        idx = np.arange(len(order))
-        last_end = np.maximum.accumulate(np.where(end, idx, -1))
-        last_wordy = np.maximum.accumulate(np.where(wordy, idx, -1))
-        first_of_doc = np.searchsorted(doc, doc)
-        prev_end = np.concatenate([[-1], last_end[:-1]])
-        prev_wordy = np.concatenate([[-1], last_wordy[:-1]])
-        starts = wordy & (prev_end > prev_wordy) & (prev_end >= first_of_doc)
-        return (np.bincount(doc, minlength=n) > 0) + np.bincount(doc, starts, n).astype(np.int64)
+        return _sentences(w, np.arange(len(w.start)), w.doc, w.gap, w.gap_doc, len(w.counts))
 
     def _cuts(self, t: _Text, chunk_start: np.ndarray, specials: bool):
         """Sorted token starts for chunks [chunk_start[i], chunk_start[i+1]) of t (the last one
@@ -947,6 +948,32 @@ def _sorted_unique(parts: list[np.ndarray], total: int) -> np.ndarray:
     for p in parts:
         mark[p] = True
     return np.flatnonzero(mark[:total])
+
+
+
+def _sentences(w: Words, tokens: np.ndarray, token_unit: np.ndarray, gap: np.ndarray, gap_unit: np.ndarray,
+               n: int) -> np.ndarray:
+    """EnglishWords.sentences of n units (documents, or spans of them), given the tokens of
+    `w` (indices) and whitespace tokens (positions) of each unit."""
+    # Tokens and whitespace tokens in order: by unit, then position (a whitespace token goes
+    # before the token that starts where it is).
+    is_word = np.concatenate([np.ones(len(tokens), bool), np.zeros(len(gap), bool)])
+    doc = np.concatenate([token_unit, gap_unit])
+    order = np.lexsort((np.concatenate([2 * w.start[tokens] + 1, 2 * gap]), doc))
+    doc, is_word = doc[order], is_word[order]
+    punct = np.zeros(len(order), bool)
+    end = np.zeros(len(order), bool)
+    punct[is_word] = w.all_flag(PUNCT_CATEGORY)[tokens][order[is_word]]
+    end[is_word] = (w.any_flag(SENT_END) & (w.lengths == 1))[tokens][order[is_word]]
+    wordy = ~punct & ~end
+    idx = np.arange(len(order))
+    last_end = np.maximum.accumulate(np.where(end, idx, -1))
+    last_wordy = np.maximum.accumulate(np.where(wordy, idx, -1))
+    first_of_doc = np.searchsorted(doc, doc)
+    prev_end = np.concatenate([[-1], last_end[:-1]])
+    prev_wordy = np.concatenate([[-1], last_wordy[:-1]])
+    starts = wordy & (prev_end > prev_wordy) & (prev_end >= first_of_doc)
+    return (np.bincount(doc, minlength=n) > 0) + np.bincount(doc, starts, n).astype(np.int64)
 
 
 def _codepoints(text: pa.Array) -> tuple[np.ndarray, np.ndarray]:

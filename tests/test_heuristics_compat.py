@@ -178,6 +178,35 @@ def test_sentences_are_spacy_sentencizer_sentences(english_texts):
     assert max(ours) > 5
 
 
+def _mixed_documents(seed: int, n: int) -> list[str]:
+    """Documents of words, abbreviations, citations and every kind of space and line break."""
+    rng = random.Random(seed)
+    pieces = ["word", "Dr.", "e.g.", "U.S.", "x", "12", "3.5", "(a)", "end.", "why?", "yes!", '"q."', "it's", "[1]",
+              "[edit]", "{b}", " ", "  ", "\t", "\n", "\r\n", "\r", "\x1c", "\x1f", "\x0b", "\u3000", "\u00a0",
+              "\u2028", "\x85", "...", ".", "!", "-", "\u00e9t\u00e9.", "\u03b1-b", "can't.", ":)", "\u2019s"]
+    return ["".join(rng.choice(pieces) + (" " if rng.random() < 0.6 else "") for _ in range(rng.randint(0, 60)))
+            for _ in range(n)]
+
+
+def test_kept_lines_count_the_sentences_spacy_finds_in_each_line_alone(english_texts):
+    """C4's sentence count comes from the document's tokens, not from tokenizing the kept
+    lines again: per document, the sum of spaCy's sentencizer over each kept line alone."""
+    import spacy
+    from pipeline.stages.heuristics import _c4_lines
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    cfg = HeuristicsConfig(**{**OFF, "compat": "datatrove", **C4})
+    texts = english_texts[:150] + TRICKY + _mixed_documents(7, 300)
+    batch = pa.array(texts)
+    c4 = _c4_lines(batch, len(texts), cfg, english_words().split(batch))
+    kept = [t.split("\n") if k else [] for t, k in zip(c4["text"].to_pylist(), c4["kept_per_doc"])]
+    assert [len(lines) for lines in kept] == c4["kept_per_doc"].tolist() and sum(c4["kept_per_doc"]) > 500
+    spacy_counts = [sum(len(list(nlp(line).sents)) for line in lines) for lines in kept]
+    assert c4["sentences"].tolist() == spacy_counts
+    # and the same counts as tokenizing the kept lines again, as the stage did before
+    assert np.array_equal(c4["sentences"], _c4_lines(batch, len(texts), cfg, None)["sentences"])
+
+
 def test_the_rules_are_those_of_spacy_blank_en():
     """The patterns and exceptions compiled are the ones spacy.blank("en") tokenizes with."""
     import spacy

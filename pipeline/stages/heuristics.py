@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.documents import first_reason, set_column, split_words
-from pipeline.spacy_words import (ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, RE2_SPACE, Words, english_words,
+from pipeline.spacy_words import (ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, RE2_SPACE, SPACE, Words, english_words,
                                   string_hash)
 from pipeline.stages.base import DocumentStage, StageConfig
 
@@ -162,7 +162,7 @@ class Heuristics(DocumentStage):
         punct_frac = punct / np.maximum(chars - spaces, 1)
         rules.insert(1, ("too_much_punctuation", punct_frac > cfg.max_punctuation_fraction))
         lowered_text = pc.utf8_lower(text)
-        c4 = _c4_lines(text, n, cfg) if cfg.c4_lines else None
+        c4 = _c4_lines(text, n, cfg, words if cfg.compat == "datatrove" else None) if cfg.c4_lines else None
         if cfg.c4_lorem_ipsum:
             rules.append(("c4_lorem_ipsum", c4["lorem"] if c4 else
                           pc.match_substring(lowered_text, "lorem ipsum").to_numpy(zero_copy_only=False)))
@@ -467,13 +467,16 @@ def _sentence_counts(chunks_list: pa.Array, doc_of_line: np.ndarray, n: int) -> 
     return np.bincount(doc_of_line, per_line_sent, n)
 
 
-def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
+def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig, words: Words | None = None) -> dict:
     """datatrove's C4QualityFilter line rules over the whole batch: which documents lorem
-    ipsum or a curly brace removes, the kept lines' text and sentence count, lines dropped."""
+    ipsum or a curly brace removes, the kept lines' text and sentence count, lines dropped.
+    `words`: the batch's spaCy tokens (compat datatrove), whose sentences the kept lines count
+    (without them, the kept lines are tokenized again)."""
     lines_list = pc.split_pattern_regex(text, _LINE_BREAK)
     line_counts = pc.list_value_length(lines_list).to_numpy(zero_copy_only=False).astype(np.int64)
     doc_of_line = np.repeat(np.arange(n), line_counts)
-    lines = pc.utf8_trim_whitespace(pc.list_flatten(lines_list))
+    untrimmed = pc.list_flatten(lines_list)
+    lines = pc.utf8_trim_whitespace(untrimmed)
     # Enough words, as str.split() finds them.
     enough_words = _at_least_words(lines, cfg.c4_min_words_per_line)
     # Only a line longer than the longest word allowed can hold a longer word.
@@ -485,6 +488,7 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
         owner = np.repeat(np.arange(len(long_lines)), pc.list_value_length(long_words).to_numpy(zero_copy_only=False))
         long_word[long_lines] = np.bincount(owner, lengths > cfg.c4_max_word_length, len(long_lines)) > 0
     original_lines = lines
+    bracket = None
     if cfg.c4_remove_citations:
         # Only a line with a "[" can hold a citation: the regex runs on those.
         bracket = pc.match_substring(lines, "[")
@@ -505,9 +509,55 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig) -> dict:
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
     return {"lorem": _per_item(lorem, doc_of_line, n) > 0, "curly": _per_item(curly, doc_of_line, n) > 0,
             "text": new_text, "kept_per_doc": kept_per_doc, "dropped_per_doc": line_counts - kept_per_doc,
-            "sentences": (np.bincount(doc_of_line[kept], english_words().sentences(kept_lines), n)
+            "sentences": (np.bincount(doc_of_line[kept], english_words().sentences(kept_lines) if words is None else
+                                      _kept_line_sentences(words, untrimmed, lines, kept, bracket), n)
                           if cfg.compat == "datatrove" else
                           _sentence_counts(split_words(original_lines.filter(pa.array(kept))), doc_of_line[kept], n))}
+
+
+_LINE_BREAK_CHARS = np.array([0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029], np.uint32)
+
+
+def _line_starts(cps: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
+    """Where each line of each document starts (positions in cps), as split_pattern_regex
+    with _LINE_BREAK cuts them: after each break ("\r\n" is one), a document's start too."""
+    crlf = np.zeros(len(cps), bool)
+    crlf[1:] = (cps[1:] == 0x0A) & (cps[:-1] == 0x0D)
+    starts = doc_offsets[:-1]
+    crlf[starts[starts < len(cps)]] = False                # no pair across two documents
+    breaks = np.flatnonzero(np.isin(cps, _LINE_BREAK_CHARS) & ~crlf)
+    after = breaks + 1 + crlf[np.minimum(breaks + 1, len(cps) - 1)] * (breaks + 1 < len(cps))
+    doc = np.concatenate([np.arange(len(starts)), np.searchsorted(doc_offsets, breaks, side="right") - 1])
+    at = np.concatenate([starts, after])
+    return at[np.lexsort((at, doc))]
+
+
+def _kept_line_sentences(words: Words, untrimmed: pa.Array, lines: pa.Array, kept: np.ndarray,
+                         bracket: pa.Array | None) -> np.ndarray:
+    """spaCy's sentences in each kept line, from the documents' tokens (Words.sentences_in_spans)
+    where the line is a span of its document: its text unchanged by the citation rule, and its
+    trimmed ends non-space to spaCy too (Arrow's trim and str.isspace may differ on a
+    character). Any other kept line is tokenized again, alone."""
+    kept_idx = np.flatnonzero(kept)
+    starts = _line_starts(words.raw_cps, words.doc_offsets)
+    if len(starts) != len(untrimmed):                    # not the split Arrow made: every line alone
+        return english_words().sentences(lines.filter(pa.array(kept)))
+    raw = untrimmed.take(pa.array(kept_idx))
+    trimmed = lines.take(pa.array(kept_idx))
+    length = pc.utf8_length(trimmed).to_numpy(zero_copy_only=False).astype(np.int64)
+    lead = (pc.utf8_length(raw).to_numpy(zero_copy_only=False)
+            - pc.utf8_length(pc.utf8_ltrim_whitespace(raw)).to_numpy(zero_copy_only=False)).astype(np.int64)
+    a = starts[kept_idx] + lead
+    b = a + length
+    space = words.raw_flags & SPACE
+    span = (length > 0) & (space[a] == 0) & (space[np.maximum(b - 1, 0)] == 0)
+    if bracket is not None:
+        span &= ~bracket.take(pa.array(kept_idx)).to_numpy(zero_copy_only=False)
+    out = np.zeros(len(kept_idx), np.int64)
+    out[span] = words.sentences_in_spans(a[span], b[span])
+    if not span.all():
+        out[~span] = english_words().sentences(trimmed.filter(pa.array(~span)))
+    return out
 
 
 # What str.split() splits a line on (a line holds no line break): RE2's \s is ASCII only, so
