@@ -25,6 +25,7 @@ _PUNCT = {
     "%": "％", "x": "×", "...": "…",
 }
 _PUNCT_SOURCES = "[" + "".join(_PUNCT.values()) + "]"
+_PUNCT_TABLE = {ord(source): target for target, sources in _PUNCT.items() for source in sources}
 # Appended to every document of the batch: a line end the output keeps, unlike the text's own
 # NUL bytes (spaces), so the documents are found again in the output.
 _END = "\x00"
@@ -32,9 +33,11 @@ _END = "\x00"
 _LETTER_OR_DIGIT, _CONTROL, _OTHER = 0, 1, 2
 
 
-# Each code point's kind, learned as the batches bring it: classifying all of Unicode up
-# front costs ~0.3 s per process, a tenth of a retune, for the few hundred code points a corpus
-# holds. _UNKNOWN: not classified yet.
+# Each code point's kind, learned as the batches bring it, 4,096 code points at a time (the
+# abstracts' characters fall in 12 such ranges, 4 batches of 1,000 brought new ones; each
+# classification is one regex call, most of it compiling the regex):
+# classifying all of Unicode up front costs ~0.3 s per process, a tenth of a retune.
+# _UNKNOWN: not classified yet.
 _UNKNOWN = 255
 _KINDS = np.full(0x110000, _UNKNOWN, np.uint8)
 
@@ -46,7 +49,9 @@ def _code_point_kinds(cp: np.ndarray) -> np.ndarray:
     kinds = _KINDS[cp]
     unknown = kinds == _UNKNOWN
     if unknown.any():
-        new = np.unique(cp[unknown]).astype(np.uint32)
+        blocks = np.unique(cp[unknown] >> 12).astype(np.uint32)
+        new = (blocks[:, None] << 12 | np.arange(4096, dtype=np.uint32)).ravel()
+        new = new[(new < 0xD800) | (new > 0xDFFF)]                 # surrogates are not characters
         data = new.tobytes().decode("utf-32-le").encode("utf-8")
         size = 1 + (new >= 0x80) + (new >= 0x800) + (new >= 0x10000)
         offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int32)
@@ -66,10 +71,9 @@ def _fold_unicode(text):
     text = pc.replace_substring_regex(text, r"\p{Nd}", "0")
     has = pc.match_substring_regex(text, _PUNCT_SOURCES)
     if pc.any(has).as_py():
-        some = pc.filter(text, has)
-        for target, sources in _PUNCT.items():
-            for source in sources:
-                some = pc.replace_substring(some, source, target)
+        # One str.translate per string that holds one (a few hundred distinct chunks a batch),
+        # not one Arrow call per punctuation character (36, most finding nothing).
+        some = pa.array([t.translate(_PUNCT_TABLE) for t in pc.filter(text, has).to_pylist()], text.type)
         text = pc.replace_with_mask(text, has, some)
     return text
 
@@ -143,18 +147,9 @@ def letter_or_digit_bytes(data: np.ndarray) -> np.ndarray:
     return mask
 
 
-# Byte kinds for the token pass. A non-ASCII character's bytes take its code point's kind:
-# a letter or digit's are WORD, a control's SEP, any other's OTHER then OTHER_REST (one token).
-SEP, NEWLINE, WORD, DIGIT, OTHER, OTHER_REST = range(6)
-_KIND = np.full(256, OTHER, np.uint8)
-_KIND[list(range(0x21)) + [0x7F]] = SEP                   # space and controls become spaces
-_KIND[0x0A] = NEWLINE
-_KIND[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")] = WORD
-_KIND[list(b"0123456789")] = DIGIT
-_ASCII_LETTER_OR_DIGIT = (_KIND == WORD) | (_KIND == DIGIT)
-# Each input byte's two output slots as one little-endian uint16: a space, and the byte written
-# for it (digits as 0).
-_SLOTS = ((np.where(_KIND == DIGIT, ord("0"), np.arange(256)).astype("<u2") << 8) | ord(" ")).astype("<u2")
+# ASCII letters and digits (the token pass tells them by comparisons).
+_ASCII_LETTER_OR_DIGIT = np.zeros(256, bool)
+_ASCII_LETTER_OR_DIGIT[list(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")] = True
 # Bytes per piece of the token pass: its dozen temporaries stay in the caches.
 _PIECE = 1 << 18
 
@@ -185,18 +180,32 @@ def _normalized_buffer(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np
 def _token_pass(data: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Whole documents' spliced bytes (each ending with _END at `ends`) -> their tokens, one
     space between two tokens of a line, and each line's number of tokens."""
-    kind = np.take(_KIND, data)
-    kind[ends] = NEWLINE
+    # The byte classes by comparisons, which numpy vectorizes (a 256-entry table lookup per
+    # byte cost more than all of them). Bytes of non-ASCII characters fall in none of them
+    # and take their code point's kind below.
+    word = (data | np.uint8(0x20)) - np.uint8(ord("a")) < 26      # ASCII letters, either case
+    digit = data - np.uint8(ord("0")) < 10
+    word |= digit
+    newline = data == 0x0A
+    newline[ends] = True
+    sep = data <= 0x20                                           # space and controls become spaces
+    sep |= data == 0x7F
+    sep &= ~newline
+    other = data < 0x80
     lead, size, char, every = non_ascii_characters(data)
     if len(lead):
-        first = np.take(np.array([WORD, SEP, OTHER], np.uint8), char)
-        rest = np.take(np.array([WORD, SEP, OTHER_REST], np.uint8), char)
-        kind[every] = np.repeat(rest, size)
-        kind[lead] = first
-    word = (kind - np.uint8(WORD)) < 2                     # WORD or DIGIT (smaller kinds wrap)
-    newline = kind == NEWLINE
+        # A letter or digit's bytes are word bytes, a control's are spaces; any other
+        # character is one token, started at its lead byte.
+        byte_kind = np.repeat(char, size)
+        word[every[byte_kind == _LETTER_OR_DIGIT]] = True
+        sep[every[byte_kind == _CONTROL]] = True
+    other &= ~word
+    other &= ~sep
+    other &= ~newline
+    if len(lead):
+        other[lead[char == _OTHER]] = True
     # Token starts: another character, or a word byte after a non-word byte.
-    starts = kind == OTHER
+    starts = other
     starts[:1] |= word[:1]
     starts[1:] |= word[1:] & ~word[:-1]
     # A space goes before a token that is not the first of its line: the previous event
@@ -204,15 +213,20 @@ def _token_pass(data: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
     event = np.flatnonzero(starts | newline)
     is_start = ~newline[event]
     spaced = event[1:][is_start[1:] & is_start[:-1]]
-    # Each byte's (space, byte) slots as one little-endian uint16: the byte is written unless a
-    # space, the space only where set apart.
-    written = (kind != SEP).astype("<u2")
-    written <<= 8
-    written = written.view(bool)
+    # Each byte's two output slots, (space, byte): the byte is written unless a space, the
+    # space only where set apart; digits are written as 0 (their low four bits cleared).
+    written = np.zeros(2 * len(data), bool)
+    written[1::2] = ~sep
     written[2 * spaced] = True
-    out = np.compress(written, np.take(_SLOTS, data).view(np.uint8))   # 3x faster than a mask index
-    starts_before = np.cumsum(is_start)[~is_start]          # tokens up to each line end
-    return out, np.diff(np.concatenate([[0], starts_before]))
+    byte = digit.view(np.uint8) * np.uint8(0x0F)
+    np.bitwise_xor(byte, np.uint8(0xFF), out=byte)
+    np.bitwise_and(byte, data, out=byte)
+    slots = byte.astype("<u2")
+    slots <<= 8
+    slots |= ord(" ")
+    out = np.compress(written, slots.view(np.uint8))          # 3x faster than a mask index
+    line_end = np.flatnonzero(~is_start)                      # tokens of a line: events between its ends
+    return out, np.diff(np.concatenate([[-1], line_end])) - 1
 
 
 def normalize_lines(text: pa.Array | pa.ChunkedArray) -> pa.Array:
