@@ -526,7 +526,9 @@ def _line_starts(cps: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
     starts = doc_offsets[:-1]
     crlf[starts[starts < len(cps)]] = False                # no pair across two documents
     breaks = np.flatnonzero(np.isin(cps, _LINE_BREAK_CHARS) & ~crlf)
-    after = breaks + 1 + crlf[np.minimum(breaks + 1, len(cps) - 1)] * (breaks + 1 < len(cps))
+    after = breaks + 1                                      # "\r\n": one byte more
+    inside = after < len(cps)
+    after[inside] += crlf[after[inside]]
     doc = np.concatenate([np.arange(len(starts)), np.searchsorted(doc_offsets, breaks, side="right") - 1])
     at = np.concatenate([starts, after])
     return at[np.lexsort((at, doc))]
@@ -549,8 +551,9 @@ def _kept_line_sentences(words: Words, untrimmed: pa.Array, lines: pa.Array, kep
             - pc.utf8_length(pc.utf8_ltrim_whitespace(raw)).to_numpy(zero_copy_only=False)).astype(np.int64)
     a = starts[kept_idx] + lead
     b = a + length
-    space = words.raw_flags & SPACE
-    span = (length > 0) & (space[a] == 0) & (space[np.maximum(b - 1, 0)] == 0)
+    space = (words.raw_flags & SPACE) != 0
+    last = len(space) - 1
+    span = (length > 0) & ~space[np.minimum(a, last)] & ~space[np.clip(b - 1, 0, last)]
     if bracket is not None:
         span &= ~bracket.take(pa.array(kept_idx)).to_numpy(zero_copy_only=False)
     out = np.zeros(len(kept_idx), np.int64)
