@@ -34,6 +34,26 @@ from pipeline.runpath import RunPath
 
 log = logging.getLogger("medprep")
 
+
+def arrow_file_bytes(table: pa.Table) -> bytes:
+    """A table as one zstd-compressed Arrow IPC file (a cache entry: a quarter of the space)."""
+    buf = io.BytesIO()
+    with pa.ipc.new_file(buf, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        writer.write_table(table)
+    return buf.getvalue()
+
+
+def read_arrow_file(path: RunPath, options: pa.ipc.IpcReadOptions | None = None) -> pa.Table | None:
+    """A cache entry file's table, or None where it cannot be read (logged; the caller
+    computes the entry again)."""
+    try:
+        with path.open_input() as fh:
+            return pa.ipc.open_file(fh, options=options).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        log.warning("cache: skipping an unreadable entry file %s (%s)", path, type(exc).__name__)
+        return None
+
+
 CACHE_DIR = "cache"
 KEY = pa.field("key", pa.binary(16))
 # Decoded entry files a worker keeps (a batch's hits mostly come from a few files).
@@ -114,12 +134,10 @@ class DocumentCache:
         files, keys, where = [], [], []
         options = pa.ipc.IpcReadOptions(included_fields=[0])
         for path in self.folder.glob("*.arrow"):
-            try:
-                with path.open_input() as fh:
-                    col = pa.ipc.open_file(fh, options=options).read_all().column(0).combine_chunks()
-            except (OSError, pa.ArrowInvalid) as exc:
-                log.warning("cache: skipping an unreadable entry file %s (%s)", path, type(exc).__name__)
+            table = read_arrow_file(path, options)
+            if table is None:
                 continue
+            col = table.column(0).combine_chunks()
             if col.type != KEY.type or col.null_count:
                 continue
             buf = col.buffers()[1]
@@ -163,12 +181,11 @@ class DocumentCache:
         if file_no in self._open:
             self._open.move_to_end(file_no)
             return self._open[file_no]
+        table = read_arrow_file(self._files[file_no])
         try:
-            with self._files[file_no].open_input() as fh:
-                table = pa.ipc.open_file(fh).read_all()
-            values = {name: table[name].to_pylist() for name in self.names}
-        except (OSError, pa.ArrowInvalid, KeyError) as exc:
-            log.warning("cache: skipping an unreadable entry file %s (%s)", self._files[file_no], type(exc).__name__)
+            values = None if table is None else {name: table[name].to_pylist() for name in self.names}
+        except KeyError:
+            log.warning("cache: skipping an entry file without the expected columns %s", self._files[file_no])
             values = None
         self._open[file_no] = values
         if len(self._open) > OPEN_FILES:
@@ -188,10 +205,7 @@ class DocumentCache:
         if not keys:
             return True
         table = pa.table([pa.array(keys, KEY.type), *(columns[n] for n in self.names)], schema=self.schema)
-        buf = io.BytesIO()
-        with pa.ipc.new_file(buf, self.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
-            writer.write_table(table)
-        data = buf.getvalue()
+        data = arrow_file_bytes(table)
         if self.used_bytes() + len(data) > self.max_bytes:
             return False
         import xxhash

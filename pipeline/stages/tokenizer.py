@@ -36,9 +36,8 @@ def tokenizer_from_json(text: str):
     """The Tokenizer of a tokenizer.json text, parsed once per process: the driver's pack and
     the dataset card read the file the tokenizer stage has just written (28,000 merges take
     ~35 ms to parse, each time). Callers only read it (ids, vocabulary, encodings)."""
-    import xxhash
     from tokenizers import Tokenizer
-    key = xxhash.xxh3_128_digest(text.encode("utf-8"))
+    key = _json_key(text)
     if key not in _parsed:
         _parsed.clear()
         _parsed[key] = Tokenizer.from_str(text)
@@ -47,9 +46,13 @@ def tokenizer_from_json(text: str):
 
 def _remember(text: str, tok) -> None:
     """`tok` is what tokenizer_from_json(text) would parse (the stage wrote text from it)."""
-    import xxhash
     _parsed.clear()
-    _parsed[xxhash.xxh3_128_digest(text.encode("utf-8"))] = tok
+    _parsed[_json_key(text)] = tok
+
+
+def _json_key(text: str) -> bytes:
+    import xxhash
+    return xxhash.xxh3_128_digest(text.encode("utf-8"))
 
 
 # What the run's own tokenizer is called in the comparison, by mode.
@@ -345,23 +348,22 @@ def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_l
 
 def _read_counts(path) -> pa.Table | None:
     """A cache entry of word counts, or None where it cannot be read (it is counted again)."""
+    from pipeline.cache import read_arrow_file
     from pipeline.word_counts import COUNTS_SCHEMA
-    try:
-        with path.open_input() as fh:
-            table = pa.ipc.open_file(fh).read_all()
-    except (OSError, pa.ArrowInvalid):
-        return None
-    return table if table.schema.equals(COUNTS_SCHEMA) else None
+    table = read_arrow_file(path)
+    return table if table is not None and table.schema.equals(COUNTS_SCHEMA) else None
 
 
 def _write_counts(path, table: pa.Table) -> None:
     """The entry written whole (RunPath.write_bytes: a temporary name, then renamed)."""
-    sink = pa.BufferOutputStream()
-    # zstd: a shard's words take a quarter of the space (they would be a fifth of a run folder).
-    with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
-        writer.write_table(table)
+    from pipeline.cache import arrow_file_bytes
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(sink.getvalue().to_pybytes())
+    path.write_bytes(arrow_file_bytes(table))
+
+
+def _text_bytes(table: pa.Table) -> int:
+    """UTF-8 bytes of a table's texts."""
+    return int(pc.sum(pc.binary_length(table["text"].cast(pa.large_string()))).as_py() or 0)
 
 
 def _texts_digest(counted: list[tuple[pa.Array, int]]) -> str:
@@ -472,8 +474,7 @@ class TrainTokenizer(GlobalStage):
                 whole = sum(part is train for part in parts)
                 counted.append((train["text"].combine_chunks(), whole))
                 counted.extend((part["text"].combine_chunks(), 1) for part in parts if part is not train)
-                nbytes += sum(int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
-                              for part in parts)
+                nbytes += sum(_text_bytes(part) for part in parts)
             return table
         marker = rewrite_shard(self, task, collect)
         folder = self._words_folder()
@@ -515,7 +516,7 @@ class TrainTokenizer(GlobalStage):
         from pipeline.mixing import plan_epochs
         before = {s: 0 for s in mix}
         for source, table in self._train_tables(inputs):
-            before[source] += int(pc.sum(pc.binary_length(table["text"].cast(pa.large_string()))).as_py() or 0)
+            before[source] += _text_bytes(table)
         epochs = plan_epochs(before, {s: {**m, "max_epochs": math.inf} for s, m in mix.items()})
         return {"epochs": epochs, "bytes_before": before}
 
@@ -531,7 +532,7 @@ class TrainTokenizer(GlobalStage):
             for part in self._copies(table, epochs[source] if epochs else None):
                 counter["docs"] += part.num_rows
                 if after is not None:
-                    after[source] += int(pc.sum(pc.binary_length(part["text"].cast(pa.large_string()))).as_py() or 0)
+                    after[source] += _text_bytes(part)
                 yield part["text"].to_pylist()
         if after is not None:
             _sample_shares(sample, after)
