@@ -690,7 +690,7 @@ def _versions() -> dict:
     return out
 
 
-def _git() -> dict:
+def git_state() -> dict:
     def git(*a):
         r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
         return r.stdout.strip()
@@ -773,7 +773,7 @@ def main() -> int:
             ap.error(f"--systems: unknown system {s!r} (one of {', '.join(SYSTEMS)})")
 
     run_info = {"command": "python scripts/eval_phi.py " + " ".join(sys.argv[1:]),
-                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": _git()}
+                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_state()}
     report = {**run_info, "versions": _versions()}
     tmp = None if args.work else tempfile.TemporaryDirectory(prefix="eval_phi_")
     work = args.work or Path(tmp.name)

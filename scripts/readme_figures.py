@@ -23,7 +23,8 @@ bench/phi_eval.json (scripts/eval_phi.py), bench/executor.json (scripts/bench_ex
 bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/default_run_figures.py),
 bench/heuristics_compat.json (scripts/bench_heuristics_compat.py), bench/decontaminate.json
 (scripts/bench_decontaminate.py), bench/sources.json (scripts/sources_figures.py),
-bench/megatron_blend.json (scripts/verify_megatron.py, in its own virtualenv).
+bench/megatron_blend.json (scripts/verify_megatron.py, in its own virtualenv), bench/phi_literature.json
+(scripts/audit_phi_literature.py).
 Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
@@ -357,9 +358,20 @@ def phi_by_type_asq(src: dict) -> str:
                          ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "asq-dev type")
 
 
+def phi_literature_audit(src: dict) -> str:
+    """Every placeholder the literature profile wrote into the audited abstracts, with the text it
+    replaced and the verdict given by hand (scripts/audit_phi_literature.py)."""
+    e = load("phi_literature.json", src)
+    rows = ["| abstract | type | replaced | in context | verdict |", "|---|---|---|---|---|"]
+    for item in e["items"]:
+        context = item["context"].replace("|", "\\|")
+        rows.append(f"| {item['id']} | {item['type']} | {item['value']} | {context} | {item['verdict']} |")
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq)}
+              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit)}
 
 
 # --- check / write --------------------------------------------------------------------------

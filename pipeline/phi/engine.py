@@ -209,6 +209,9 @@ class PhiEngine:
             merged = [None if res is None else [r for r in res if r.entity_type != "DATE_TIME"
                                                  or month_day_is_date(text, r.start, r.end)]
                       for text, res in zip(texts, merged)]
+        if self.profile == "literature":
+            from pipeline.phi.literature import literature_results
+            merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]
         return [None if res is None else _propagate_names(text, res, self.profile)
                 for text, res in zip(texts, merged)]
 

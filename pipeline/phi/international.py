@@ -183,7 +183,8 @@ _AFTER_FOREIGN = (r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağ
                   r"sección|colonia")
 _AFTER_EN_WORDS = (r"park|close|crescent|terrace|mews|walk|row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|"
                    r"dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|sq\.?|way|drive|court|place|square|avenue|parade|"
-                   r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|"
+                   r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|boulevard|promenade|prom\.|"
+                   r"esplanade|embankment|quay|wharf|"
                    + _street_suffixes().lower())
 # In their written case: capitalized ("Walk", "St."), or in capitals only the unmistakable ones (an
 # all-caps note's "TOLERATED WELL", "SINUS ST", "4 MG SQ" are no streets).
@@ -230,6 +231,12 @@ STREETS = [(STREET_NUMBER_FIRST, None),
 # Amersfoort", "488 Mælifellsá, 536 Sauðárkrókur".
 STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
                              rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{1,3}})")
+# A street line of any layout before the postal line that closes its address ("Ring I 217, 71414
+# Porvoo", "23 Käokeele tee põik, 01554 Tallinn", "Rúa de ervedelo, 18, 26234 Logroño"): a clause of at
+# most six words holding a house number, then a postal code and a town.
+STREET_BEFORE_POSTAL = re.compile(
+    rf"(?m)(?:^|(?<=[,:;(]\s)|(?<=[,:;(]))[ \t]*(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
+    rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))")
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
 POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
 UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
@@ -245,7 +252,7 @@ UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|
 PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
 PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|psc|usns|usnv|uss|"
                     r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"
-                    r"postboks|box)\s*#?\s*\d{1,6}(?:,?\s*box\s+\d+)?\b")
+                    r"postboks|box)(?:\s+#?\s*|\s*#\s*)\d{1,6}(?:,?\s*box\s+\d+)?\b")
 # ", 05142 North Henry", ", Suryapet 788191", "ValetteBourg 67402": a number beside a town name.
 POSTAL = r"(?:\d{2}-\d{3}|\d{4}-\d{3}|\d{5}-\d{3}|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4,6})"
 # A town's initial in any cased script ("Świebodzice", "İlkimside"); in brackets after a town, a code may
@@ -358,6 +365,11 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
                 out += [RecognizerResult("LOCATION", *m.span(), 0.8) for m in regex.finditer(text)]
         for m in STREET_IN_BLOCK.finditer(text):
             if self._town_words(m.group("v")):
+                out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
+        for m in STREET_BEFORE_POSTAL.finditer(text):
+            value, town = m.group("v"), m.group("town")
+            if len(value.split()) <= 6 and re.search(r"[^\W\d_]{2}", value) and self._town_words(town) \
+                    and not (self._yearlike(m.group("code")) or any(w in MONTHS_DAYS for w in _lower_words(value))):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         for m in ADDRESS_CUE.finditer(text):
             rest = text[m.end():m.end() + 160]

@@ -321,7 +321,7 @@ def _luhn(value: str) -> bool:
     return total % 10 == 0
 
 
-def _given_full_name(value: str) -> bool:
+def given_full_name(value: str) -> bool:
     """A full name whose first word is a given name of some locale's list and not a common word,
     or of two words or more none of which is a common word but a first one on the lists ("Willy
     Kruschwitz": "willy" is a word; names of locales the lists hold only in part or not at all)."""
@@ -336,7 +336,7 @@ def _given_full_name(value: str) -> bool:
         (words[0] in lex.given or not lex.is_common(words[0]))
 
 
-_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": _given_full_name}
+_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": given_full_name}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
