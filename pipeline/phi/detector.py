@@ -60,9 +60,9 @@ _CUE_TAGS = ((TITLE, "title"), (ROLE, "role"), (RELATION, "rel"), (SPEECH, "spee
 # "[our] Chicago clinic"): a run of PHI tokens is trimmed of them at both ends.
 EDGE_WORDS = frozenset("""on in at to from of by for with near via into onto the a an and or our my his her their
 your its is was were are be been has had seen since like as than who which that this these those""".split())
-# The head nouns after which a person's name is an eponym of a disease or a sign ("Babinski
-# sign", "Stevens-Johnson syndrome"); not "scale", "score" or "cell", which follow places and
-# phone labels' names too ("U Iowa scale", "Ann Lee cell 410-...").
+# The head nouns after which a person's or a place's name is an eponym of a disease or a sign
+# ("Babinski sign", "Stevens-Johnson syndrome", "Lyme disease"); not "scale", "score" or "cell",
+# which follow places and phone labels' names too ("U Iowa scale", "Ann Lee cell 410-...").
 DISEASE_HEADS = frozenset("""disease diseases syndrome syndromes reflex sign lymphoma sarcoma palsy phenomenon triad
 maneuver manoeuvre aphasia encephalopathy dementia thyroiditis granulomatosis ulcer disorder anomaly malformation
 tumor tumour""".split())
@@ -76,6 +76,12 @@ floor icu micu sicu ccu csru university univ u college institute""".split())
 # The head words of a facility's name ("Holy Cross Hospital", "Mercy Medical Center").
 FACILITY_HEAD = frozenset("""hospital hosp hospitals medical med center centre ctr clinic clinics health healthcare
 memorial regional general infirmary institute rehab rehabilitation hospice campus manor""".split())
+
+
+# Nouns that take a number after them as the points of a schedule or a document ("Week 12",
+# "Time 2", "Cycle 3", "Figure 2"): never a place or a person by themselves.
+COUNTED_NOUNS = frozenset("""week weeks day days month months year years time visit cycle phase stage grade
+level step dose session round wave period arm group part section figure table chapter version""".split())
 
 
 def case_mode(text: str) -> str:
@@ -448,10 +454,13 @@ class PhiDetector:
             k = j + 1                       # past the rest of a hyphenated compound ("Stevens[-Johnson]")
             while k + 1 < n and toks[k][2] in "-–" and toks[k][0] == toks[k - 1][1] and toks[k + 1][0] == toks[k][1]:
                 k += 2
-            eponym = entity == "PERSON" and k < n and toks[k][2].lower() in DISEASE_HEADS \
+            eponym = k < n and toks[k][2].lower() in DISEASE_HEADS \
                 and not text[toks[k - 1][1]:toks[k][0]].strip()
             if eponym or all(toks[w][2].lower() in ORIGIN_WORDS for w in words if word[w]):
                 i = i_next                  # an eponym ("Babinski sign") or an origin ("African American")
+                continue
+            if i == j and toks[i][2].lower() in COUNTED_NOUNS and re.match(r"[ \t]*#?\d", text[end:end + 4]):
+                i = i_next                  # a numbered point of a schedule ("at Week 12", "Visit 3")
                 continue
             out.append((toks[i][0], end, entity, sum(p_phi[k] for k in words) / len(words)))
             i = i_next

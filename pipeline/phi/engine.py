@@ -212,7 +212,7 @@ class PhiEngine:
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results
             merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]
-        return [None if res is None else _propagate_names(text, res, self.profile)
+        return [None if res is None else _propagate_values(text, _propagate_names(text, res, self.profile), self.profile)
                 for text, res in zip(texts, merged)]
 
     def _analyze_pieces(self, texts: list[str]) -> list[list]:
@@ -350,16 +350,21 @@ def _propagate_names(text: str, results: list, profile: str = "literature") -> l
                  if w.lower() not in NON_NAME_WORDS and w.lower() not in _TITLE_WORDS}
         # A common word that is a name here ("Dr. White") is propagated only as written.
         pattern = "|".join([rf"(?i:{re.escape(w)})" for w in sorted(words) if not lex.is_common(w.lower())]
-                           + [re.escape(w) for w in sorted(words) if lex.is_common(w.lower()) and w[0].isupper()
-                              and not w.isupper()])
+                           + [f"{re.escape(w)}|{re.escape(w.upper())}" for w in sorted(words)
+                              if lex.is_common(w.lower()) and w[0].isupper() and not w.isupper()])
     else:
         words = {w for n in names for w in n.split()[1:] if _SURNAME_OK.fullmatch(w) and w not in EPONYMS}
         pattern = "|".join(map(re.escape, sorted(words)))
     if not pattern:
         return results
-    # A match that starts inside a found span is not a new name. The spans' union, searched by
-    # bisection: a long note holds thousands of names (a scan of every span per match was
-    # quadratic: minutes on a 1 MB note).
+    return results + [RecognizerResult("PERSON", s, e, 0.8)
+                      for s, e in _new_spans(results, re.finditer(r"\b(" + pattern + r")\b", text))]
+
+
+def _new_spans(results: list, matches) -> list[tuple[int, int]]:
+    """The matches that start outside every found span. The spans' union is searched by
+    bisection: a long note holds thousands of PHI spans (a scan of every span per match was
+    quadratic: minutes on a 1 MB note)."""
     taken: list[list[int]] = []
     for s, e in sorted((r.start, r.end) for r in results):
         if taken and s <= taken[-1][1]:
@@ -367,9 +372,60 @@ def _propagate_names(text: str, results: list, profile: str = "literature") -> l
         else:
             taken.append([s, e])
     starts = [s for s, _ in taken]
-    extra = []
-    for m in re.finditer(r"\b(" + pattern + r")\b", text):
+    out = []
+    for m in matches:
         i = bisect_right(starts, m.start()) - 1
         if i < 0 or m.start() >= taken[i][1]:
-            extra.append(RecognizerResult("PERSON", m.start(), m.end(), 0.8))
+            out.append(m.span())
+    return out
+
+
+# Types whose value, once found, is removed wherever else its digits recur in the document,
+# whatever the separators ("MRN 4412345" ... "ref 441-2345").
+DIGIT_TYPES = {"MEDICAL_RECORD", "ID", "ACCOUNT_NUMBER", "PHONE_NUMBER", "US_SSN", "LICENSE_NUMBER",
+               "DEVICE_OR_VEHICLE_ID", "CREDIT_CARD", "IBAN_CODE", "LOCATION"}
+_SEPARATOR = r"[\s./-]?"
+
+
+def _place_pattern(value: str) -> str | None:
+    """A found place's words, as a regex for its other mentions: any case, or for a place that
+    holds a common word, as written or in capitals ("Hope ... HOPE", not "hope")."""
+    from pipeline.phi.lexicon import lexicon
+    lex = lexicon()
+    words = re.findall(rf"[{_U}{_L}]+", value)
+    if not words or sum(len(w) for w in words) < 4 or any(w.lower() in NON_NAME_WORDS for w in words):
+        return None
+    phrase = r"\s+".join(map(re.escape, words))
+    if any(lex.is_common(w.lower()) for w in words):
+        return rf"\b(?:{phrase}|{phrase.upper()})\b"
+    return rf"(?i:\b{phrase}\b)"
+
+
+def _propagate_values(text: str, results: list, profile: str) -> list:
+    """A value found once is PHI wherever it recurs in the document: identifiers and postal codes
+    by their digits (five or more) in any grouping; e-mail addresses in any case; in the clinical
+    profile, places by their words in any case (a common word only as written or in capitals:
+    "Vernier ... vernier", "Hope ... HOPE")."""
+    from presidio_analyzer import RecognizerResult
+
+    if not results:
+        return results
+    patterns: dict[str, set[str]] = {}          # entity -> alternatives, each a whole regex
+    for r in results:
+        value = text[r.start:r.end]
+        digits = re.sub(r"\D", "", value)
+        if r.entity_type in DIGIT_TYPES and len(digits) >= 5:
+            alternative = r"(?<![\w.-])" + _SEPARATOR.join(digits) + r"(?![\w-]|\.\d)"
+        elif r.entity_type == "EMAIL_ADDRESS":
+            alternative = rf"(?i:\b{re.escape(value)}\b)"
+        elif r.entity_type == "LOCATION" and profile == "clinical" and not digits:
+            alternative = _place_pattern(value)
+        else:
+            continue
+        if alternative:
+            patterns.setdefault(r.entity_type, set()).add(alternative)
+    extra = []
+    for entity, alternatives in patterns.items():
+        regex = re.compile("|".join(sorted(alternatives)))
+        extra += [RecognizerResult(entity, s, e, 0.8) for s, e in _new_spans(results + extra, regex.finditer(text))]
     return results + extra

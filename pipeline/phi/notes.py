@@ -20,7 +20,18 @@ TOKEN = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿĀ-ſ]+(?:['’][A-Za-z]+)?")
 TITLE = {"dr", "drs", "doctor", "doctors", "mr", "mrs", "ms", "miss", "mister", "mx", "prof", "professor"}
 # Roles written before a name like a title ("NP CAROL", "per md Saeed"): a name-list word after them is a name.
 ROLE_TITLE = {"np", "pa", "md", "rn", "rrt", "sw", "msw", "lcsw", "licsw", "cm", "fellow", "resident",
-              "intern", "attending", "nurse", "chaplain", "rabbi", "father", "fr", "rev", "reverend", "sister"}
+              "intern", "attending", "nurse", "chaplain", "rabbi", "father", "fr", "rev", "reverend", "sister",
+              # offices and ranks written before a surname ("Secretary Grant", "HO Weber", "Sgt. Lopez")
+              "ho", "pgy", "secretary", "senator", "sen", "congressman", "congresswoman", "congressperson",
+              "representative", "rep", "governor", "gov", "mayor", "judge", "justice", "officer", "detective",
+              "det", "sergeant", "sgt", "captain", "capt", "lieutenant", "lt", "coach", "pastor", "president",
+              "minister", "dean", "commissioner", "councilman", "councilwoman", "councillor", "sheriff", "deputy",
+              "trooper", "principal", "ambassador", "chancellor", "bishop", "imam", "agent", "professor"}
+# Verbs of speech and contact before "to": "talking to Beth", "wrote to Ines".
+SPEECH_TO = {"talking", "talked", "talk", "talks", "spoke", "speak", "speaking", "speaks", "said", "say", "says",
+             "wrote", "write", "writing", "texted", "text", "texting", "listened", "listen", "listening", "explained",
+             "mentioned", "replied", "introduced", "sent", "gave", "give", "married", "engaged", "went", "belongs",
+             "reached", "replying", "chatting", "chatted", "lied", "waved", "turned", "handed"}
 # Family: a name-list word right after one is a name even when it is also a word ("son bill").
 FAMILY = {"wife", "husband", "son", "sons", "daughter", "daughters", "dtr", "dau", "sister", "sisters", "brother",
           "brothers", "mother", "mom", "father", "dad", "friend", "niece", "nephew", "aunt", "uncle", "grandson",
@@ -211,7 +222,8 @@ class _NoteWords:
                     and (not common[i] or lows[i] in self.lex.given and (
                         prev in FAMILY or prev in ROLE_TITLE and mode != "mixed" or capitalized(i) and mode == "mixed")):
                 marked[i] = True
-            elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES) and (
+            elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES
+                                 or prev == "to" and i > 1 and lows[i - 2] in SPEECH_TO) and (
                     capitalized(i) and mode == "mixed" or not common[i]):
                 marked[i] = True
             elif is_name[i] and lows[i] in self.lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \

@@ -20,6 +20,9 @@ _MONTH_ANY = (r"(?:(?i:january|february|march|april|june|july|august|september|o
               r"[Jj]an|[Ff]eb|[Mm]ar|[Aa]pr|[Jj]un|[Jj]ul|[Aa]ug|[Ss]ept?|[Oo]ct|[Nn]ov|[Dd]ec|May|"
               rf"(?:may|MAY|JAN|FEB|MAR|APR|JUN|JUL|AUG|SEPT?|OCT|NOV|DEC){_YEAR_AFTER})(?![a-z])\.?")
 _YEAR = r"(?:19|20)\d\d"
+_ORDINAL_WORD = (r"(?i:(?:twenty|thirty)[- ]?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|"
+                 r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+                 r"fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth)")
 # USPS codes: states, DC, territories, freely associated states and military "states".
 _STATES = ("AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|NJ|NM|"
            "NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC|PR|GU|VI|AS|MP|FM|MH|PW|AA|AE|AP")
@@ -216,6 +219,10 @@ def rules() -> list[tuple[str, str, float]]:
         ("DATE_TIME", rf"\b{_MONTH_ANY}[\s.-]*{_DAY}\b(?:,?[\s./-]*(?:{_YEAR}|['’]\d\d)\b)?"
                       r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|days|"
                       r"weeks|months|hours))", 0.8),
+        # Days spelled out ("August twelfth", "the twenty-first of May").
+        ("DATE_TIME", _gated(rf"\b{_MONTH_ANY}\s+(?:the\s+)?{_ORDINAL_WORD}\b|\b(?:the\s+)?{_ORDINAL_WORD}\s+of\s+{_MONTH_ANY}",
+                             r"(?i)(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
+                             r"twelfth|teenth|tieth)"), 0.8),
         # A month and year of an event in a person's life ("admitted on May 1975", "born December
         # 1964"); study periods say "in", "from", "between" and stay.
         ("DATE_TIME", _gated(rf"(?i:\bon|\bborn(?:\s+in)?|\bdied(?:\s+in)?|\bdob:?)\s+(?P<v>{_MONTH_ANY},?\s+{_YEAR})\b",
@@ -234,6 +241,10 @@ def rules() -> list[tuple[str, str, float]]:
                      r"(?:\s+(?:alone|independently|together|with\s+(?:her|his|their)\s+\w+))?\s+(?:in|of|to|at)\s+"
                      r"(?:the\s+)?(?:city\s+of\s+)?(?P<v>[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})\b", 0.7),
         # --- names in context ------------------------------------------------------------
+        # A user handle ("@dana_p", "@JacobW99"): a name in every profile; not an e-mail's domain,
+        # "@home" or "@10am" (a common word or no letter: handle_name checks).
+        ("PERSON", _gated(r"(?<![\w.@])@(?P<v>[A-Za-z_][A-Za-z0-9_]{1,29})(?![\w@]|\.[A-Za-z])", r"@[A-Za-z0-9_]{2}"),
+         ("handle_name", 0.8)),
         ("PERSON", rf"\b{TITLES}[ \t]+(?P<v>{_PARTICLE}*{_NAME_OR_INITIALS})", 0.9),
         # A cue and a name. A capitalized noun cue needs a colon or comma ("Patient: X"), so that
         # title-case titles ("Patient Satisfaction Following ...") and compounds
@@ -336,7 +347,13 @@ def given_full_name(value: str) -> bool:
         (words[0] in lex.given or not lex.is_common(words[0]))
 
 
-_VALIDATORS = {"luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": given_full_name}
+def handle_name(value: str) -> bool:
+    """A social-media handle: has a letter, and is not a common word ("@home", "@bedside")."""
+    from pipeline.phi.lexicon import lexicon
+    return any(c.isalpha() for c in value) and not lexicon().is_common(value.lower())
+
+
+_VALIDATORS = {"handle_name": handle_name, "luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": given_full_name}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
