@@ -188,3 +188,17 @@ def test_web_ewt_gold_spans_are_the_labelled_words():
     assert {e["genre"] for e in entries} == {"answers", "email", "newsgroup", "reviews", "weblog"}
     allowed = {e["value"] for e in entries if e["safe_harbor_allowed"]}
     assert {"Iraq", "Texas"} & allowed and not {e["value"] for e in entries if e["type"] == "NAME"} & allowed
+
+
+def test_held_out_summary_names_the_worst_source():
+    from eval_phi import held_out
+
+    def leak(m, v, t, n=100):
+        return {"mention_leak": {"rate": m, "n": n}, "value_leak": {"rate": v}, "non_phi_tokens": {"rate": t}}
+    report = {"cv": {"at_default": leak(0.01, 0.02, 0.005)},
+              "web_ewt": {"systems": {"medprep_phi": leak(0.12, 0.09, 0.07)}},
+              "synthetic_mimesis": {"systems": {"medprep_phi": {"error": "crashed"}}},
+              "synthetic_mimesis_formats": {"systems": {"medprep_phi": leak(0.02, 0.15, 0.04)}}}
+    summary = held_out(report)
+    assert [r["key"] for r in summary["sources"]] == ["deid_dev_cv", "web_ewt", "mimesis_formats"]
+    assert summary["worst"]["key"] == "web_ewt" and summary["worst_by_values"]["key"] == "mimesis_formats"
