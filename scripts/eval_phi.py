@@ -665,9 +665,13 @@ def held_out(report: dict) -> dict:
             entry = entry.get(part) if isinstance(entry, dict) else None
         if not entry or "error" in entry:
             continue
+        by_type = {t: {"n": r["n"], "mention_leak": r["rate"],
+                       "value_leak": entry.get("value_leak_by_type", {}).get(t, {}).get("rate")}
+                   for t, r in sorted(entry.get("mention_leak_by_type", {}).items())}
         rows.append({"key": key, "source": source, "held_out": how,
                      "mention_leak": entry["mention_leak"]["rate"], "value_leak": entry["value_leak"]["rate"],
-                     "mentions": entry["mention_leak"]["n"], "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"]})
+                     "mentions": entry["mention_leak"]["n"], "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"],
+                     "by_type": by_type})
     worst = max(rows, key=lambda r: (r["mention_leak"], r["value_leak"])) if rows else None
     worst_value = max(rows, key=lambda r: r["value_leak"]) if rows else None
     return {"sources": rows, "worst": worst, "worst_by_values": worst_value}

@@ -371,6 +371,17 @@ def phi_held_out(src: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def phi_held_out_by_type(src: dict) -> str:
+    """Leave-one-source-out by type: each source's types, % of mentions / % of values left."""
+    e = load("phi_eval.json", src)["held_out"]
+    rows = ["| source | type (mentions) | mentions left | values left |", "|---|---|---:|---:|"]
+    for r in sorted(e["sources"], key=lambda r: (-r["mention_leak"], r["key"])):
+        for typ, t in sorted(r["by_type"].items(), key=lambda kv: (-kv[1]["n"], kv[0])):
+            value = "—" if t["value_leak"] is None else f"{100 * t['value_leak']:.1f} %"
+            rows.append(f"| {r['key']} | {typ} ({t['n']:,}) | {100 * t['mention_leak']:.1f} % | {value} |")
+    return "\n".join(rows) + "\n"
+
+
 def phi_literature_audit(src: dict) -> str:
     """Every placeholder the literature profile wrote into the audited abstracts, with the text it
     replaced and the verdict given by hand (scripts/audit_phi_literature.py)."""
@@ -385,7 +396,7 @@ def phi_literature_audit(src: dict) -> str:
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
               executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit,
-              phi_held_out)}
+              phi_held_out, phi_held_out_by_type)}
 
 
 # --- check / write --------------------------------------------------------------------------
