@@ -679,7 +679,8 @@ def held_out(report: dict) -> dict:
 
 def markdown(report: dict) -> str:
     lines = []
-    for set_name in ("dev", "asq_dev", "web_ewt", "synthetic_mimesis", "synthetic_locales", "synthetic_mimesis_formats"):
+    for set_name in ("dev", "asq_dev", "web_ewt", "synthetic_mimesis", "synthetic_locales",
+                     "synthetic_mimesis_formats"):
         sec = report.get(set_name)
         if not sec:
             continue

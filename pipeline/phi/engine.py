@@ -212,7 +212,8 @@ class PhiEngine:
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results
             merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]
-        return [None if res is None else _propagate_values(text, _propagate_names(text, res, self.profile), self.profile)
+        return [None if res is None
+                else _propagate_values(text, _propagate_names(text, res, self.profile), self.profile)
                 for text, res in zip(texts, merged)]
 
     def _analyze_pieces(self, texts: list[str]) -> list[list]:

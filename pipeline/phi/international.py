@@ -235,13 +235,15 @@ STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_
 # Porvoo", "23 Käokeele tee põik, 01554 Tallinn", "Rúa de ervedelo, 18, 26234 Logroño"): a clause of at
 # most six words holding a house number, then a postal code and a town.
 STREET_BEFORE_POSTAL = re.compile(
-    rf"(?m)(?:^|(?<=[,:;(]\s)|(?<=[,:;(]))[ \t]*(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
+    rf"(?m)(?:^|(?<=[,:;(]\s)|(?<=[,:;(]))[ \t]*"
+    rf"(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
     rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))")
 # A street named without its house number ("found on Birch Lane", "your Larch Ave. location").
 STREET_NAMED = re.compile(rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
-                          rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|Ln\.|Road|"
-                          rf"Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])")
-STREET_NAMED_GATE = r"\p{Lu}\S*\s(?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy|Highway|Hwy)"
+                          rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
+                          rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])")
+STREET_NAMED_GATE = (r"\p{Lu}\S*\s(?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|"
+                     r"Parkway|Pkwy|Highway|Hwy)")
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
 POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
 UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
@@ -249,7 +251,8 @@ CA_POSTCODE = re.compile(r"\b[A-Z]\d[A-Z][ ]?\d[A-Z]\d\b")
 AU_STATE_POSTCODE = re.compile(r"\b(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)[ \t]+(?P<v>\d{4})\b")
 POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
                         r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode|c[oó]digo\s+postal|postleitzahl|post\s*nr\.?|postnr\.?|code\s+postal)|PLZ|CEP|NPA|PSČ)"
-                        r"(?:\s+(?:is|was|of))?(?:\s*[:#]\s*|\s+)(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
+                        r"(?:\s+(?:is|was|of))?(?:\s*[:#]\s*|\s+)"
+                        r"(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
 # "C.P.", "CP", "CAP" (Mexico, Spain, Italy) before five digits; "CP" alone is also chest pain ("CP 7/10").
 CP_CODE = re.compile(r"\b(?:C\.[ ]?P\.|CP|CAP)[ \t]*:?[ \t]*(?P<v>\d{5})\b(?![/.,]\d)")
 # A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").

@@ -64,7 +64,8 @@ PERSON_CUED = re.compile(r"(?i)(?:\b(?:treatment|care|death|admission|discharge|
 REGISTRY_BEFORE = re.compile(r"(?i)(?:\b(?:EudraCT|ISRCTN|NCT|ChiCTR|ACTRN|DRKS|UMIN|JPRN|CTRI|IRCT|PACTR|CRD|"
                              r"PROSPERO|"
                              r"PMID|PMCID|DOI|ISBN|ISSN|EC|E\.C\.|GenBank|GEO|accession|registration|registry|"
-                             r"trial|grant|project|award|protocol|approval|ethics|IRB)\b[^.;\n]{0,20}$|\b10\.\d{4,}/\S*$)")
+                             r"trial|grant|project|award|protocol|approval|ethics|IRB)\b[^.;\n]{0,20}$"
+                             r"|\b10\.\d{4,}/\S*$)")
 PHONE_CUE = re.compile(r"(?i:\b(?:tel|telephone|phone|fax|mobile|cell|call|contact(?:ed)?|reach(?:ed)?|pager|"
                        r"hotline|whatsapp)\b[^\n\d]{0,25}$)|@[\w.-]+\.[A-Za-z]{2,}\s*(?:,|;|/|or)\s*$"
                        r"|(?:^|[\s(;,])(?:[TFM]|Ph|ph)[.:]\s*$")

@@ -220,7 +220,8 @@ def rules() -> list[tuple[str, str, float]]:
                       r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|days|"
                       r"weeks|months|hours))", 0.8),
         # Days spelled out ("August twelfth", "the twenty-first of May").
-        ("DATE_TIME", _gated(rf"\b{_MONTH_ANY}\s+(?:the\s+)?{_ORDINAL_WORD}\b|\b(?:the\s+)?{_ORDINAL_WORD}\s+of\s+{_MONTH_ANY}",
+        ("DATE_TIME", _gated(rf"\b{_MONTH_ANY}\s+(?:the\s+)?{_ORDINAL_WORD}\b"
+                             rf"|\b(?:the\s+)?{_ORDINAL_WORD}\s+of\s+{_MONTH_ANY}",
                              r"(?i)(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|"
                              r"twelfth|teenth|tieth)"), 0.8),
         # A month and year of an event in a person's life ("admitted on May 1975", "born December
@@ -353,7 +354,8 @@ def handle_name(value: str) -> bool:
     return any(c.isalpha() for c in value) and not lexicon().is_common(value.lower())
 
 
-_VALIDATORS = {"handle_name": handle_name, "luhn": _luhn, "id_value": _id_value, "person_name": _person_name, "given_full_name": given_full_name}
+_VALIDATORS = {"handle_name": handle_name, "luhn": _luhn, "id_value": _id_value, "person_name": _person_name,
+               "given_full_name": given_full_name}
 
 
 def _trim_name(text: str, start: int, end: int) -> tuple[int, int]:
