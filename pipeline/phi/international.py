@@ -244,6 +244,8 @@ STREET_NAMED = re.compile(rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|
                           rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])")
 STREET_NAMED_GATE = (r"\p{Lu}\S*\s(?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|"
                      r"Parkway|Pkwy|Highway|Hwy)")
+# What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
+STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
 POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
 UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
@@ -334,7 +336,8 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
     def __init__(self, profile: str = "clinical"):
         self.lex = lexicon()
         self.profile = profile
-        self.gates = [gate for _, gate in STREETS] + [PLACE_OF_PERSON_GATE, STREET_AFTER_AT_GATE, STREET_NAMED_GATE]
+        self.gates = [gate for _, gate in STREETS] + [PLACE_OF_PERSON_GATE, STREET_AFTER_AT_GATE, STREET_NAMED_GATE,
+                                                      STREET_BEFORE_POSTAL_GATE]
         super().__init__("medprep_addresses")
 
     def _town_word(self, word: str, cities: bool = True) -> bool:
@@ -376,7 +379,7 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
         for m in STREET_IN_BLOCK.finditer(text):
             if self._town_words(m.group("v")):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
-        for m in STREET_BEFORE_POSTAL.finditer(text):
+        for m in STREET_BEFORE_POSTAL.finditer(text) if self.passes(len(STREETS) + 3) else ():
             value, town = m.group("v"), m.group("town")
             if len(value.split()) <= 6 and re.search(r"[^\W\d_]{2}", value) and self._town_words(town) \
                     and not (self._yearlike(m.group("code")) or any(w in MONTHS_DAYS for w in _lower_words(value))):
