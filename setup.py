@@ -10,6 +10,8 @@ from setuptools.command.build_py import build_py
 
 # pipeline/resources.py's SHIPPED (tests/test_install.py checks the two agree).
 RESOURCES = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples", "data/pubmedqa")
+# Labelled corpora that only the detector's training and the PHI evaluation read: not in the wheel.
+NOT_SHIPPED = ("uner-ewt", "web-ner")
 
 
 class BuildWithResources(build_py):
@@ -24,7 +26,7 @@ class BuildWithResources(build_py):
             if not src.is_dir():
                 raise SystemExit(f"setup.py: {src} is missing: the wheel ships it")
             shutil.rmtree(target / folder, ignore_errors=True)
-            shutil.copytree(src, target / folder, ignore=shutil.ignore_patterns("*.tmp", "__pycache__"))
+            shutil.copytree(src, target / folder, ignore=shutil.ignore_patterns("*.tmp", "__pycache__", *NOT_SHIPPED))
 
 
 setup(cmdclass={"build_py": BuildWithResources})

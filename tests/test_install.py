@@ -43,6 +43,11 @@ def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
                     str(ROOT)], check=True, capture_output=True)
     wheel, = dist.glob("medprep-*.whl")
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    # The detector ships; the corpora it was trained and judged on do not.
+    assert any(n.endswith("data/phi/phi_detector.crfsuite") for n in names)
+    assert not [n for n in names if "/uner-ewt/" in n or "/web-ner/" in n]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
