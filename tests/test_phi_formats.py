@@ -215,6 +215,12 @@ OTHER_STYLES = [
     ("Secretary Grant met Congresswoman Ortiz; HO Weber paged.", ["Grant", "Ortiz", "Weber"]),
     ("Please visit your Larch Ave. location; the wallet was found on Birch Lane.", ["Larch", "Birch"]),
     ("RT @dana_p99: gg, and thanks @xXGrimTideXx!", ["dana_p99", "xXGrimTideXx"]),
+    ("Tuesday the 12th she called; on Thanksgiving 2018 and in mid-August he was seen 14/3 and on 14.03.",
+     ["12th", "Thanksgiving", "mid-August", "14/3", "14.03"]),
+    ("He is aged ninety-two; a 92 y.o. female.", ["ninety-two", "92"]),
+    # a postal code right beside a place, whatever the order and the country's layout
+    ("I moved to VESTBY 1540 last year, then to Kraków 31-142; 10115 Berlin; Dublin D02 X285.",
+     ["1540", "31-142", "10115", "D02 X285"]),
 ]
 
 

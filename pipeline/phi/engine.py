@@ -209,6 +209,8 @@ class PhiEngine:
             merged = [None if res is None else [r for r in res if r.entity_type != "DATE_TIME"
                                                  or month_day_is_date(text, r.start, r.end)]
                       for text, res in zip(texts, merged)]
+        if self.profile == "clinical":
+            merged = [None if res is None else _codes_beside_places(text, res) for text, res in zip(texts, merged)]
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results
             merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]
@@ -386,6 +388,34 @@ def _new_spans(results: list, matches) -> list[tuple[int, int]]:
 DIGIT_TYPES = {"MEDICAL_RECORD", "ID", "ACCOUNT_NUMBER", "PHONE_NUMBER", "US_SSN", "LICENSE_NUMBER",
                "DEVICE_OR_VEHICLE_ID", "CREDIT_CARD", "IBAN_CODE", "LOCATION"}
 _SEPARATOR = r"[\s./-]?"
+
+
+# A postal code as countries write it (international.POSTAL_ANY, Irish Eircodes, "100-0001"),
+# right before or after a found place: "VESTBY 1540", "I moved to Kraków 31-142", "10115 Berlin".
+_CODE = (r"(?:[A-Z]{1,3}-)?(?:\d{5}-\d{3}|\d{4}-\d{3}|\d{3}-\d{4}|\d{2}-\d{3}|\d{3}[ ]\d{2}|\d{4}[ ]?[A-Z]{2}|\d{3,6})"
+         r"|[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d|[A-Z]\d{2}[ ]?[A-Z0-9]{4}")
+_CODE_AFTER = re.compile(rf"^,?[ \t]+(?P<v>{_CODE})(?![\w-]|[.,]\d)")
+_CODE_BEFORE = re.compile(rf"(?<![\w.,/-])(?P<v>{_CODE}),?[ \t]+$")
+
+
+def _codes_beside_places(text: str, results: list) -> list:
+    """Postal codes right beside a place (or a name the detector took a town for), not a number
+    with a unit after it ("Ward 5 150 mg" is no address)."""
+    from presidio_analyzer import RecognizerResult
+
+    from pipeline.phi.recognizers import NOT_A_QUANTITY
+    extra = []
+    for r in results:
+        if r.entity_type not in ("LOCATION", "PERSON"):
+            continue
+        after = _CODE_AFTER.match(text[r.end:r.end + 14])
+        if after and re.match(NOT_A_QUANTITY, text[r.end + after.end():]):
+            extra.append(RecognizerResult("LOCATION", r.end + after.start("v"), r.end + after.end("v"), 0.7))
+        before = _CODE_BEFORE.search(text[max(0, r.start - 14):r.start])
+        if before:
+            offset = max(0, r.start - 14)
+            extra.append(RecognizerResult("LOCATION", offset + before.start("v"), offset + before.end("v"), 0.7))
+    return results + [x for x in extra if not any(r.start <= x.start and x.end <= r.end for r in results)]
 
 
 def _place_pattern(value: str) -> str | None:

@@ -232,9 +232,28 @@ def rules() -> list[tuple[str, str, float]]:
                       rf"surgery|procedure)\b\s*:?\s*(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01]))\b(?!/)", 0.7),
         ("DATE_TIME", rf"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{{6,20}}?\d)\b", 0.9),
         ("AGE", r"(?i)\b(?P<v>(?:9\d|1[01]\d))[\s-]*(?:years?|yrs?|y)[\s-]*(?:old|of age)\b|"
-                r"\b(?P<v2>(?:9\d|1[01]\d))[\s-]?(?:yo|y/o|y\.o\.)\b", 0.9),
+                r"\b(?P<v2>(?:9\d|1[01]\d))[\s-]?(?:yo\b|y/o\b|y\.o\.)", 0.9),
         ("AGE", r"(?i)\b(?:aged?|age:)\s*(?P<v>(?:9\d|1[01]\d))\b(?!\s*(?:%|-\d|–\d|to\s+\d))", 0.85),
         ("AGE", r"(?i)\b(?P<v>(?:ninety|one hundred)(?:[\s-](?:one|two|three|four|five|six|seven|eight|nine))?)[\s-]years?[\s-]old\b", 0.85),
+        ("AGE", _gated(r"(?i)\b(?:aged?|age:?)\s+(?P<v>(?:ninety|one hundred)(?:[\s-](?:one|two|three|four|five|six|seven|"
+                       r"eight|nine))?)\b", r"(?i)age[d:]?\s+(?:ninety|one hundred)"), 0.85),
+        # A weekday and its day ("Tuesday the 12th"); a holiday of a given year ("Thanksgiving 2018");
+        # a part of a month ("mid-August"); a day before a month with a cue ("seen 14/3", "on 14.03.").
+        ("DATE_TIME", _gated(r"(?i)\b(?:mon|tues?|wed(?:nes)?|thu(?:rs?)?|fri|sat(?:ur)?|sun)(?:day)?\.?,?\s+(?:the\s+)?"
+                             r"(?P<v>(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th))\b",
+                             r"(?i)(?:mon|tue|wed|thu|fri|sat|sun)\w*\.?,?\s+(?:the\s+)?\d{1,2}(?:st|nd|rd|th)"), 0.75),
+        ("DATE_TIME", _gated(r"\b(?:Christmas(?:\s+(?:Day|Eve))?|Thanksgiving(?:\s+Day)?|Easter(?:\s+(?:Sunday|Monday))?|"
+                             r"New\s+Year['’]?s(?:\s+(?:Day|Eve))?|Independence\s+Day|Labou?r\s+Day|Memorial\s+Day|"
+                             r"Halloween|Valentine['’]?s\s+Day|Boxing\s+Day|Veterans\s+Day)(?:,?\s+of)?,?\s+(?:19|20)\d\d\b",
+                             r"(?:Christmas|Thanksgiving|Easter|Year|Independence|Labou?r|Memorial|Halloween|Valentine|"
+                             r"Boxing|Veterans)[^\n]{0,12}(?:19|20)\d\d"), 0.8),
+        ("DATE_TIME", _gated(rf"(?i)\b(?:early|mid|late)[\s-]?{_MONTH_ANY}", r"(?i)(?:early|mid|late)[\s-]?" + _MONTH_RE2),
+         0.75),
+        ("DATE_TIME", _gated(r"(?i)\b(?:on|since|from|until|till|dated?|admitted|discharged|seen|visit|surgery|procedure|"
+                             r"am|vom|seit|le|du|el|del)\s*:?\s*(?P<v>(?:1[3-9]|2\d|3[01])/(?:0?[1-9]|1[0-2])"
+                             r"|(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.)(?![\d/])",
+                             r"(?i)(?:on|since|from|until|till|date|admitted|discharged|seen|visit|surgery|procedure|am|vom|"
+                             r"seit|le|du|el|del)\W{0,3}\d{1,2}[/.]\d{1,2}"), 0.7),
         # --- places smaller than a state ---------------------------------------------------
         ("LOCATION", rf"(?<=,\s)(?P<v>{city_state_zip})", 0.8),
         ("LOCATION", rf"\b(?:{_STATES})\s+(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.75),
