@@ -358,16 +358,22 @@ def phi_by_type_asq(src: dict) -> str:
                          ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "asq-dev type")
 
 
+def _pair(r: dict | None) -> str:
+    return "not run" if r is None else f"{100 * r['mention_leak']:.2f} / {100 * r['value_leak']:.2f}"
+
+
 def phi_held_out(src: dict) -> str:
-    """Leave-one-source-out: each source scored by the stage fitted without it, worst first."""
+    """Leave-one-source-out, worst first: each source scored by the stage fitted without it, beside
+    the in-sample result and the anchors on the same text (% of mentions / % of values left)."""
     e = load("phi_eval.json", src)["held_out"]
-    rows = ["| source | how it is held out | mentions | PHI mentions left | values left | other tokens changed |",
-            "|---|---|---:|---:|---:|---:|"]
+    rows = ["| source | how it is held out | mentions | **held out** | other tokens changed | in-sample "
+            "(not evidence) | Philter | Presidio |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(e["sources"], key=lambda r: (-r["mention_leak"], r["key"])):
         bold = "**" if r["key"] == e["worst"]["key"] else ""
-        rows.append(f"| {bold}{r['source']}{bold} | {r['held_out']} | {r['mentions']:,} | "
-                    f"{bold}{100 * r['mention_leak']:.2f} %{bold} | {100 * r['value_leak']:.2f} % | "
-                    f"{100 * r['non_phi_tokens_changed']:.2f} % |")
+        in_sample = "= held out" if r["never_fitted"] else _pair(r["in_sample"])
+        rows.append(f"| {bold}{r['source']}{bold} | {r['held_out']} | {r['mentions']:,} | {bold}{_pair(r)}{bold} | "
+                    f"{100 * r['non_phi_tokens_changed']:.2f} % | {in_sample} | {_pair(r['anchors']['philter'])} | "
+                    f"{_pair(r['anchors']['presidio'])} |")
     return "\n".join(rows) + "\n"
 
 
@@ -380,6 +386,26 @@ def phi_held_out_by_type(src: dict) -> str:
             value = "—" if t["value_leak"] is None else f"{100 * t['value_leak']:.1f} %"
             rows.append(f"| {r['key']} | {typ} ({t['n']:,}) | {100 * t['mention_leak']:.1f} % | {value} |")
     return "\n".join(rows) + "\n"
+
+
+def _never_fitted_by_type(src: dict, section: str, title: str) -> str:
+    """A source nothing here was fitted on, by type: ours (held out and in-sample at once) and the
+    anchors, % of mentions / values left."""
+    systems = load("phi_eval.json", src)[section]["systems"]
+    return _phi_by_type([("ours (never fitted on it)", systems["medprep_phi"]), ("Philter", systems.get("philter")),
+                         ("Presidio", systems.get("presidio"))], title)
+
+
+def phi_by_type_web(src: dict) -> str:
+    return _never_fitted_by_type(src, "web_ewt", "UNER EWT type")
+
+
+def phi_by_type_mimesis(src: dict) -> str:
+    return _never_fitted_by_type(src, "synthetic_mimesis", "mimesis type")
+
+
+def phi_by_type_mimesis_formats(src: dict) -> str:
+    return _never_fitted_by_type(src, "synthetic_mimesis_formats", "mimesis formats type")
 
 
 def phi_literature_audit(src: dict) -> str:
@@ -396,7 +422,8 @@ def phi_literature_audit(src: dict) -> str:
 RENDERERS = {f.__name__.replace("_", "-"): f for f in
              (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
               executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit,
-              phi_held_out, phi_held_out_by_type)}
+              phi_held_out, phi_held_out_by_type, phi_by_type_web, phi_by_type_mimesis,
+              phi_by_type_mimesis_formats)}
 
 
 # --- check / write --------------------------------------------------------------------------
