@@ -461,7 +461,7 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
     from pipeline.card import write_card
-    write_card(config, manifest)
+    write_card(config, manifest, stages)
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest

@@ -80,8 +80,8 @@ def test_the_cycle_check_finds_a_lazy_cycle(tmp_path):
     assert _imports("a", modules["a"], modules) == {"b"} and _imports("b", modules["b"], modules) == {"a"}
 
 
-@pytest.mark.parametrize("module", ["runner.py", "cache.py", "report.py"])
-def test_runner_cache_and_report_name_no_stage(module):
+@pytest.mark.parametrize("module", ["runner.py", "cache.py", "report.py", "card.py"])
+def test_runner_cache_report_and_card_name_no_stage(module):
     """`grep -w` finds no stage or group name in them, comments and messages included, and they
     import neither the PHI package nor a stage's module (only the registry and the contract)."""
     text = (PACKAGE / module).read_text(encoding="utf-8")

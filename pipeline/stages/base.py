@@ -1,8 +1,8 @@
 """The stage contract: a small class with a validated Config, a setup() that loads models
 once per worker, and either process(batch) (per-document) or run(inputs, output) (global).
 
-A stage says on its class everything the runner, the cache, the fingerprint, the manifest and
-the report need to know, so none of them names a stage:
+A stage says on its class everything the runner, the cache, the fingerprint, the manifest, the
+report and the dataset card need to know, so none of them names a stage:
 
     class LanguageId(DocumentStage):
         name = "langid"
@@ -18,7 +18,8 @@ the report need to know, so none of them names a stage:
 and, where a stage has them: `reads` / `publishes` (files it takes from other stages and gives
 them: pack reads tokenizer.json, which the tokenizer stage publishes), `needs` (other stages'
 options it reads), `fingerprint_inputs` (what else its output depends on: phi's key),
-`cache_namespace` (its cache of per-document results), `manifest_fields`, and the privacy
+`cache_namespace` (its cache of per-document results), `manifest_fields`, `card_section` and
+`card_metadata` (its part of final/README.md), and the privacy
 hooks (phi: check private files, purge the stages before it, pseudonymize the ids and redact
 the texts others print). Adding a stage is one module under pipeline/stages/ and its line in
 the registry (pipeline/stages/__init__.py); a stage in another package registers through the
@@ -179,6 +180,16 @@ class Stage:
         """The stage's part of report.html (pipeline/sections.py), from its stats and the run
         (`run.sample()`: kept documents; `run.dir`, `run.manifest`)."""
         return None
+
+    def card_section(self, stats: dict, run) -> "tuple[str, str] | None":
+        """The stage's part of final/README.md, the dataset card: (heading, markdown) from its
+        stats and the run (`run.dir`, `run.manifest`). Parts under one heading are joined in
+        chain order (the phi stages of a multi-source run, both dedup stages)."""
+        return None
+
+    def card_metadata(self) -> dict:
+        """Fields of the card's YAML header that the stage's options decide (langid: `language`)."""
+        return {}
 
     def empty_output_reason(self, stats: dict) -> str | None:
         """Why the stage's output is of no use although documents are left (pack: fewer tokens

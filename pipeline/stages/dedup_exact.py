@@ -51,6 +51,15 @@ class ExactDedup(GlobalStage):
         save_npy(task.folder / "work" / f"hash-{task.shard.name}.npy", hashes)
         return {"rows": len(hashes)}
 
+    def card_section(self, stats: dict, run):
+        if "duplicate_groups" not in stats:
+            return None
+        from pipeline.card import number
+        return "Deduplication", (
+            f"- `{stats['stage']}`: groups of identical texts ({stats.get('hash', 'hash')}): "
+            f"{number(stats['duplicate_groups'])}, the largest of {number(stats.get('largest_group', 0))}; the first "
+            f"of each group kept, copies removed: {number(sum(stats['removed'].values()))}.")
+
     def run(self, inputs, output) -> dict:
         work = output.folder / "work"
         work.mkdir(exist_ok=True)

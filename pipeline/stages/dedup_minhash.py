@@ -200,6 +200,18 @@ class MinHashDedup(GlobalStage):
     def manifest_fields(self, stats: dict) -> dict:
         return {"cluster_sizes": stats["cluster_sizes"]} if "cluster_sizes" in stats else {}
 
+    def card_section(self, stats: dict, run):
+        if "cluster_sizes" not in stats:
+            return None
+        from pipeline.card import number
+        sizes = ", ".join(f"{number(n)} of size {k}"
+                          for k, n in sorted(stats["cluster_sizes"].items(), key=lambda kv: int(kv[0])))
+        return "Deduplication", (
+            f"- `{stats['stage']}`: MinHash LSH, {stats.get('num_perm')} permutations, {stats.get('bands')} bands x "
+            f"{stats.get('rows')} rows, Jaccard threshold {stats.get('threshold')}: candidate pairs "
+            f"{number(stats.get('candidate_pairs', 0))}, clusters {number(stats.get('clusters', 0))} "
+            f"({sizes or 'none'}); near duplicates removed: {number(sum(stats['removed'].values()))}.")
+
     def report_section(self, stats: dict, run):
         from pipeline.sections import Section, table
         sizes = stats.get("cluster_sizes", {})

@@ -79,6 +79,9 @@ class LanguageId(DocumentStage):
         langs = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("removed_lang.")}
         return {"removed_languages": dict(sorted(langs.items(), key=lambda kv: -kv[1]))}
 
+    def card_metadata(self) -> dict:
+        return {"language": list(self.config.keep)} if isinstance(self.config.keep, list) else {}
+
     def report_section(self, stats, run):
         from pipeline.sections import Section, column, hist
         scores = column(run.sample(), "lang_score")

@@ -338,6 +338,7 @@ class Pack(GlobalStage):
             "splits": {s: {"documents": docs[s], "tokens": tokens[s], "sequences": sequences[s],
                            "leftover_tokens": tokens[s] - packed[s], "shards": shard_counts.get(s)} for s in SPLITS},
             "steps_per_epoch": steps_per_epoch(packed["train"], cfg.batch_size, row_len),
+            "eos_token": cfg.eos_token, "eos_id": eos,
             "shuffle": {"enabled": cfg.shuffle},
         }
         if cfg.shuffle:
@@ -470,7 +471,8 @@ class Pack(GlobalStage):
 
     def manifest_fields(self, stats: dict) -> dict:
         return {k: stats[k] for k in ("tokens", "sequences", "leftover_tokens", "seq_len", "row_len", "batch_size",
-                                      "steps_per_epoch", "splits", "mix", "megatron") if k in stats}
+                                      "steps_per_epoch", "eos_token", "eos_id", "splits", "mix", "megatron")
+                if k in stats}
 
     def empty_output_reason(self, stats: dict) -> str | None:
         if stats.get("sequences"):

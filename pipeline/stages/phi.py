@@ -237,6 +237,36 @@ class PhiDeidentify(DocumentStage):
         self.cache_counts["misses"] += len(texts) - hits
         return out_texts, out_entities, out_failed
 
+    def card_section(self, stats: dict, run):
+        """How PHI was handled (counts by type, never a value or an id), with the privacy record of
+        this stage's source."""
+        from pipeline.card import PRIVACY_HEADING, markdown_table, number
+        source = stats.get("source")
+        privacy = (((run.manifest.get("sources") or {}).get(source) or {}).get("privacy") if source
+                   else run.manifest.get("privacy")) or {}
+        mode = stats.get("mode")
+        how = ("each identifier found is replaced by a typed placeholder (`<|NAME|>`, `<|DATE|>`, ...)"
+               if mode == "placeholder" else "each identifier found is replaced by a consistent surrogate (a fake "
+               "value keyed by a secret key)")
+        ids = {"pseudonymize": "document ids are keyed pseudonyms", "keep": "document ids are kept as the input "
+               "gave them"}.get(stats.get("id_mode"), f"ids: {stats.get('id_mode')}")
+        meta = {"drop": "other input fields are dropped", "redact": "other input fields are redacted",
+                "keep": "other input fields are kept"}.get(stats.get("meta_fields"), "")
+        raw = ""
+        if privacy:
+            raw = ("; the raw data of the stages before it was deleted from the run folder after the run"
+                   if privacy.get("raw_purged") else "; the stages before it keep their raw data in the run folder")
+        ents = stats.get("entities") or {}
+        text = (f"Stage `{source + '.' if source else ''}{stats['stage']}` (profile "
+                f"`{privacy.get('profile', 'unknown')}`, mode `{mode}`) runs before anything is hashed, counted into "
+                f"the vocabulary or packed: {how}; {ids}; {meta}{raw}. {number(stats.get('docs_with_phi', 0))} of "
+                f"{number(stats['docs_in'])} documents had at least one identifier replaced. Counts by type (no "
+                "value, id or pseudonym is ever recorded):\n\n")
+        text += (markdown_table(["type", "replaced"], [[t, number(n)] for t, n in
+                                                      sorted(ents.items(), key=lambda kv: (-kv[1], kv[0]))])
+                 if ents else "(none found)")
+        return PRIVACY_HEADING, text
+
     def batch_stats(self, table: pa.Table) -> dict:
         totals: Counter = Counter()
         for row in table["phi_entities"].to_pylist():

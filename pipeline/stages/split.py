@@ -119,6 +119,13 @@ class Split(GlobalStage):
     def manifest_fields(self, stats: dict) -> dict:
         return {"validation_near_train": stats["validation_near_train"]} if "validation_near_train" in stats else {}
 
+    def card_section(self, stats: dict, run):
+        if "validation_near_train" not in stats:
+            return None
+        from pipeline.card import number
+        return "Deduplication", (f"- Validation documents sharing an LSH bucket with a train document: "
+                                 f"{number(stats['validation_near_train'])}.")
+
     def _leak_settings(self) -> dict | None:
         minhash = self.ctx.upstream.get("dedup_minhash")
         if not self.config.check_near_duplicates or minhash is None:

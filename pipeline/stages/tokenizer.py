@@ -673,6 +673,45 @@ class TrainTokenizer(GlobalStage):
         out["tokenizer"] = {k: v for k, v in stats.items() if k in MANIFEST_KEYS}
         return out
 
+    def card_section(self, stats: dict, run):
+        """Its mode, vocabulary and special tokens, how to load it, and the comparison with general
+        tokenizers on the validation documents."""
+        from pipeline.card import markdown_table, number, read_json_file
+        tcfg = read_json_file(run.dir / self.publishes[TOKENIZER_CONFIG_FILE]) or {}
+        head = (f"Mode `{stats.get('mode')}`, {number(stats.get('vocab_size'))} ids"
+                + (f" ({number(stats['vocab_size_requested'])} requested)" if stats.get("vocab_size_requested")
+                   else "") + ".")
+        special = [f"{k.replace('_token', '')} `{tcfg[k]}`" for k in ("eos_token", "bos_token", "unk_token",
+                                                                       "pad_token") if tcfg.get(k)]
+        if special:
+            head += " Special tokens: " + ", ".join(special) + "."
+        if stats.get("phi_placeholders"):
+            head += (" PHI placeholders, one special token each: "
+                     + ", ".join(f"`{p}`" for p in stats["phi_placeholders"]) + ".")
+        if tcfg.get("model_max_length"):
+            head += f" `model_max_length` {number(tcfg['model_max_length'])}."
+        out = [head]
+        if tcfg:
+            folder = self.publishes[TOKENIZER_CONFIG_FILE].rsplit("/", 1)[0]
+            out += ["", f"The tokenizer that made the ids is the run folder's `{folder}/` (copy it with final/):",
+                    "", "```python", "from transformers import AutoTokenizer",
+                    f'tokenizer = AutoTokenizer.from_pretrained("{folder}")   # tokenizer.json + tokenizer_config.json',
+                    "```"]
+        comp = stats.get("comparison")
+        corpus = stats.get("comparison_corpus") or {}
+        if comp:
+            general = ("gpt2", "cl100k", "o200k")
+            names = [n for n in comp if n not in general] + [n for n in general if n in comp]     # the run's first
+            rows = [[name, number(c["vocab_size"]), f"{c['tokens_per_word']:.3f}", f"{c['chars_per_token']:.2f}",
+                     "-" if c.get("domain_terms_one_token") is None else f"{c['domain_terms_one_token']:.1%}",
+                     f"{c['docs_per_sequence']:.2f}"] for name, c in ((n, comp[n]) for n in names)]
+            out += ["", f"Compared on the {number(corpus.get('documents'))} validation documents (never training "
+                    "text):", "",
+                    markdown_table(["tokenizer", "vocabulary", "tokens per word", "characters per token",
+                                    "domain terms in one token", f"documents per {number(corpus.get('seq_len'))} tokens"],
+                                   rows)]
+        return "Tokenizer", "\n".join(out)
+
     def report_section(self, stats: dict, run):
         """Document lengths and tokens per word of the kept documents, the domain terms, and
         the comparison with general tokenizers on the validation split."""
