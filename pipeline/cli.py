@@ -75,8 +75,6 @@ def _stage_arguments(parser) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """medprep ... (python -m pipeline ...)"""
-    from pipeline.startup import skip_pandas_probe
-    skip_pandas_probe()
     parser = argparse.ArgumentParser(prog="medprep", description=RUN_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -102,8 +102,6 @@ def _init_worker(reports=None):
     logging.basicConfig(level=logging.WARNING)
     import atexit
 
-    from pipeline.startup import skip_pandas_probe
-    skip_pandas_probe()
     # A worker leaves once the pool is shut down, its tasks done and their results sent (the
     # progress queue flushed by multiprocessing before this runs): tearing down the engines'
     # modules would only add to the run's wall time.
@@ -299,13 +297,20 @@ class WorkerPool:
         # spawn: no inherited threads or locks from this process.
         self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
                                             initargs=(self.reports,))
+        # The pool's workers, to tell later how one ended: the multiprocessing children started
+        # since the pool was made (multiprocessing.active_children, public; the pool does not
+        # expose its own).
         self.processes: dict = {}
+        self._children_before = set(mp.active_children())
         self._warming: list = []
 
     def warm(self) -> None:
         """A no-op task per worker, not waited for: each submit starts a process."""
         self._warming = [self.executor.submit(_started) for _ in range(self.num_proc)]
-        self.processes.update(self.executor._processes or {})
+        self._note_workers()
+
+    def _note_workers(self) -> None:
+        self.processes.update({p.pid: p for p in mp.active_children() if p not in self._children_before})
 
     def started(self) -> bool:
         """Whether the processes warm() started have run their no-op task (they are up)."""
@@ -334,7 +339,7 @@ class WorkerPool:
             except BrokenProcessPool:
                 raise StageFailed(self._death()) from None
             # The executor starts workers as tasks arrive: note each one, to tell how it ended.
-            self.processes.update(self.executor._processes or {})
+            self._note_workers()
             in_flight.append((first + i, future))
             while len(in_flight) > 2 * self.num_proc:
                 yield self._done(*in_flight.popleft())
@@ -407,8 +412,6 @@ class RayShardWorker:
 
     def __init__(self, reports=None):
         logging.basicConfig(level=logging.WARNING)
-        from pipeline.startup import skip_pandas_probe
-        skip_pandas_probe()
         if reports is not None:
             progress.set_sink(lambda key, n: reports.add.remote(key, n))
         self.key = None
@@ -617,8 +620,7 @@ class RayExecutor:
             before = os.environ.get("PYTHONPATH")
             os.environ["PYTHONPATH"] = pythonpath
             try:
-                with _lean_local_instance():
-                    ray.init(address="local", num_cpus=self.num_cpus, **kwargs)
+                ray.init(address="local", num_cpus=self.num_cpus, **kwargs)
             finally:
                 if before is None:
                     os.environ.pop("PYTHONPATH", None)
@@ -699,68 +701,8 @@ class RayExecutor:
         self._counter = None
         if self._started_here:
             import ray
-            _kill_autoscaler_monitor()
             ray.shutdown()
             self._started_here = False
-
-
-@contextmanager
-def _lean_local_instance():
-    """A local instance of our own without the three processes it does not use: the autoscaler
-    monitor (a fixed instance has nothing to scale), the log monitor (it forwards worker logs
-    to the driver, which log_to_driver=False turns off) and the API server (with the dashboard
-    off it serves only usage statistics; ray.init waits ~0.9 s for it to come up). They start
-    beside the driver's reading of the source and cost ~2 s of CPU there. ray.init does not
-    expose these switches (`ray start` has the first two), so they are set on its node
-    parameters and node for the one call; where those have changed, the instance starts with
-    the processes as before."""
-    try:
-        import inspect
-
-        from ray._private import node, parameter
-        original = parameter.RayParams.__init__
-        names = inspect.signature(original).parameters
-        if "no_monitor" not in names or "include_log_monitor" not in names:
-            raise AttributeError
-        api_server = node.Node.start_api_server
-        if set(inspect.signature(api_server).parameters) != {"self", "include_dashboard", "raise_on_failure"}:
-            raise AttributeError
-    except Exception:
-        yield
-        return
-
-    def lean(self, *args, **kwargs):
-        kwargs["no_monitor"] = True
-        kwargs["include_log_monitor"] = False
-        original(self, *args, **kwargs)
-
-    def no_api_server(self, *, include_dashboard, raise_on_failure):
-        if include_dashboard:                 # never so here: ray.init gets include_dashboard=False
-            return api_server(self, include_dashboard=include_dashboard, raise_on_failure=raise_on_failure)
-        self._webui_url = None
-    parameter.RayParams.__init__ = lean
-    node.Node.start_api_server = no_api_server
-    try:
-        yield
-    finally:
-        parameter.RayParams.__init__ = original
-        node.Node.start_api_server = api_server
-
-
-def _kill_autoscaler_monitor() -> None:
-    """The local instance's autoscaler monitor, where it runs (_lean_local_instance could not
-    leave it out), ends at once: ray.shutdown stops the processes one by one, and this one
-    outwaits its 1 s grace after SIGTERM every time (shutdown 1.4 s with it, 0.1-0.35 s
-    without). It only scales clusters, so nothing is lost."""
-    try:
-        import ray
-        node = ray._private.worker._global_node
-        for info in (node.all_processes.get("monitor", []) if node is not None else []):
-            if info.process.poll() is None:
-                info.process.kill()
-                info.process.wait(timeout=5)
-    except Exception:                    # a private structure of Ray's: shutdown still works
-        pass
 
 
 class ReportCounter:

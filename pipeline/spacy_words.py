@@ -36,8 +36,6 @@ import itertools
 import re
 import threading
 from dataclasses import dataclass
-from re import _constants as _sre_c
-from re import _parser as _sre
 
 import numpy as np
 import pyarrow as pa
@@ -114,19 +112,157 @@ class Alt:
         return not isinstance(self.body, Run) and all(c.single is not None for c in self.body)
 
 
-def _charset_of_in(items) -> Charset:
-    ranges, negate = [], False
-    for op, av in items:
-        if op is _sre_c.LITERAL:
-            ranges.append((av, av))
-        elif op is _sre_c.RANGE:
-            ranges.append(av)
-        elif op is _sre_c.NEGATE:
-            negate = True
+# --- the regex subset spaCy's prefix, suffix and infix patterns use, parsed here -------------
+# (The standard library's own regex parser is not a public API.) A node is (op, value) with op
+# one of "lit" (a code point), "in" ([(lo, hi)], negated), "group" ([branch, ...], each a node
+# list), "repeat" (lo, hi or None, node list), "behind" / "behind_not" / "ahead" / "ahead_not"
+# (node list), "^", "$".
+# Anything else (., \d, \w, lazy repeats, backreferences, flags) is refused as unsupported.
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
+
+
+class _Pattern:
+    def __init__(self, text: str):
+        self.text, self.i = text, 0
+
+    def peek(self, k: int = 1) -> str:
+        return self.text[self.i:self.i + k]
+
+    def take(self) -> str:
+        c = self.text[self.i]
+        self.i += 1
+        return c
+
+    def escaped(self) -> int:
+        c = self.take()
+        if c in _ESCAPES:
+            return ord(_ESCAPES[c])
+        if c == "x":
+            code = self.text[self.i:self.i + 2]
+            self.i += 2
+            return int(code, 16)
+        if c in "uU":
+            n = 4 if c == "u" else 8
+            code = self.text[self.i:self.i + n]
+            self.i += n
+            return int(code, 16)
+        if c.isalnum():
+            raise ValueError(f"spaCy pattern uses \\{c}: not supported")
+        return ord(c)
+
+    def alternation(self, closing: str | None) -> list[list]:
+        branches = [[]]
+        while self.i < len(self.text) and self.peek() != closing:
+            c = self.take()
+            if c == "|":
+                branches.append([])
+                continue
+            node = self.atom(c)
+            if node is not None:
+                branches[-1].append(self.quantified(node))
+        if closing is not None:
+            if self.peek() != closing:
+                raise ValueError("spaCy pattern has an unclosed group")
+            self.take()
+        return branches
+
+    def atom(self, c: str):
+        if c == "(":
+            if self.peek(2) == "?:":
+                self.i += 2
+                return ("group", self.alternation(")"))
+            kind = {"?<=": "behind", "?<!": "behind_not"}.get(self.peek(3)) or \
+                {"?=": "ahead", "?!": "ahead_not"}.get(self.peek(2))
+            if kind is None:
+                if self.peek() == "?":
+                    raise ValueError("spaCy pattern uses a group extension: not supported")
+                return ("group", self.alternation(")"))
+            self.i += 3 if kind.startswith("behind") else 2
+            branches = self.alternation(")")
+            return (kind, branches[0] if len(branches) == 1 else [("group", branches)])
+        if c == "[":
+            return ("in", self.charclass())
+        if c == "^":
+            return ("^", None)
+        if c == "$":
+            return ("$", None)
+        if c == "\\":
+            return ("lit", self.escaped())
+        if c in ".*+?{":
+            raise ValueError(f"spaCy pattern uses {c!r} where a character is expected: not supported")
+        return ("lit", ord(c))
+
+    def charclass(self) -> tuple[list, bool]:
+        negated = self.peek() == "^"
+        if negated:
+            self.take()
+        ranges, first = [], True
+        while True:
+            if self.i >= len(self.text):
+                raise ValueError("spaCy pattern has an unclosed character class")
+            c = self.take()
+            if c == "]" and not first:
+                return ranges, negated
+            first = False
+            lo = self.escaped() if c == "\\" else ord(c)
+            if self.peek() == "-" and self.peek(2) not in ("-]", "-"):          # a range, not a final "-"
+                self.take()
+                d = self.take()
+                hi = self.escaped() if d == "\\" else ord(d)
+                ranges.append((lo, hi))
+            else:
+                ranges.append((lo, lo))
+
+    def quantified(self, node):
+        c = self.peek()
+        if c and c in "*+?":
+            self.take()
+            lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+        elif c == "{" and (end := self.text.find("}", self.i)) > 0 and \
+                all(ch.isdigit() or ch == "," for ch in self.text[self.i + 1:end]):
+            body = self.text[self.i + 1:end]
+            self.i = end + 1
+            lo_text, _, hi_text = body.partition(",")
+            lo = int(lo_text or 0)
+            hi = lo if "," not in body else (int(hi_text) if hi_text else None)
         else:
-            raise ValueError(f"spaCy pattern uses {op} in a character class: not supported")
+            return node
+        if self.peek() in ("?", "+"):
+            raise ValueError("spaCy pattern uses a lazy or possessive repeat: not supported")
+        return ("repeat", (lo, hi, [node]))
+
+
+def parse_pattern(pattern: str) -> list:
+    """The node list of `pattern` (the subset above; one top-level alternation is a group)."""
+    p = _Pattern(pattern)
+    branches = p.alternation(None)
+    return branches[0] if len(branches) == 1 else [("group", branches)]
+
+
+def _branch_items(branches: list[list]) -> list:
+    """The nodes of a group's alternation after the two rewrites the backtracking engine's own
+    parser makes (the alternatives' order unchanged): a prefix shared by every branch is taken
+    out, and branches of one character each become one character set."""
+    branches = [list(b) for b in branches]
+    prefix = []
+    while all(branches) and all(b[0] == branches[0][0] for b in branches):
+        prefix.append(branches[0][0])
+        for b in branches:
+            del b[0]
+    ranges = []
+    for b in branches:
+        if len(b) == 1 and b[0][0] == "lit":
+            ranges.append((b[0][1], b[0][1]))
+        elif len(b) == 1 and b[0][0] == "in" and not b[0][1][1]:
+            ranges.extend(b[0][1][0])
+        else:
+            return prefix + ([("group", branches)] if len(branches) > 1 else branches[0])
+    return prefix + [("in", (ranges, False))]
+
+
+def _charset(ranges: list, negated: bool) -> Charset:
     cs = Charset.of(ranges)
-    if negate:                                   # the gaps between the ranges
+    if negated:                                  # the gaps between the ranges
         gaps, prev = [], 0
         for a, b in zip(cs.lo, cs.hi):
             if a > prev:
@@ -138,42 +274,41 @@ def _charset_of_in(items) -> Charset:
     return cs
 
 
-def _expand(nodes) -> list[list]:
-    """Every fixed sequence a regex (sre parse tree) can match, in the order the backtracking
-    engine tries them. Items: Charset, Run, ("behind"|"ahead"|"ahead_not", [sequence]), "^", "$"."""
+def _expand(nodes: list) -> list[list]:
+    """Every fixed sequence a pattern (parse_pattern's nodes) can match, in the order the
+    backtracking engine tries them. Items: Charset, Run, ("behind"|"ahead"|"ahead_not",
+    [sequence]), "^", "$"."""
     seqs: list[list] = [[]]
     for op, av in nodes:
-        if op is _sre_c.LITERAL:
+        if op == "lit":
             alts = [[Charset.of([(av, av)])]]
-        elif op is _sre_c.IN:
-            alts = [[_charset_of_in(av)]]
-        elif op is _sre_c.SUBPATTERN:
-            alts = _expand(av[3])
-        elif op is _sre_c.BRANCH:
-            alts = [s for branch in av[1] for s in _expand(branch)]
-        elif op is _sre_c.MAX_REPEAT:
+        elif op == "in":
+            alts = [[_charset(*av)]]
+        elif op == "group":
+            items = _branch_items(av)
+            if len(items) == 1 and items[0][0] == "group":
+                alts = [s for branch in items[0][1] for s in _expand(branch)]
+            else:
+                alts = _expand(items)
+        elif op == "repeat":
             lo, hi, sub = av
             inner = _expand(sub)
-            if hi is _sre_c.MAXREPEAT:
+            if hi is None:
                 if len(inner) != 1 or len(inner[0]) != 1 or not isinstance(inner[0][0], Charset):
                     raise ValueError("spaCy pattern repeats more than one character: not supported")
                 alts = [[Run(inner[0][0], lo)]]
             else:                                     # greedy: the most repetitions first
                 alts = [[x for rep in combo for x in rep] for k in range(hi, lo - 1, -1)
                         for combo in itertools.product(inner, repeat=k)]
-        elif op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
-            direction, sub = av
-            inner = _expand(sub)
+        elif op in ("behind", "ahead", "ahead_not"):
+            inner = _expand(av)
             if len(inner) != 1 or not all(isinstance(x, Charset) for x in inner[0]):
                 raise ValueError("spaCy pattern has a variable lookaround: not supported")
-            kind = "behind" if direction < 0 else ("ahead" if op is _sre_c.ASSERT else "ahead_not")
-            if kind == "behind" and op is _sre_c.ASSERT_NOT:
-                raise ValueError("spaCy pattern has a negative lookbehind: not supported")
-            alts = [[(kind, inner[0])]]
-        elif op is _sre_c.AT and av is _sre_c.AT_BEGINNING:
-            alts = [["^"]]
-        elif op is _sre_c.AT and av is _sre_c.AT_END:
-            alts = [["$"]]
+            alts = [[(op, inner[0])]]
+        elif op == "behind_not":
+            raise ValueError("spaCy pattern has a negative lookbehind: not supported")
+        elif op in ("^", "$"):
+            alts = [[op]]
         else:
             raise ValueError(f"spaCy pattern uses {op}: not supported")
         seqs = [s + a for s in seqs for a in alts]
@@ -183,7 +318,7 @@ def _expand(nodes) -> list[list]:
 def compile_alternatives(pattern: str, anchor: str) -> list[Alt]:
     """spaCy's prefix (anchor "^"), suffix ("$") or infix ("") regex as its alternatives in order."""
     out: list[Alt] = []
-    for seq in _expand(_sre.parse(pattern)):
+    for seq in _expand(parse_pattern(pattern)):
         if anchor == "^":
             if seq[:1] != ["^"]:
                 raise ValueError("a spaCy prefix pattern is not anchored at the start")

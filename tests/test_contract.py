@@ -150,3 +150,14 @@ def test_a_broken_plugin_is_one_line_naming_its_entry_point(monkeypatch, tmp_pat
     with pytest.raises(ConfigError, match="is not a Stage subclass"):
         validate_config({"input": {"paths": ["x"]}, "output_dir": str(tmp_path), "stages": ["loose"]},
                         check_inputs=False)
+
+
+def test_no_private_internals_of_other_packages():
+    """No module of the package reaches into another package's private parts (Ray's `_private`,
+    the standard library's regex parser, pyarrow's pandas shim, a pool's `_processes`): an
+    upgrade would break them silently."""
+    private = re.compile(r"\bray\._private\b|from ray\._private\b|\bre\._(?:parser|constants)\b|"
+                         r"from re import _|\bsre_(?:parse|constants)\b|\._pandas_api\b|\._processes\b")
+    found = [(str(path.relative_to(PACKAGE)), i + 1) for path in sorted(PACKAGE.rglob("*.py"))
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if private.search(line)]
+    assert found == []
