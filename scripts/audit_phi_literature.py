@@ -27,29 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from eval_phi import ABSTRACTS_CONFIG, git_state, run_stage  # noqa: E402
+from eval_phi import ABSTRACTS_CONFIG, english_abstracts, git_state, run_stage  # noqa: E402
 
 FILES = ["data/raw/pubmed20n0014.xml.gz", "data/raw/pubmed21n1298.xml.gz"]
 JUDGEMENTS = ROOT / "bench/phi_literature_judgements.json"
 OUT = ROOT / "bench/phi_literature.json"
 PLACEHOLDER = re.compile(r"<\|[A-Z_]+\|>")
 GLUED = re.compile(r"\d[.,]?<\|[A-Z_]+\|>|<\|[A-Z_]+\|>[.,]?\d")
-
-
-def english_abstracts(path: Path, n: int) -> list[dict]:
-    from pipeline.config import InputConfig
-    from pipeline.readers import read_documents
-    from pipeline.stages.normalize import Normalize, NormalizeConfig
-
-    norm = Normalize(NormalizeConfig(), None)
-    out = []
-    for batch in read_documents(InputConfig(paths=[str(path)]), 1000):
-        table = norm.process(batch.table)
-        out += [{"id": i, "text": t} for i, t, lang in zip(table["id"].to_pylist(), table["text"].to_pylist(),
-                                                           table["language"].to_pylist()) if lang == "eng"]
-        if len(out) >= n:
-            break
-    return out[:n]
 
 
 def placeholders(original: str, output: str) -> list[dict]:

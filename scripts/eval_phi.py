@@ -596,7 +596,8 @@ def web_ewt(systems: list[str], config: str, work: Path, leaks_dir) -> dict:
                                         leaks_dir=leaks_dir)}
 
 
-def real_abstracts(n: int) -> list[str]:
+def english_abstracts(path: Path, n: int) -> list[dict]:
+    """The first n English abstracts ({id, text}, after normalize) of a MEDLINE file."""
     sys.path.insert(0, str(ROOT))
     from pipeline.config import InputConfig
     from pipeline.readers import read_documents
@@ -604,12 +605,17 @@ def real_abstracts(n: int) -> list[str]:
 
     norm = Normalize(NormalizeConfig(), None)
     out = []
-    for batch in read_documents(InputConfig(paths=[str(ROOT / "data/raw/pubmed21n1298.xml.gz")]), 1000):
+    for batch in read_documents(InputConfig(paths=[str(path)]), 1000):
         t = norm.process(batch.table)
-        out.extend(x for x, lang in zip(t["text"].to_pylist(), t["language"].to_pylist()) if lang == "eng")
+        out += [{"id": i, "text": x} for i, x, lang in zip(t["id"].to_pylist(), t["text"].to_pylist(),
+                                                          t["language"].to_pylist()) if lang == "eng"]
         if len(out) >= n:
             break
     return out[:n]
+
+
+def real_abstracts(n: int) -> list[str]:
+    return [d["text"] for d in english_abstracts(ROOT / "data/raw/pubmed21n1298.xml.gz", n)]
 
 
 def abstract_effects(n: int, work: Path) -> dict:

@@ -242,8 +242,8 @@ STREET_BEFORE_POSTAL = re.compile(
 STREET_NAMED = re.compile(rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
                           rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
                           rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])")
-STREET_NAMED_GATE = (r"\p{Lu}\S*\s(?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|"
-                     r"Parkway|Pkwy|Highway|Hwy)")
+STREET_NAMED_GATE = (r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy|"
+                     r"Highway|Hwy)")
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".

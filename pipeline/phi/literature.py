@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import re
 
+from pipeline.phi.international import PHONE_CUE
+
 # Types removed wherever their format is found (subject to the number and registry checks).
 STRUCTURED = {"EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "ACCOUNT_NUMBER", "MEDICAL_RECORD", "LICENSE_NUMBER",
               "DEVICE_OR_VEHICLE_ID", "ID", "CREDIT_CARD", "IBAN_CODE"}
 NEVER = {"URL", "IP_ADDRESS"}
 
 _AGE_PHRASE = r"\d{1,3}[- ](?:years?|yrs?|months?|weeks?|days?)[- ]old"
+_RELATIVE = r"(?:husband|wife|mother|father|son|daughter|brother|sister|partner|spouse|parents?|grandmother|grandfather)"
+_ONE_OF = r"(?:patient|boy|girl|child|infant|woman|man|proband)"
 # One person the sentence is about: "a 45-year-old man", "a frail 92-year-old", "Mr. K.", "the
 # patient was", "she was admitted", "our patient".
 ONE_PERSON = re.compile(
     rf"(?i:\b(?:an?|the|this|our)\s+(?:[a-z]+\s+){{0,2}}{_AGE_PHRASE}\b)"
     r"|\b(?:Mr|Mrs|Ms|Miss|Mister)\b\.?\s+[A-Z]"
     r"|(?i:\b(?:the|our|this|a|one)\s+(?:patient|proband|index\s+case)\b(?!s\b|['’]))"
-    r"|(?i:\b(?:the|a|our)\s+(?:patient|boy|girl|child|infant|woman|man|proband)['’]s\s+"
-    r"(?:husband|wife|mother|father|son|daughter|brother|sister|partner|spouse|parents?)\b)"
+    rf"|(?i:\b(?:the|a|our)\s+{_ONE_OF}['’]s\s+{_RELATIVE}\b)"
     r"|(?i:\b(?:he|she)\s+(?:was|is|had|has|presented|died|underwent|lives|lived|resides|resided|returned)\b)"
     r"|(?i:\bcase\s+report\b)")
 # Words of a sentence about a study, a search or a publication, not about a patient's care.
@@ -54,9 +57,8 @@ PERSON_AFTER = re.compile(
     r"diagnosed|examined|discharged)\b|\s+presented\s+(?:with|to)\b)")
 PERSON_BEFORE = re.compile(
     r"(?i)(?:\b(?:the|our|this)\s+(?:patient|proband|index\s+case)\s*[,:(]\s*|\bpatient(?:\s+name)?\s*:\s*"
-    r"|\b(?:his|her|their|the\s+patient['’]s|whose|the\s+boy['’]s|the\s+girl['’]s|the\s+child['’]s)\s+"
-    r"(?:husband|wife|mother|father|son|daughter|brother|sister|partner|spouse|parents?|grandmother|grandfather)"
-    r"\s*(?:[,(]\s*)?|\b(?:woman|man|boy|girl|infant|child|patient)\s*\(\s*)$")
+    rf"|\b(?:his|her|their|whose|the\s+{_ONE_OF}['’]s)\s+{_RELATIVE}\s*(?:[,(]\s*)?"
+    rf"|\b{_ONE_OF}\s*\(\s*)$")
 PERSON_CUED = re.compile(r"(?i)(?:\b(?:treatment|care|death|admission|discharge|examination|surgery|records?|"
                          r"consent)\s+of"
                          r"|\bwe\s+(?:describe|report|present)(?:\s+the\s+case\s+of)?|\bcontact)\s+$")
@@ -66,9 +68,6 @@ REGISTRY_BEFORE = re.compile(r"(?i)(?:\b(?:EudraCT|ISRCTN|NCT|ChiCTR|ACTRN|DRKS|
                              r"PMID|PMCID|DOI|ISBN|ISSN|EC|E\.C\.|GenBank|GEO|accession|registration|registry|"
                              r"trial|grant|project|award|protocol|approval|ethics|IRB)\b[^.;\n]{0,20}$"
                              r"|\b10\.\d{4,}/\S*$)")
-PHONE_CUE = re.compile(r"(?i:\b(?:tel|telephone|phone|fax|mobile|cell|call|contact(?:ed)?|reach(?:ed)?|pager|"
-                       r"hotline|whatsapp)\b[^\n\d]{0,25}$)|@[\w.-]+\.[A-Za-z]{2,}\s*(?:,|;|/|or)\s*$"
-                       r"|(?:^|[\s(;,])(?:[TFM]|Ph|ph)[.:]\s*$")
 THOUSANDS = re.compile(r"\d{1,3}(?:[ \u202f\u2009]\d{3})+(?:\s*[-–]\s*\d{1,3}(?:[ \u202f\u2009]\d{3})+)?")
 
 

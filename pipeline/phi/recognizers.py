@@ -246,14 +246,14 @@ def rules() -> list[tuple[str, str, float]]:
                              r"New\s+Year['’]?s(?:\s+(?:Day|Eve))?|Independence\s+Day|Labou?r\s+Day|Memorial\s+Day|"
                              r"Halloween|Valentine['’]?s\s+Day|Boxing\s+Day|Veterans\s+Day)(?:,?\s+of)?,?\s+(?:19|20)\d\d\b",
                              r"(?:Christmas|Thanksgiving|Easter|Year|Independence|Labou?r|Memorial|Halloween|Valentine|"
-                             r"Boxing|Veterans)[^\n]{0,12}(?:19|20)\d\d"), 0.8),
+                             r"Boxing|Veterans)(?s:.)*(?:19|20)\d\d"), 0.8),
         ("DATE_TIME", _gated(rf"(?i)\b(?:early|mid|late)[\s-]?{_MONTH_ANY}", r"(?i)(?:early|mid|late)[\s-]?" + _MONTH_RE2),
          0.75),
         ("DATE_TIME", _gated(r"(?i)\b(?:on|since|from|until|till|dated?|admitted|discharged|seen|visit|surgery|procedure|"
                              r"am|vom|seit|le|du|el|del)\s*:?\s*(?P<v>(?:1[3-9]|2\d|3[01])/(?:0?[1-9]|1[0-2])"
                              r"|(?:0?[1-9]|[12]\d|3[01])\.(?:0?[1-9]|1[0-2])\.)(?![\d/])",
                              r"(?i)(?:on|since|from|until|till|date|admitted|discharged|seen|visit|surgery|procedure|am|vom|"
-                             r"seit|le|du|el|del)\W{0,3}\d{1,2}[/.]\d{1,2}"), 0.7),
+                             r"seit|le|du|el|del)\W*\d{1,2}[/.]\d{1,2}"), 0.7),
         # --- places smaller than a state ---------------------------------------------------
         ("LOCATION", rf"(?<=,\s)(?P<v>{city_state_zip})", 0.8),
         ("LOCATION", rf"\b(?:{_STATES})\s+(?P<v>\d{{5}}(?:-\d{{4}})?)\b", 0.75),
