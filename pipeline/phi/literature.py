@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from pipeline.phi.international import PHONE_CUE
+from pipeline.phi.recognizers import ABOUT_AFTER
 
 # Types removed wherever their format is found (subject to the number and registry checks).
 STRUCTURED = {"EMAIL_ADDRESS", "PHONE_NUMBER", "US_SSN", "ACCOUNT_NUMBER", "MEDICAL_RECORD", "LICENSE_NUMBER",
@@ -50,11 +51,9 @@ EVENT_ON = re.compile(r"(?i)\b(?:admitted|readmitted|discharged|born|died|presen
 DOB = re.compile(r"(?i)(?:\bDOB\b|D\.O\.B\.|date\s+of\s+birth|birth\s*date)\s*[:#]?\s*$")
 # Titles of a patient (not of a scientist: "Dr", "Prof", "Sir" name the public).
 PATIENT_TITLE = re.compile(r"\b(?:Mr|Mrs|Ms|Miss|Mister|Mx)\.?\s*$")
-PERSON_AFTER = re.compile(
-    rf"^(?:['’]s)?(?:,?\s*(?:an?\s+)?(?:[a-z]+\s+){{0,2}}{_AGE_PHRASE}\b"
-    r"|\s*\((?:MRN|born|aged?\b|b\.|\d{1,3}\s*(?:years?|y)\b)"
-    r"|,\s+born\b|,?\s+(?:was|is)\s+(?:referred|admitted|found|seen|treated|hospitali[sz]ed|transferred|brought|"
-    r"diagnosed|examined|discharged)\b|\s+presented\s+(?:with|to)\b)")
+# A singular person right after a name: the recognizers' own test, or an age with words before it
+# ("X Y, a frail 92-year-old").
+PERSON_AFTER = re.compile(rf"^(?:['’]s)?(?:{ABOUT_AFTER}|,?\s*(?:an?\s+)?(?:[a-z]+\s+){{0,2}}{_AGE_PHRASE}\b)")
 PERSON_BEFORE = re.compile(
     r"(?i)(?:\b(?:the|our|this)\s+(?:patient|proband|index\s+case)\s*[,:(]\s*|\bpatient(?:\s+name)?\s*:\s*"
     rf"|\b(?:his|her|their|whose|the\s+{_ONE_OF}['’]s)\s+{_RELATIVE}\s*(?:[,(]\s*)?"

@@ -101,7 +101,7 @@ _REPORT_CUES = (r"case\s+report|correspondence(?:\s+to)?|we\s+(?:describe|report
                 r"index\s+case|the\s+(?:patient|proband|subject|index\s+case)|named|called|contact")
 _PERSON_NOUNS = (r"woman|man|boy|girl|infant|child|patient|proband|mother|father|son|daughter|husband|wife|brother|"
                  r"sister|parent|neighbou?r|friend|partner|case|spouse|grandmother|grandfather|uncle|aunt")
-_ABOUT_AFTER = (r",?\s*(?:,\s*(?:an?\s+)?\d{1,3}[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?\b|b\.)|"
+ABOUT_AFTER = (r",?\s*(?:,\s*(?:an?\s+)?\d{1,3}[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?\b|b\.)|"
                 r"\(\d{1,3}\s*(?:years?|y)\b|,\s+born\b|\s+\(born|,?\s+(?:was|is)\s+(?:referred|admitted|found|"
                 r"seen|treated|hospitali[sz]ed|transferred|brought|diagnosed|examined|discharged)\b|\s+presented\s+with)")
 _ABOUT_GATE = (r"(?i)\d[- ](?:years?|yrs?|months?)[- ]old|\((?:MRN|born|aged?|b\.)|\(\d{1,3}\s*(?:years?|y)\b|, born\b|"
@@ -279,7 +279,7 @@ def rules() -> list[tuple[str, str, float]]:
         ("PERSON", _gated(rf"(?:\b(?i:{_REPORT_CUES})[ \t]*[:,(]?[ \t]*|\b(?i:{_PERSON_NOUNS})[ \t]*(?:\(|,[ \t]))"
                           rf"(?P<v>{_FULL_NAME})(?!\s+(?i:{_EPONYM_HEADS})\b)",
                           rf"(?i)\b(?:{_REPORT_CUES})|\b(?:{_PERSON_NOUNS})\s*(?:\(|, )"), ("person_name", 0.85)),
-        ("PERSON", _gated(rf"(?<![\w-])(?P<v>{_FULL_NAME})(?={_ABOUT_AFTER})", _ABOUT_GATE), ("person_name", 0.8)),
+        ("PERSON", _gated(rf"(?<![\w-])(?P<v>{_FULL_NAME})(?={ABOUT_AFTER})", _ABOUT_GATE), ("person_name", 0.8)),
         # "the treatment of Liz Bertone", "the death of X Y": a full name that starts with a given name.
         ("PERSON", _gated(rf"\b(?i:{_OF_PERSON})\s+of\s+(?P<v>{_FULL_NAME})", rf"(?i)\b(?:{_OF_PERSON})\s+of\s+\p{{Lu}}"),
          ("given_full_name", 0.75)),
