@@ -604,7 +604,9 @@ class RayExecutor:
         if ray.is_initialized():
             return
         os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
-        kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
+        # Errors only while Ray starts: its start-up notices (token authentication's, for one)
+        # would land in the run's stderr across the JSON log lines; warnings again after.
+        kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
                   "configure_logging": True}
         # Workers import `pipeline` from the checkout: the driver's sys.path is theirs too.
         pythonpath = os.pathsep.join(p for p in sys.path if p)
