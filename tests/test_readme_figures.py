@@ -74,3 +74,41 @@ def test_every_figures_block_is_on_a_page():
     inline = {p.name: len(re.findall(r"<!-- fig ", p.read_text(encoding="utf-8")))
               for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
     assert inline["README.md"] >= 5 and inline["phi.md"] >= 20 and inline["tokenizer.md"] >= 20, inline
+
+
+def _subset(part, whole) -> bool:
+    """Every key `part` sets is in `whole` with the same value (nested mappings compared key by key)."""
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and _subset(v, whole[k]) for k, v in part.items())
+    return part == whole
+
+
+def test_readme_is_a_newcomers_page(tmp_path):
+    """README.md: at most 200 lines, a ```yaml config starting in its first 120 lines that is a
+    valid excerpt of configs/pubmed.yaml, and no figure in its first 60 (the first screen)."""
+    import yaml
+
+    from pipeline.config import load_config
+    from pipeline.stages import REGISTRY
+
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    early = [n for n, line in enumerate(lines[:60], 1) if "<!-- fig" in line]
+    assert not early, f"figure macros on README lines {early}"
+    start = next((i for i, line in enumerate(lines) if line.strip() == "```yaml"), None)
+    assert start is not None and start < 120, "no ```yaml block starting in README's first 120 lines"
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
+    text = "\n".join(lines[start + 1:end])
+    config = yaml.safe_load(text)
+    names = [next(iter(entry)) for entry in config["stages"]]
+    assert names and all(name in REGISTRY for name in names), names
+    # Valid as a config file (as a user would save it), input files aside.
+    path = tmp_path / "readme.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert [s.name for s in load_config(path, check_inputs=False).stages] == names
+    # An excerpt of the default config: the same stages in order, every option it sets as there.
+    full = yaml.safe_load((ROOT / "configs" / "pubmed.yaml").read_text(encoding="utf-8"))
+    assert names == [next(iter(entry)) for entry in full["stages"]]
+    assert _subset({k: v for k, v in config.items() if k != "stages"}, full)
+    for short, entry in zip(config["stages"], full["stages"]):
+        assert _subset(short, entry), short
