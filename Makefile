@@ -15,7 +15,7 @@ BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 
-.PHONY: setup data prepare test test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -55,8 +55,12 @@ prepare: setup
 # 2 workers (pytest-xdist); tests/conftest.py groups the tests that share a fixture or Ray, and
 # --no-loadscope-reorder keeps its order (the longest groups first).
 TEST_WORKERS ?= 2
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# ruff (pyproject.toml's [tool.ruff]): the package, scripts, tests and the example stage.
+lint: setup
+	$(BIN)/ruff check .
 
 # The long Ray tests, left out of `make test` for CI's time: the two-node cluster (`ray start --head`
 # and a second node on this machine, about a minute) and a failed stage resumed under Ray (~90 s).

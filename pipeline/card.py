@@ -13,10 +13,10 @@ header fields (the language filter's languages) are what each stage declares (`c
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import yaml
 
+from pipeline.finished_run import FinishedRun
 from pipeline.runpath import RunPath
 
 CARD_FILE = "README.md"
@@ -33,13 +33,6 @@ def size_category(rows: int) -> str:
 
 
 PRIVACY_HEADING = "Protected health information"
-
-
-@dataclass(frozen=True)
-class CardRun:
-    """What a stage's card_section may read of the finished run: its folder and manifest."""
-    dir: RunPath
-    manifest: dict
 
 
 def card_metadata(manifest: dict, config, stages: list) -> dict:
@@ -67,7 +60,8 @@ def card_metadata(manifest: dict, config, stages: list) -> dict:
 
 
 def markdown_table(header: list[str], rows: list[list], align: str = "") -> str:
-    """A markdown table (for the stages' card sections too); `align` per column: l (text) or r (numbers, the default after the first)."""
+    """A markdown table (for the stages' card sections too); `align` per column: l (text) or r
+    (numbers, the default after the first)."""
     align = align or "l" + "r" * (len(header) - 1)
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -83,44 +77,50 @@ def read_json_file(path: RunPath):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def stage_sections(stages: list, stats: list[dict], run: CardRun) -> dict[str, str]:
+def stage_sections(run: FinishedRun) -> dict[str, str]:
     """The stages' card sections by heading, in chain order; parts under one heading joined."""
     sections: dict[str, list[str]] = {}
-    for stage, s in zip(stages, stats):
-        part = stage.card_section(s, run)
+    for s in run.stages:
+        part = s.stage.card_section(s.stats, run) if s.stage is not None else None
         if part:
             sections.setdefault(part[0], []).append(part[1])
     return {heading: "\n\n".join(parts) for heading, parts in sections.items()}
 
 
-def card_text(config, manifest: dict, stages: list) -> str:
-    """The card; `stages` are the chain's stage objects, in the order of the manifest's stages."""
-    run_dir = config.output_dir
-    stats = manifest.get("stages") or []
-    meta = card_metadata(manifest, config, stages)
+def card_text(config, run: FinishedRun) -> str:
+    """The card of a finished run; `config`: the run's (its card: section, inputs, output)."""
+    run_dir, manifest, stats = run.dir, run.manifest, run.stats
+    meta = card_metadata(manifest, config, [s.stage for s in run.stages if s.stage is not None])
     versions = manifest.get("versions") or {}
     splits = manifest.get("splits") or {}
     parts = ["---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---", f"# {meta['pretty_name']}"]
     kept = stats[-1]["docs_out"] if stats else 0
     if splits:
         row_len = manifest.get("row_len", manifest.get("seq_len"))
-        parts.append(f"Token ids for language-model pretraining, made by medprep {versions.get('medprep')} from "
-                     f"{number(manifest.get('docs_read', 0))} input documents, of which {number(kept)} passed every stage: "
-                     f"{number(manifest.get('tokens', 0))} tokens in {number(manifest.get('sequences', 0))} rows of "
-                     f"{number(row_len)} int32 ids.")
+        parts.append(
+            f"Token ids for language-model pretraining, made by medprep {versions.get('medprep')} from "
+            f"{number(manifest.get('docs_read', 0))} input documents, of which {number(kept)} passed every stage: "
+            f"{number(manifest.get('tokens', 0))} tokens in {number(manifest.get('sequences', 0))} rows of "
+            f"{number(row_len)} int32 ids."
+        )
         parts.append(_contents(manifest, row_len))
         parts.append(_loading(run_dir, manifest))
         parts.append(_rows_and_documents(manifest))
         parts.append(_datasets_versions(run_dir, versions))
     else:
-        parts.append(f"Documents prepared by medprep {versions.get('medprep')}: {number(manifest.get('docs_read', 0))} "
-                     f"read, {number(kept)} passed every stage. The chain writes no packed rows, so final/ holds only "
-                     "this card; the documents are in the last stage's `data/` of the run folder.")
+        parts.append(
+            f"Documents prepared by medprep {versions.get('medprep')}: {number(manifest.get('docs_read', 0))} "
+            f"read, {number(kept)} passed every stage. The chain writes no packed rows, so final/ holds only "
+            "this card; the documents are in the last stage's `data/` of the run folder."
+        )
     parts.append(_funnel(manifest, stats))
-    sections = stage_sections(stages, stats, CardRun(run_dir, manifest))
+    sections = stage_sections(run)
     if PRIVACY_HEADING not in sections:
-        sections = {PRIVACY_HEADING: "No de-identification stage ran: the texts are as the input gave them, after "
-                                     "the chain's removals.", **sections}
+        sections = {
+            PRIVACY_HEADING: "No de-identification stage ran: the texts are as the input gave them, after "
+            "the chain's removals.",
+            **sections,
+        }
     parts += [f"## {heading}\n\n{text}" for heading, text in sections.items()]
     parts.append(_sources(manifest))
     parts.append(_provenance(manifest))
@@ -128,18 +128,28 @@ def card_text(config, manifest: dict, stages: list) -> str:
 
 
 def _contents(manifest: dict, row_len: int) -> str:
-    rows = [[name, number(s["documents"]), number(s["tokens"]), number(s["sequences"]), number(s["leftover_tokens"])]
-            for name, s in manifest["splits"].items()]
+    rows = [
+        [name, number(s["documents"]), number(s["tokens"]), number(s["sequences"]), number(s["leftover_tokens"])]
+        for name, s in manifest["splits"].items()
+    ]
     seq_len = manifest.get("seq_len")
-    shape = (f"Each row is {number(row_len)} ids: `seq_len` {number(seq_len)} plus one, so a trainer takes `row[:-1]` as "
-             "the input and `row[1:]` as the labels (rows are cut one after another: the first id of a row is "
-             "never a label)." if row_len != seq_len else
-             f"Each row is {number(row_len)} ids (`seq_len`); a causal LM trainer takes labels = input ids and shifts "
-             "them inside the row.")
-    return ("## Contents\n\n" + markdown_table(["folder", "documents", "tokens", "rows", "leftover tokens"], rows) + "\n\n"
-            + shape + " Tokens after the last full row of a folder are counted as leftover, not packed. "
-            f"{number(manifest.get('steps_per_epoch'))} optimizer steps per epoch at batch size "
-            f"{number(manifest.get('batch_size'))} rows (`ceil(train rows / batch size)`).")
+    shape = (
+        f"Each row is {number(row_len)} ids: `seq_len` {number(seq_len)} plus one, so a trainer takes `row[:-1]` as "
+        "the input and `row[1:]` as the labels (rows are cut one after another: the first id of a row is "
+        "never a label)."
+        if row_len != seq_len
+        else f"Each row is {number(row_len)} ids (`seq_len`); a causal LM trainer takes labels = input ids and shifts "
+        "them inside the row."
+    )
+    return (
+        "## Contents\n\n"
+        + markdown_table(["folder", "documents", "tokens", "rows", "leftover tokens"], rows)
+        + "\n\n"
+        + shape
+        + " Tokens after the last full row of a folder are counted as leftover, not packed. "
+        f"{number(manifest.get('steps_per_epoch'))} optimizer steps per epoch at batch size "
+        f"{number(manifest.get('batch_size'))} rows (`ceil(train rows / batch size)`)."
+    )
 
 
 def _sources(manifest: dict) -> str:
@@ -147,114 +157,195 @@ def _sources(manifest: dict) -> str:
     sources = manifest.get("sources")
     if not sources:
         return ""
-    out = ["## Sources", "", markdown_table(["source", "documents read", "documents kept"],
-                                    [[n, number(f["docs_read"]), number(f["docs_out"])] for n, f in sources.items()])]
+    out = [
+        "## Sources",
+        "",
+        markdown_table(
+            ["source", "documents read", "documents kept"],
+            [[n, number(f["docs_read"]), number(f["docs_out"])] for n, f in sources.items()],
+        ),
+    ]
     mix = manifest.get("mix")
     if mix:
-        out += ["", "Train tokens mixed by weight (repeated sources' documents appear that many epochs; validation "
-                "holds each source's documents once):", "",
-                markdown_table(["source", "weight", "share", "epochs", "train tokens before", "after",
-                        f"share per {number(mix['windows']['sequences_per_window'])} rows (min-max)"],
-                       [[n, f"{m['weight']:.3f}", f"{m['share']:.3f}", f"{m['epochs']:.2f}",
-                         number(m["train_tokens_before"]), number(m["train_tokens_after"]),
-                         f"{mix['windows']['min_share'].get(n, 0):.3f}-{mix['windows']['max_share'].get(n, 0):.3f}"]
-                        for n, m in mix["sources"].items()])]
+        out += [
+            "",
+            "Train tokens mixed by weight (repeated sources' documents appear that many epochs; validation "
+            "holds each source's documents once):",
+            "",
+            markdown_table(
+                [
+                    "source",
+                    "weight",
+                    "share",
+                    "epochs",
+                    "train tokens before",
+                    "after",
+                    f"share per {number(mix['windows']['sequences_per_window'])} rows (min-max)",
+                ],
+                [
+                    [
+                        n,
+                        f"{m['weight']:.3f}",
+                        f"{m['share']:.3f}",
+                        f"{m['epochs']:.2f}",
+                        number(m["train_tokens_before"]),
+                        number(m["train_tokens_after"]),
+                        f"{mix['windows']['min_share'].get(n, 0):.3f}-{mix['windows']['max_share'].get(n, 0):.3f}",
+                    ]
+                    for n, m in mix["sources"].items()
+                ],
+            ),
+        ]
     return "\n".join(out)
 
 
 def _loading(run_dir: RunPath, manifest: dict) -> str:
-    out = ["## Loading", "",
-           "```python",
-           "from datasets import load_from_disk",
-           'train = load_from_disk("final/train")          # column input_ids',
-           'validation = load_from_disk("final/validation")',
-           "```"]
+    out = [
+        "## Loading",
+        "",
+        "```python",
+        "from datasets import load_from_disk",
+        'train = load_from_disk("final/train")          # column input_ids',
+        'validation = load_from_disk("final/validation")',
+        "```",
+    ]
     final = run_dir / "final"
     if (final / "megatron").is_dir():
-        out += ["", "Megatron-LM indexed datasets (every token, one document per sequence, ending in EOS): the "
-                "prefixes `final/megatron/train_text_document` and `final/megatron/validation_text_document` "
-                "(`--train-data-path` / `--valid-data-path`, or a `blend` of megatron-core's `GPTDatasetConfig`)."]
+        out += [
+            "",
+            "Megatron-LM indexed datasets (every token, one document per sequence, ending in EOS): the "
+            "prefixes `final/megatron/train_text_document` and `final/megatron/validation_text_document` "
+            "(`--train-data-path` / `--valid-data-path`, or a `blend` of megatron-core's `GPTDatasetConfig`).",
+        ]
         megatron = manifest.get("megatron")
         if megatron:
-            out += ["", "Per source, unrepeated (`final/megatron/SOURCE/<train|validation>_text_document`), for Megatron's own "
-                    "blending by the mix's weights (paths relative to the run folder; the mixture above is "
-                    f"{number(megatron['train_samples'])} train rows):", "", "```",
-                    f"--data-path {megatron['data_path']}", "```"]
+            out += [
+                "",
+                "Per source, unrepeated (`final/megatron/SOURCE/<train|validation>_text_document`), for Megatron's own "
+                "blending by the mix's weights (paths relative to the run folder; the mixture above is "
+                f"{number(megatron['train_samples'])} train rows):",
+                "",
+                "```",
+                f"--data-path {megatron['data_path']}",
+                "```",
+            ]
     flat = read_json_file(final / "flat" / "meta.json")
     if flat:
-        out += ["", f"Flat token files: `final/flat/<train|validation>.bin` ({flat['dtype']}, every token, "
-                "`np.memmap(path, dtype=...)`), document starts in `<train|validation>.doc_offsets.npy`, `meta.json`."]
+        out += [
+            "",
+            f"Flat token files: `final/flat/<train|validation>.bin` ({flat['dtype']}, every token, "
+            "`np.memmap(path, dtype=...)`), document starts in `<train|validation>.doc_offsets.npy`, `meta.json`.",
+        ]
     return "\n".join(out)
 
 
 def _rows_and_documents(manifest: dict) -> str:
     eos, eos_id = manifest.get("eos_token"), manifest.get("eos_id")
-    return "\n".join([
-        "## Documents cross row boundaries", "",
-        f"Documents are shuffled (a keyed hash of their id, seeded), each is followed by EOS (`{eos}`, id "
-        f"{eos_id}), and the stream is cut into rows: a row usually ends inside a document and holds the end of "
-        "one and the start of others. There is no padding. Attention runs across documents unless the trainer "
-        "masks it; to keep each position within its document:", "",
-        "```python", "import numpy as np", f"EOS = {eos_id}",
-        'ids = np.asarray(train[0]["input_ids"])',
-        "doc = np.concatenate([[0], np.cumsum(ids[:-1] == EOS)])        # an EOS ends the document it closes",
-        "allowed = (doc[:, None] == doc[None, :]) & np.tri(len(ids), dtype=bool)   # causal, within a document",
-        "starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])",
-        "position_ids = np.arange(len(ids)) - starts[doc]                # restart at each document",
-        "```", "",
-        "The labels need no change: each EOS stays a target, so the model learns where documents end. (A pad "
-        "token equal to EOS would make `DataCollatorForLanguageModeling` mask every EOS label; `tokenizer_config.json` "
-        "names a pad token of its own where the config gives one.)"])
+    return "\n".join(
+        [
+            "## Documents cross row boundaries",
+            "",
+            f"Documents are shuffled (a keyed hash of their id, seeded), each is followed by EOS (`{eos}`, id "
+            f"{eos_id}), and the stream is cut into rows: a row usually ends inside a document and holds the end of "
+            "one and the start of others. There is no padding. Attention runs across documents unless the trainer "
+            "masks it; to keep each position within its document:",
+            "",
+            "```python",
+            "import numpy as np",
+            f"EOS = {eos_id}",
+            'ids = np.asarray(train[0]["input_ids"])',
+            "doc = np.concatenate([[0], np.cumsum(ids[:-1] == EOS)])        # an EOS ends the document it closes",
+            "allowed = (doc[:, None] == doc[None, :]) & np.tri(len(ids), dtype=bool)   # causal, within a document",
+            "starts = np.flatnonzero(np.r_[True, doc[1:] != doc[:-1]])",
+            "position_ids = np.arange(len(ids)) - starts[doc]                # restart at each document",
+            "```",
+            "",
+            "The labels need no change: each EOS stays a target, so the model learns where documents end. (A pad "
+            "token equal to EOS would make `DataCollatorForLanguageModeling` mask every EOS label; "
+            "`tokenizer_config.json` "
+            "names a pad token of its own where the config gives one.)",
+        ]
+    )
 
 
 def _datasets_versions(run_dir: RunPath, versions: dict) -> str:
     info = read_json_file(run_dir / "final" / "train" / "dataset_info.json") or {}
     features = info.get("features")
     text = json.dumps(features, sort_keys=True) if features is not None else "(no dataset_info.json)"
-    out = ["## Which `datasets` versions read it", "",
-           f"Written by datasets {versions.get('datasets')} (`save_to_disk` layout: Arrow stream files, "
-           "`state.json`, `dataset_info.json`). The features, as `dataset_info.json` and each Arrow file's schema "
-           "metadata state them:", "", "```json", text, "```", ""]
+    out = [
+        "## Which `datasets` versions read it",
+        "",
+        f"Written by datasets {versions.get('datasets')} (`save_to_disk` layout: Arrow stream files, "
+        "`state.json`, `dataset_info.json`). The features, as `dataset_info.json` and each Arrow file's schema "
+        "metadata state them:",
+        "",
+        "```json",
+        text,
+        "```",
+        "",
+    ]
     if '"List"' in text:
-        out.append(f"`_type: List` is the feature type datasets {LIST_FEATURE_SINCE} introduced: datasets "
-                   f"{LIST_FEATURE_SINCE} and later read these folders with `load_from_disk`; datasets 3.x cannot "
-                   "(3.6.0: `ValueError: Feature type 'List' not found`). With 3.x, read the Arrow files "
-                   "themselves, e.g. `pyarrow.ipc.open_stream(open(path, 'rb')).read_all()` (column `input_ids`, "
-                   "fixed-size lists of int32).")
+        out.append(
+            f"`_type: List` is the feature type datasets {LIST_FEATURE_SINCE} introduced: datasets "
+            f"{LIST_FEATURE_SINCE} and later read these folders with `load_from_disk`; datasets 3.x cannot "
+            "(3.6.0: `ValueError: Feature type 'List' not found`). With 3.x, read the Arrow files "
+            "themselves, e.g. `pyarrow.ipc.open_stream(open(path, 'rb')).read_all()` (column `input_ids`, "
+            "fixed-size lists of int32)."
+        )
     else:
         out.append("Any datasets release that knows these feature types reads the folders with `load_from_disk`.")
     return "\n".join(out)
 
 
 def _funnel(manifest: dict, stats: list[dict]) -> str:
-    rows = [[f"{s['position']:02d} {s['source'] + '.' if s.get('source') else ''}{s['stage']}", number(s["docs_in"]), number(s["docs_out"]),
-             number(sum(s["removed"].values())),
-             ", ".join(f"`{r}` {number(n)}" for r, n in sorted(s["removed"].items(), key=lambda kv: (-kv[1], kv[0])))
-             or "-"] for s in stats]
+    rows = [
+        [
+            f"{s['position']:02d} {s['source'] + '.' if s.get('source') else ''}{s['stage']}",
+            number(s["docs_in"]),
+            number(s["docs_out"]),
+            number(sum(s["removed"].values())),
+            ", ".join(f"`{r}` {number(n)}" for r, n in sorted(s["removed"].items(), key=lambda kv: (-kv[1], kv[0])))
+            or "-",
+        ]
+        for s in stats
+    ]
     dup = manifest.get("duplicate_ids") or {}
-    note = (f"\n\nInput documents reusing the id of an earlier one: {number(dup['documents'])}." if dup.get("documents")
-            else "")
-    return ("## How the documents were chosen\n\nEvery document that left the corpus left under a reason "
-            "(`in = out + removed` for every stage):\n\n"
-            + markdown_table(["stage", "in", "out", "removed", "by reason"], rows, "lrrrl")
-            + "\n\nIn the run folder, `python -m pipeline inspect RUN --summary` prints this funnel and "
-            "`python -m pipeline inspect RUN --stage STAGE --reason REASON` lists the documents removed for a "
-            "reason, with the stage's scores." + note)
+    note = (
+        f"\n\nInput documents reusing the id of an earlier one: {number(dup['documents'])}."
+        if dup.get("documents")
+        else ""
+    )
+    return (
+        "## How the documents were chosen\n\nEvery document that left the corpus left under a reason "
+        "(`in = out + removed` for every stage):\n\n"
+        + markdown_table(["stage", "in", "out", "removed", "by reason"], rows, "lrrrl")
+        + "\n\nIn the run folder, `python -m pipeline inspect RUN --summary` prints this funnel and "
+        "`python -m pipeline inspect RUN --stage STAGE --reason REASON` lists the documents removed for a "
+        "reason, with the stage's scores." + note
+    )
 
 
 def _provenance(manifest: dict) -> str:
     versions = manifest.get("versions") or {}
     config = manifest.get("config") or {}
-    return "\n".join([
-        "## How it was made", "",
-        f"`python -m pipeline run --config {manifest.get('config_file')}` (medprep {versions.get('medprep')}; "
-        + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if k != "medprep") + "), with this config "
-        "(after command-line overrides):", "",
-        "```yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(), "```"])
+    return "\n".join(
+        [
+            "## How it was made",
+            "",
+            f"`python -m pipeline run --config {manifest.get('config_file')}` (medprep {versions.get('medprep')}; "
+            + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if k != "medprep")
+            + "), with this config "
+            "(after command-line overrides):",
+            "",
+            "```yaml",
+            yaml.safe_dump(config, sort_keys=False, allow_unicode=True).rstrip(),
+            "```",
+        ]
+    )
 
 
-def write_card(config, manifest: dict, stages: list) -> RunPath:
-    """final/README.md of a finished run; `stages`: the chain's stage objects, in chain order."""
+def write_card(config, run: FinishedRun) -> RunPath:
+    """final/README.md of a finished run."""
     out = config.output_dir / "final" / CARD_FILE
-    out.write_text(card_text(config, manifest, stages))
+    out.write_text(card_text(config, run))
     return out

@@ -11,10 +11,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline.runpath import RunPath
 from pipeline.errors import ConfigError
 from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
-
+from pipeline.runpath import RunPath
 
 # What --config means, for both commands' --help.
 CONFIG_HELP = ("the run's YAML file: input, output_dir, options and the chain of stages; or the name of a "

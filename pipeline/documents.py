@@ -103,7 +103,7 @@ def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
     spans = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
     reps = np.flatnonzero(np.bincount(rep_of_row, minlength=n) > 1) if n else np.zeros(0, np.int64)
     asked = [{"rows": (reps[(reps >= lo) & (reps < hi)] - lo).tolist()} for lo, hi in spans]
-    found = inputs.map(stage, "ids_of_rows", asked)
+    found = inputs.map(stage.ids_of_rows, asked)
     id_of = dict(zip(reps.tolist(), [i for r in found for i in r["ids"]]))
     dups = np.flatnonzero(rep_of_row != np.arange(n))
     sources = row_sources(inputs)
@@ -116,7 +116,7 @@ def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
             # A multi-source run: the source of the document each one duplicates.
             shard_of = np.searchsorted(offsets, rep_of_row[rows], side="right") - 1
             marks[-1]["duplicate_of_source"] = [sources[i] for i in shard_of.tolist()]
-    inputs.map(stage, "apply_marks", marks)
+    inputs.map(stage.apply_marks, marks)
 
 
 def split_words(arr):

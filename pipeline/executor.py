@@ -3,11 +3,12 @@ a task is one input shard (pipeline/tasks.py), a worker holds one stage instance
 (models loaded once per worker), and a task writes its shard's files and marker itself, so
 the driver only hands out tasks and commits.
 
-An executor knows no stage: it wraps any object with `name`, `config`, `ctx`, `setup()`,
-`methods_without_setup` and task methods (`method(task) -> dict`), built in each worker as
-`type(stage)(stage.config, stage.ctx)`, and calls `getattr(stage, method)(task)`; a stage may
-say that a task loads no model (`runs_without_models(method, task)`), and the local driver
-then runs such tasks itself while its worker processes start.
+An executor knows no stage. `map(stage.method, tasks)` takes a bound task method (marked
+@shard_task, pipeline/tasks.py); each worker builds the stage as `type(stage)(stage.config,
+stage.ctx)` and runs the method's function on it through one loop, `WorkerStage` (bind once
+per stage, set up once before the first task that loads models, a failure remembered). A
+stage may say that a task loads no model (`runs_without_models(method, task)`), and the
+local driver then runs such tasks itself while its worker processes start.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
 - ray: one pool of Ray actors per run (RayActorPool), started as stages need them and rebound
@@ -17,62 +18,68 @@ then runs such tasks itself while its worker processes start.
 """
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing as mp
 import os
 import sys
 import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from pipeline import progress
 from pipeline.errors import StageFailed, UserError
-from pipeline.tasks import ShardTask
+from pipeline.tasks import ShardTask, TaskKind, task_parts
 
 log = logging.getLogger("medprep")
 
 
-def run_task(stage, method: str, task: ShardTask, key: tuple | None = None) -> dict:
-    """`stage.<method>(task)`; the documents it reports count for the task `key` (progress.py)."""
-    with progress.running_task(key):
-        return getattr(stage, method)(task)
+class Executor(ABC):
+    """Runs shard tasks: `map(stage.method, tasks)` yields each task's result in task order."""
+    kind: str
+
+    @abstractmethod
+    def map(self, method: Callable, tasks: list[ShardTask]) -> Iterator[dict]:
+        """Results of the bound task method on each task, in task order."""
+
+    @abstractmethod
+    def workers_for(self, stage, n_tasks: int) -> int:
+        """How many workers the stage's map of `n_tasks` tasks gets."""
+
+    def prestart(self, stage) -> None:
+        """Start the workers now, not at the first map that waits for them."""
+
+    def ready(self) -> bool:
+        """Whether tasks given now start at once."""
+        return True
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """The executor as the manifest records it."""
+
+    @abstractmethod
+    def stage_stats(self) -> dict:
+        """What ran the current stage's tasks, for its stats."""
+
+    def end_stage(self) -> None:
+        """The current stage is done (its workers stay for the next one)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the workers."""
 
 
-class MapProgress:
-    """A map's phase in the running stage's progress (pipeline/progress.py): its tasks' sizes
-    (documents of each input shard, or tasks), the worker count, and each task's key."""
-
-    def __init__(self, stage, method: str, tasks: list[ShardTask], workers: int):
-        self.tracker = progress.current()
-        self.phase = None
-        if self.tracker is not None:
-            name = getattr(stage, "phase_names", {}).get(method, method.removesuffix("_shard").replace("_", " "))
-            sizes = [t.shard.rows if t.shard is not None else None for t in tasks]
-            self.phase = self.tracker.phase(name, sizes, workers)
-
-    def key(self, index: int) -> tuple[int, int] | None:
-        return (self.phase, index) if self.phase is not None else None
-
-    def report(self, key, n: int) -> None:
-        if self.tracker is not None:
-            self.tracker.report(tuple(key), n)
-
-    def done(self, index: int) -> None:
-        if self.tracker is not None:
-            self.tracker.task_done(self.key(index))
+def stage_blob(stage) -> bytes:
+    """What a worker builds its own instance of the stage from."""
+    import pickle
+    return pickle.dumps((type(stage), stage.config, stage.ctx))
 
 
-def needs_setup(stage, method: str) -> bool:
-    """Whether workers load the stage's models before running `method` (a threshold-only
-    rerun decides again from stored scores: it never loads the model)."""
-    return method not in stage.methods_without_setup
-
-
-def runs_without_models(stage, method: str, task) -> bool:
-    """Whether `method` on `task` loads no model (Stage.runs_without_models; an object
-    without it: a method without setup)."""
+def runs_without_models(stage, method: Callable, task) -> bool:
+    """Whether the bound task method on `task` loads no model (Stage.runs_without_models; an
+    object without it: a task marked loads_models=False)."""
     probe = getattr(stage, "runs_without_models", None)
-    return probe(method, task) if callable(probe) else not needs_setup(stage, method)
+    return probe(method, task) if callable(probe) else not task_parts(method)[2].loads_models
 
 
 def loads_models(stage) -> bool:
@@ -90,12 +97,87 @@ def setup_failure(name: str, exc: BaseException) -> str:
     return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
 
 
+class WorkerStage:
+    """The one worker loop of every executor (a local worker process, the local driver, a Ray
+    actor): the stage a worker holds, bound once per stage (the previous stage's instance and
+    its models go first), set up once before the first task that loads models (a threshold-only
+    rerun never does), its set-up failure remembered and raised for every later task."""
+
+    def __init__(self):
+        self.key = None
+        self.stage = None
+        self.name = ""
+        self.set_up = False
+        self.setups = 0
+        self.error: str | None = None
+
+    def bind(self, key, build: Callable[[], object], name: str) -> None:
+        """Hold the stage `key` (built by `build()` unless it is the one held)."""
+        if key == self.key:
+            return
+        self.drop()
+        self.key, self.name = key, name
+        try:
+            self.stage = build()
+        except Exception as exc:
+            self.error = setup_failure(name, exc)
+
+    def bind_blob(self, key, blob: bytes) -> None:
+        if key != self.key:
+            import pickle
+            stage_cls, config, ctx = pickle.loads(blob)
+            self.bind(key, lambda: stage_cls(config, ctx), stage_cls.name)
+
+    def drop(self) -> None:
+        """The stage instance and its models go (the worker stays for a later stage)."""
+        import gc
+        had_models = self.set_up and loads_models(self.stage)
+        self.key, self.stage, self.error, self.setups, self.set_up = None, None, None, 0, False
+        if had_models:
+            gc.collect()
+
+    def run(self, func: Callable, task: ShardTask, progress_key: tuple | None = None) -> dict:
+        """`func(stage, task)`; the documents it reports count for `progress_key` (progress.py)."""
+        if self.error is None and not self.set_up and func.shard_task.loads_models:
+            self.set_up = True
+            try:
+                self.stage.setup()
+                self.setups += 1
+            except Exception as exc:
+                self.error = setup_failure(self.name, exc)
+        if self.error is not None:
+            raise StageFailed(self.error)
+        with progress.running_task(progress_key):
+            return func(self.stage, task)
+
+
+class MapProgress:
+    """A map's phase in the running stage's progress (pipeline/progress.py): its tasks' sizes
+    (documents of each input shard, or tasks), the worker count, and each task's key."""
+
+    def __init__(self, kind: TaskKind, tasks: list[ShardTask], workers: int):
+        self.tracker = progress.current()
+        self.phase = None
+        if self.tracker is not None:
+            sizes = [t.shard.rows if t.shard is not None else None for t in tasks]
+            self.phase = self.tracker.phase(kind.phase, sizes, workers)
+
+    def key(self, index: int) -> tuple[int, int] | None:
+        return (self.phase, index) if self.phase is not None else None
+
+    def report(self, key, n: int) -> None:
+        if self.tracker is not None:
+            self.tracker.report(tuple(key), n)
+
+    def done(self, index: int) -> None:
+        if self.tracker is not None:
+            self.tracker.task_done(self.key(index))
+
+
 # ---- local ---------------------------------------------------------------------------------
 
-_worker_key: int | None = None
-_worker_stage = None
-_worker_set_up = False
-_worker_setup_error: str | None = None
+# The stage a local worker process holds (one per process).
+_worker = WorkerStage()
 
 
 def _init_worker(reports=None):
@@ -136,43 +218,12 @@ def _started() -> None:
     """WorkerPool.warm's task: the process is up (its initializer ran)."""
 
 
-def _bind_stage(key: int, stage_blob: bytes) -> None:
-    """This worker's stage instance for stage `key` (one of the run's stages, in order): the
-    previous stage's instance and its models go first."""
-    global _worker_key, _worker_stage, _worker_set_up, _worker_setup_error
-    if key == _worker_key:
-        return
-    import gc
-    import pickle
-    had_models = _worker_set_up and loads_models(_worker_stage)
-    _worker_stage, _worker_set_up, _worker_setup_error = None, False, None
-    if had_models:
-        gc.collect()
-    stage_cls, config, ctx = pickle.loads(stage_blob)
-    _worker_key = key
-    try:
-        _worker_stage = stage_cls(config, ctx)
-    except Exception as exc:
-        _worker_setup_error = setup_failure(stage_cls.name, exc)
+def _task_in_worker(key: int, blob: bytes, func: Callable, task: ShardTask, progress_key: tuple | None = None) -> dict:
+    _worker.bind_blob(key, blob)
+    return _worker.run(func, task, progress_key)
 
 
-def _task_in_worker(key: int, stage_blob: bytes, method: str, task: dict, progress_key: tuple | None = None) -> dict:
-    global _worker_set_up, _worker_setup_error
-    _bind_stage(key, stage_blob)
-    # Set up before the first task that needs the models, once per worker process: the
-    # stage's later map calls reuse it (a threshold-only rerun never loads them).
-    if _worker_setup_error is None and not _worker_set_up and needs_setup(_worker_stage, method):
-        _worker_set_up = True
-        try:
-            _worker_stage.setup()
-        except Exception as exc:
-            _worker_setup_error = setup_failure(_worker_stage.name, exc)
-    if _worker_setup_error is not None:
-        raise StageFailed(_worker_setup_error)
-    return run_task(_worker_stage, method, task, progress_key)
-
-
-class LocalExecutor:
+class LocalExecutor(Executor):
     """Shard tasks in this process (one task, or num_proc 1) or in num_proc worker processes.
     The processes are started once per run and serve every stage in turn: each builds a
     stage's instance at its first task and sets it up at the first task that needs the
@@ -184,6 +235,7 @@ class LocalExecutor:
     def __init__(self, num_proc: int = 1):
         self.num_proc = num_proc
         self._pool: WorkerPool | None = None
+        self._here = WorkerStage()       # the driver's own tasks, on the stage instance itself
         self._stage = None               # the stage the workers hold now, and its number
         self._stage_key = 0
         self._stage_blob = b""
@@ -216,15 +268,16 @@ class LocalExecutor:
         have finished starting), or there are none to wait for."""
         return self.num_proc <= 1 or (self._pool is not None and self._pool.started())
 
-    def map(self, stage, method: str, tasks: list[ShardTask]):
-        """Results of `method` on each task, yielded in task order."""
+    def map(self, method: Callable, tasks: list[ShardTask]):
+        """Results of the bound task method on each task, yielded in task order."""
+        stage, func, kind = task_parts(method)
         if not tasks:
             return
         workers = self.workers_for(stage, len(tasks))
-        shown = MapProgress(stage, method, tasks, workers)
+        shown = MapProgress(kind, tasks, workers)
         here = len(tasks) if workers == 1 else 0
         if workers > 1 and not self.ready() and runs_without_models(stage, method, tasks[0]):
-            # Tasks that load no model (a filter deciding again from its stored scores, phi
+            # Tasks that load no model (a filter deciding again from its stored scores, de-identification
             # answered by its cache, the global stages on a retune's few documents) cost less
             # than waiting for the processes: this process runs them while the processes
             # start, and hands the rest over once they are up.
@@ -232,11 +285,12 @@ class LocalExecutor:
             here = 1
         i = 0
         if here:
+            self._here.bind(id(stage), lambda: stage, stage.name)
             progress.set_sink(shown.report)
             try:
-                while i < len(tasks) and (i < here or (not self.ready() and runs_without_models(stage, method, tasks[i]))):
-                    self._set_up_here(stage, method)
-                    result = run_task(stage, method, tasks[i], shown.key(i))
+                while i < len(tasks) and (
+                        i < here or (not self.ready() and runs_without_models(stage, method, tasks[i]))):
+                    result = self._here.run(func, tasks[i], shown.key(i))
                     shown.done(i)
                     i += 1
                     yield result
@@ -245,27 +299,16 @@ class LocalExecutor:
             if i == len(tasks):
                 return
         if self._stage is not stage:
-            import pickle
             self._stage, self._stage_key = stage, self._stage_key + 1
-            self._stage_blob = pickle.dumps((type(stage), stage.config, stage.ctx))
+            self._stage_blob = stage_blob(stage)
         self._stage_workers = max(self._stage_workers, workers)
         if self._pool is None:
             self._pool = WorkerPool(self.num_proc)
         try:
-            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, method, tasks[i:], shown, first=i)
+            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, func, tasks[i:], shown, first=i)
         except BaseException:
-            self._close_pool()           # a broken or interrupted pool is not reused
+            self._close_pool()  # a broken or interrupted pool is not reused
             raise
-
-    @staticmethod
-    def _set_up_here(stage, method: str) -> None:
-        """The stage's setup() in this process, once, before a task that needs it."""
-        if needs_setup(stage, method) and not getattr(stage, "_set_up", False):
-            try:
-                stage.setup()
-            except Exception as exc:
-                raise StageFailed(setup_failure(stage.name, exc)) from exc
-            stage._set_up = True
 
     def _close_pool(self) -> None:
         if self._pool is not None:
@@ -286,6 +329,7 @@ class WorkerPool:
 
     def __init__(self, num_proc: int):
         from concurrent.futures import ProcessPoolExecutor
+
         self.stage_name = ""
         self.num_proc = num_proc
         context = mp.get_context("spawn")
@@ -295,8 +339,9 @@ class WorkerPool:
         self._drain = threading.Thread(target=self._drain_reports, name="progress-reports", daemon=True)
         self._drain.start()
         # spawn: no inherited threads or locks from this process.
-        self.executor = ProcessPoolExecutor(num_proc, mp_context=context, initializer=_init_worker,
-                                            initargs=(self.reports,))
+        self.executor = ProcessPoolExecutor(
+            num_proc, mp_context=context, initializer=_init_worker, initargs=(self.reports,)
+        )
         # The pool's workers, to tell later how one ended: the multiprocessing children started
         # since the pool was made (multiprocessing.active_children, public; the pool does not
         # expose its own).
@@ -324,18 +369,28 @@ class WorkerPool:
             if self.shown is not None:
                 self.shown.report(*item)
 
-    def map(self, stage_name: str, key: int, stage_blob: bytes, method: str, tasks: list[dict],
-            shown: MapProgress | None = None, first: int = 0):
+    def map(
+        self,
+        stage_name: str,
+        key: int,
+        blob: bytes,
+        func: Callable,
+        tasks: list[ShardTask],
+        shown: MapProgress | None = None,
+        first: int = 0,
+    ):
         """Results of `tasks` in order; `first`: the map's index of tasks[0] (for progress)."""
         from collections import deque
         from concurrent.futures.process import BrokenProcessPool
+
         self.stage_name = stage_name
         self.shown = shown
         in_flight: deque = deque()
         for i, task in enumerate(tasks):
             try:
-                future = self.executor.submit(_task_in_worker, key, stage_blob, method, task,
-                                              shown.key(first + i) if shown else None)
+                future = self.executor.submit(
+                    _task_in_worker, key, blob, func, task, shown.key(first + i) if shown else None
+                )
             except BrokenProcessPool:
                 raise StageFailed(self._death()) from None
             # The executor starts workers as tasks arrive: note each one, to tell how it ended.
@@ -354,6 +409,7 @@ class WorkerPool:
 
     def _result(self, future):
         from concurrent.futures.process import BrokenProcessPool
+
         try:
             return future.result()
         except BrokenProcessPool:
@@ -362,6 +418,7 @@ class WorkerPool:
     def _death(self) -> str:
         import signal
         import time
+
         # Let the executor's manager thread finish reaping first: if this thread and that one
         # call waitpid on the same dead worker at once, the loser sees ECHILD and its exitcode
         # reads None for a moment, which once turned the SIGKILL report into SIGTERM.
@@ -380,8 +437,10 @@ class WorkerPool:
             sig = signal.Signals(-code).name
             msg = f"stage '{self.stage_name}': a worker process was killed by {sig}"
             if -code == signal.SIGKILL:
-                msg += (" (most often the kernel's out-of-memory killer: lower num_proc or batch_size, "
-                        "or give the run more memory)")
+                msg += (
+                    " (most often the kernel's out-of-memory killer: lower num_proc or batch_size, "
+                    "or give the run more memory)"
+                )
             return msg
         return f"stage '{self.stage_name}': a worker process exited unexpectedly (exit code {code})"
 
@@ -401,6 +460,7 @@ class WorkerPool:
 
 # ---- ray -----------------------------------------------------------------------------------
 
+
 class RayShardWorker:
     """A Ray actor of the run's pool (RayActorPool): it serves every stage in turn, like a local
     worker process. Each task names its stage by a key and a pickled (stage class, config, ctx)
@@ -414,55 +474,30 @@ class RayShardWorker:
         logging.basicConfig(level=logging.WARNING)
         if reports is not None:
             progress.set_sink(lambda key, n: reports.add.remote(key, n))
-        self.key = None
-        self.stage = None
-        self.stage_name = ""
-        self.error = None
-        self.setups = 0
-        self.set_up = False
-
-    def _bind(self, key: int, stage_blob: bytes) -> None:
-        if key == self.key:
-            return
-        self.drop()
-        import pickle
-        stage_cls, config, ctx = pickle.loads(stage_blob)
-        self.key, self.stage_name = key, stage_cls.name
-        try:
-            self.stage = stage_cls(config, ctx)
-        except Exception as exc:
-            self.error = setup_failure(stage_cls.name, exc)
+        self.worker = WorkerStage()
 
     def drop(self) -> None:
         """The stage instance and its models go (the actor stays for a later stage)."""
-        import gc
-        had_models = self.set_up and loads_models(self.stage)
-        self.key, self.stage, self.error, self.setups, self.set_up = None, None, None, 0, False
-        if had_models:
-            gc.collect()
+        self.worker.drop()
 
-    def run(self, key: int, stage_blob: bytes, method: str, raw: str, progress_key: list | None = None) -> dict:
+    def run(self, key: int, blob: bytes, func: Callable, raw: str, progress_key: list | None = None) -> dict:
         import ray
-        self._bind(key, stage_blob)
-        where = {"node": ray.get_runtime_context().get_node_id(), "setups": self.setups}
-        if self.error is None and not self.set_up and needs_setup(self.stage, method):
-            self.set_up = True
-            try:
-                self.stage.setup()
-                self.setups += 1
-            except Exception as exc:
-                self.error = setup_failure(self.stage_name, exc)
-            where["setups"] = self.setups
-        if self.error is not None:
-            return {"error": self.error, "user": True, **where}
+
+        self.worker.bind_blob(key, blob)
+        where = {"node": ray.get_runtime_context().get_node_id()}
         try:
-            return {"result": run_task(self.stage, method, ShardTask.from_json(raw),
-                                       tuple(progress_key) if progress_key else None), **where}
-        except UserError as exc:          # an unreadable input file: one line
-            return {"error": str(exc), "user": True, **where}
+            result = self.worker.run(func, ShardTask.from_json(raw), tuple(progress_key) if progress_key else None)
+            return {"result": result, "setups": self.worker.setups, **where}
+        except (UserError, StageFailed) as exc:  # an unreadable input file, a failed setup: one line
+            return {"error": str(exc), "user": True, "setups": self.worker.setups, **where}
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [""])[0]
-            return {"error": f"stage '{self.stage_name}': {type(exc).__name__}: {first}", "user": False, **where}
+            return {
+                "error": f"stage '{self.worker.name}': {type(exc).__name__}: {first}",
+                "user": False,
+                "setups": self.worker.setups,
+                **where,
+            }
 
 
 class RayActorPool:
@@ -477,6 +512,7 @@ class RayActorPool:
 
     def __init__(self, cpus_per_worker: float, reports=None):
         import ray
+
         # `reports`: the executor's ReportCounter, which the actors' tasks tell documents done
         # (a task without a progress key reports nothing).
         self._new_actor = lambda: ray.remote(num_cpus=cpus_per_worker, max_restarts=0)(RayShardWorker).remote(reports)
@@ -485,7 +521,7 @@ class RayActorPool:
         self._stage = None
         self._key = 0
         self._blob = None
-        self._sizes: dict[int, int] = {}          # actor index -> size of the stage it holds
+        self._sizes: dict[int, int] = {}  # actor index -> size of the stage it holds
         self.begin_stage(None)
 
     @property
@@ -494,21 +530,20 @@ class RayActorPool:
 
     def begin_stage(self, stage) -> None:
         self._stage = stage
-        self.used: set[int] = set()               # actor indexes that ran the stage's tasks
+        self.used: set[int] = set()  # actor indexes that ran the stage's tasks
         self.nodes: set[str] = set()
-        self.setups: dict[int, int] = {}          # actor index -> setups it ran for the stage
+        self.setups: dict[int, int] = {}  # actor index -> setups it ran for the stage
         self.map_calls = 0
 
     def bind(self, stage, size: int) -> None:
         """`stage`'s tasks go to the first `size` actors (started if the pool has fewer)."""
-        import pickle
-
         import ray
+
         if stage is not self._stage:
             self.begin_stage(stage)
             self.stage_name = stage.name
             self._key += 1
-            self._blob = ray.put(pickle.dumps((type(stage), stage.config, stage.ctx)))
+            self._blob = ray.put(stage_blob(stage))
             # Actors this stage does not use let the previous stage's models go now.
             for a in range(size, len(self.actors)):
                 self.actors[a].drop.remote()
@@ -519,12 +554,13 @@ class RayActorPool:
         while len(self.actors) < size:
             self.actors.append(self._new_actor())
 
-    def map(self, method: str, tasks: list[ShardTask], size: int, shown: MapProgress | None = None):
+    def map(self, func: Callable, tasks: list[ShardTask], size: int, shown: MapProgress | None = None):
         import ray
         from ray.exceptions import RayActorError
+
         self.map_calls += 1
         idle = list(range(min(size, self.size)))[::-1]
-        pending: dict = {}                        # object ref -> (task index, actor index)
+        pending: dict = {}  # object ref -> (task index, actor index)
         done: dict[int, dict] = {}
         next_task = next_out = 0
         failure = None
@@ -532,7 +568,7 @@ class RayActorPool:
             while idle and next_task < len(tasks):
                 a = idle.pop()
                 key = shown.key(next_task) if shown else None
-                ref = self.actors[a].run.remote(self._key, self._blob, method, tasks[next_task].to_json(), key)
+                ref = self.actors[a].run.remote(self._key, self._blob, func, tasks[next_task].to_json(), key)
                 pending[ref] = (next_task, a)
                 next_task += 1
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -542,9 +578,11 @@ class RayActorPool:
             except RayActorError as exc:
                 # The actor's process died (the out-of-memory killer, most often): its tasks
                 # are lost; the stage ends with one line.
-                raise StageFailed(f"stage '{self.stage_name}': a Ray worker died ({type(exc).__name__}; most "
-                                  "often the out-of-memory killer: lower batch_size or the stage's workers, "
-                                  "or give the workers more memory)") from None
+                raise StageFailed(
+                    f"stage '{self.stage_name}': a Ray worker died ({type(exc).__name__}; most "
+                    "often the out-of-memory killer: lower batch_size or the stage's workers, "
+                    "or give the workers more memory)"
+                ) from None
             idle.append(a)
             self.used.add(a)
             self.nodes.add(out["node"])
@@ -566,20 +604,27 @@ class RayActorPool:
 
     def close(self) -> None:
         import ray
+
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """Shard tasks on a Ray cluster: a local instance (`address` unset: tests, laptops) or a
     running cluster (`address: auto`). Per-stage worker counts follow the stage's cost:
-    `workers: {phi: 400, langid: 4}`; unset, a stage gets one worker per CPU of the cluster.
+    `workers: {NAME: 400, OTHER: 4}`; unset, a stage gets one worker per CPU of the cluster.
     One actor pool per run, rebound to each stage in turn (RayActorPool)."""
+
     kind = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, workers: dict | None = None,
-                 cpus_per_worker: float = 1.0):
+    def __init__(
+        self,
+        address: str | None = None,
+        num_cpus: int | None = None,
+        workers: dict | None = None,
+        cpus_per_worker: float = 1.0,
+    ):
         self.address = address
         self.num_cpus = num_cpus
         self.workers = dict(workers or {})
@@ -590,8 +635,14 @@ class RayExecutor:
 
     def describe(self) -> dict:
         import ray
-        out = {"kind": "ray", "address": self.address or "local", "ray": ray.__version__,
-               "workers": self.workers, "cpus_per_worker": self.cpus_per_worker}
+
+        out = {
+            "kind": "ray",
+            "address": self.address or "local",
+            "ray": ray.__version__,
+            "workers": self.workers,
+            "cpus_per_worker": self.cpus_per_worker,
+        }
         if ray.is_initialized():
             out["cluster_cpus"] = int(ray.cluster_resources().get("CPU", 0))
             out["cluster_nodes"] = sum(1 for n in ray.nodes() if n.get("Alive"))
@@ -601,13 +652,18 @@ class RayExecutor:
         import os
 
         import ray
+
         if ray.is_initialized():
             return
         os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
         # Errors only while Ray starts: its start-up notices (token authentication's, for one)
         # would land in the run's stderr across the JSON log lines; warnings again after.
-        kwargs = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
-                  "configure_logging": True}
+        kwargs = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "logging_level": logging.ERROR,
+            "configure_logging": True,
+        }
         # Workers import `pipeline` from the checkout: the driver's sys.path is theirs too.
         pythonpath = os.pathsep.join(p for p in sys.path if p)
         if self.address:
@@ -647,18 +703,20 @@ class RayExecutor:
 
     def workers_for(self, stage, n_tasks: int) -> int:
         import ray
+
         n = self.workers.get(getattr(stage, "workers_of", None) or stage.name)
         if n is None:
-            self.start()                  # asked before any map (a stage's driver threads): Ray must be up
+            self.start()  # asked before any map (a stage's driver threads): Ray must be up
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))
         return max(1, min(n, n_tasks))
 
-    def map(self, stage, method: str, tasks: list[ShardTask]):
-        """Results of `method` on each task, in task order."""
+    def map(self, method: Callable, tasks: list[ShardTask]):
+        """Results of the bound task method on each task, in task order."""
+        stage, func, kind = task_parts(method)
         if not tasks:
             return
-        shown = MapProgress(stage, method, tasks, self.workers.get(stage.name, 0))
-        self.start()                      # starting Ray counts in the map's phase, not the one before
+        shown = MapProgress(kind, tasks, self.workers.get(stage.name, 0))
+        self.start()  # starting Ray counts in the map's phase, not the one before
         size = self.workers_for(stage, len(tasks))
         if shown.tracker is not None:
             shown.tracker.workers = size
@@ -667,9 +725,9 @@ class RayExecutor:
         self._pool.bind(stage, size)
         try:
             with _polling(self._counter if shown.tracker is not None else None, shown):
-                yield from self._pool.map(method, tasks, size, shown if shown.tracker is not None else None)
+                yield from self._pool.map(func, tasks, size, shown if shown.tracker is not None else None)
         except BaseException:
-            self._close_pool()           # a broken or interrupted pool is not reused
+            self._close_pool()  # a broken or interrupted pool is not reused
             raise
 
     def stage_stats(self) -> dict:
@@ -678,13 +736,18 @@ class RayExecutor:
         pool = self._pool
         if pool is None or pool._stage is None:
             return {}
-        return {"workers": len(pool.used), "nodes": len(pool.nodes), "map_calls": pool.map_calls,
-                "setups": sum(pool.setups.values())}
+        return {
+            "workers": len(pool.used),
+            "nodes": len(pool.nodes),
+            "map_calls": pool.map_calls,
+            "setups": sum(pool.setups.values()),
+        }
 
     def _reports(self):
         """The actor the workers' tasks report documents done to (one per executor)."""
         if self._counter is None:
             import ray
+
             self._counter = ray.remote(num_cpus=0)(ReportCounter).remote()
         return self._counter
 
@@ -703,6 +766,7 @@ class RayExecutor:
         self._counter = None
         if self._started_here:
             import ray
+
             ray.shutdown()
             self._started_here = False
 
@@ -728,6 +792,7 @@ def _polling(counter, shown: MapProgress, interval: float = 0.5):
         yield
         return
     import ray
+
     stop = threading.Event()
 
     def poll():
@@ -737,6 +802,7 @@ def _polling(counter, shown: MapProgress, interval: float = 0.5):
                 shown.report(key, n)
             if stopping:
                 return
+
     thread = threading.Thread(target=poll, name="progress-ray", daemon=True)
     thread.start()
     try:
@@ -749,5 +815,4 @@ def _polling(counter, shown: MapProgress, interval: float = 0.5):
 def make_executor(executor_cfg, num_proc: int):
     if executor_cfg is None or executor_cfg.kind == "local":
         return LocalExecutor(num_proc)
-    return RayExecutor(executor_cfg.address, executor_cfg.num_cpus, executor_cfg.workers,
-                       executor_cfg.cpus_per_worker)
+    return RayExecutor(executor_cfg.address, executor_cfg.num_cpus, executor_cfg.workers, executor_cfg.cpus_per_worker)

@@ -11,19 +11,18 @@ fingerprint, so a resumed first stage does not read the source again."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-
-from dataclasses import replace
 
 from pipeline.documents import SOURCE
 from pipeline.inputs import IdCounter, StageInputs
 from pipeline.readers import expand_paths, pubmed_xml, read_documents
 from pipeline.runpath import RunPath, load_npy, read_json, save_npy, write_json
 from pipeline.shards import ArrowFile, ShardWriter
-from pipeline.tasks import InputShard, ShardTask
+from pipeline.tasks import InputShard, ShardTask, shard_task
 
 DONE = "_DONE.json"
 
@@ -81,10 +80,8 @@ def _with_source(batches, source: str):
 
 class SourceReader:
     """Reads one input file into shards: the task an executor runs per file. Not a stage, but
-    what an executor wraps has the same shape (name, config, ctx, setup, task methods)."""
+    what an executor wraps has the same shape (name, config, ctx, setup, @shard_task methods)."""
     name = "read"
-    methods_without_setup = frozenset()
-    phase_names = {"ingest_file": "reading the source", "parse_chunk": "reading the source"}
 
     def __init__(self, config=None, ctx=None, workers_of: str | None = None):
         self.config, self.ctx = config, ctx
@@ -94,6 +91,7 @@ class SourceReader:
     def setup(self) -> None:
         """Nothing to load."""
 
+    @shard_task(phase="reading the source")
     def ingest_file(self, task: ShardTask) -> dict:
         from pipeline.config import InputConfig
         p = task.params
@@ -106,6 +104,7 @@ class SourceReader:
         return {"shards": shards, "schema": schema.to_string() if schema is not None else None,
                 "text_bytes": text_bytes}
 
+    @shard_task(phase="reading the source")
     def parse_chunk(self, task: ShardTask) -> dict:
         """A chunk of raw PubMed citations (ChunkParser's file) parsed into their documents."""
         import pickle
@@ -189,7 +188,7 @@ class ChunkParser:
 
         def parse():
             try:
-                yield from self.executor.map(self.reader, "parse_chunk", tasks)
+                yield from self.executor.map(self.reader.parse_chunk, tasks)
             finally:
                 for task in tasks:
                     (self.folder / task.params["name"]).unlink(missing_ok=True)
@@ -331,7 +330,7 @@ def _ingest_per_file(input_cfg, run, folder: RunPath, files: list[Path], executo
     params = {"shard_size": run.shard_size, "input": input_cfg.model_dump(), "source": source}
     tasks = [ShardTask(folder, batch_size=run.batch_size, params={**params, "file": str(f), "index": i})
              for i, f in enumerate(files)]
-    results = list(executor.map(reader, "ingest_file", tasks))
+    results = list(executor.map(reader.ingest_file, tasks))
     schemas = {r["schema"] for r in results if r["schema"] is not None}
     if len(schemas) > 1:
         folder.rmtree()

@@ -47,26 +47,26 @@ class StageInputs:
         return [ShardTask(self.output.tmp, shard, row0, self.batch_size, self.output.keep_removed_text, scores,
                           params) for shard, row0 in zip(self.shards, offsets) if shard.name not in skip]
 
-    def map(self, stage, method: str, per_shard: list[dict] | None = None, **common) -> list[dict]:
-        """Run `stage.<method>(task)` on every input shard on the run's executor (a worker
-        holds one stage instance); results in shard order. Each task's params are `common`
-        and the shard's own `per_shard` values."""
+    def map(self, method, per_shard: list[dict] | None = None, **common) -> list[dict]:
+        """Run the bound task method (`stage.method`, marked @shard_task) on every input shard
+        on the run's executor (a worker holds one stage instance); results in shard order.
+        Each task's params are `common` and the shard's own `per_shard` values."""
         tasks = self.shard_tasks(**common)
         if per_shard is not None:
             tasks = [task.with_params(**extra) for task, extra in zip(tasks, per_shard)]
-        return self.run_tasks(stage, method, tasks)
+        return self.run_tasks(method, tasks)
 
-    def map_tasks(self, stage, method: str, params: list[dict]) -> list[dict]:
-        """Run `stage.<method>` on tasks that are not shards (a bucket partition, say)."""
-        return self.run_tasks(stage, method, [ShardTask(self.output.tmp, batch_size=self.batch_size, params=p)
-                                              for p in params])
+    def map_tasks(self, method, params: list[dict]) -> list[dict]:
+        """Run the bound task method on tasks that are not shards (a bucket partition, say)."""
+        return self.run_tasks(method, [ShardTask(self.output.tmp, batch_size=self.batch_size, params=p)
+                                       for p in params])
 
-    def run_tasks(self, stage, method: str, tasks: list[ShardTask]) -> list[dict]:
+    def run_tasks(self, method, tasks: list[ShardTask]) -> list[dict]:
         if self.executor is None:
             from pipeline.executor import LocalExecutor
             self.executor = LocalExecutor(1)
         t0 = time.perf_counter()
-        out = list(self.executor.map(stage, method, tasks))
+        out = list(self.executor.map(method, tasks))
         self.task_seconds += time.perf_counter() - t0
         return out
 

@@ -10,22 +10,21 @@ import os
 import platform
 import sys
 import time
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
 import pipeline
 from pipeline.cache import cache_root, run_cache
 from pipeline.config import Config, StageSpec, expand_paths
-from pipeline.documents import SOURCE
 from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
+from pipeline.documents import SOURCE
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
 from pipeline.progress import stage_line, stage_progress
 from pipeline.runpath import RunPath, read_json, write_json
 from pipeline.shards import STATS, StageOutput, is_done, is_purged, purge_documents, purge_note, stage_shards
 from pipeline.stages import GROUPS, REGISTRY
-from pipeline.stages.base import DocumentStage, RunContext, Stage
+from pipeline.stages.base import DocumentStage, RunContext, Stage, StoredScores
 from pipeline.tasks import InputShard
 
 log = logging.getLogger("medprep")
@@ -100,36 +99,6 @@ def read_paths(config: Config, stage: Stage, stage_dirs: dict[str, RunPath]) -> 
 
 def _where(config: Config, spec: StageSpec) -> str:
     return f"{config.source}: {spec.where}"
-
-
-# ---- per-document stages: one task per shard, on the run's executor ------------------------
-
-def run_document_stage(stage: DocumentStage, inputs: StageInputs, output: StageOutput, executor, label: str,
-                       scores_key: str | None = None, cache_root: RunPath | None = None,
-                       reuse_scores: bool = True) -> dict:
-    """Each input shard not finished before becomes a task that writes its own output shard.
-    A filter stage (scores_key: its score folder in cache_root) also stores each shard's score
-    columns; when all shards have them already, its tasks decide from them, without the model."""
-    done = output.done_shards()
-    if done:
-        print(f"[{label}] resuming: {len(done & set(inputs.names()))} of {len(inputs.shards)} "
-              "shards finished before", file=sys.stderr)
-    method, scores, extra = "process_shard", None, {}
-    if scores_key is not None:
-        scores = cache_root / scores_key
-        stored = {f.stem for f in scores.glob("*.arrow")}
-        redecide = reuse_scores and all(shard.name in stored for shard in inputs.shards)
-        method = "redecide_shard" if redecide else "score_shard"
-        extra = {"decided_from_stored_scores": redecide, "cache_keys": [scores_key]}
-        if redecide:
-            print(f"[{label}] only thresholds changed: deciding from the scores in {scores_key}, "
-                  "without the model", file=sys.stderr)
-    for _ in executor.map(stage, method, inputs.shard_tasks(skip=done, scores=scores)):
-        pass                   # each task writes its shard and marker; progress comes from the tasks
-    totals: Counter = Counter()
-    for path in sorted((output.tmp / "shards").glob("*.json")):
-        totals.update(read_json(path)["stats"])
-    return {**stage.finish_stats(dict(totals), inputs), **extra}
 
 
 # ---- one stage ------------------------------------------------------------------------------
@@ -232,15 +201,11 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         else:
             inputs = open_inputs(output, executor)
         inputs.bind(output, executor)
-        if document:
-            # A filter stage's scores live outside its folder (which a rerun replaces), under
-            # a fingerprint without its thresholds: retuning them, back and forth, finds them.
-            scores_key = (f"cache/scores/{spec.name}/{score_fingerprint(stage, spec, input_fp, config)}"
-                          if stage.threshold_options else None)
-            extra = run_document_stage(stage, inputs, output, executor, spec.folder, scores_key=scores_key,
-                                       cache_root=cache_root(config), reuse_scores=not force)
-        else:
-            extra = stage.run(inputs, output)
+        stage.ctx.label = spec.folder
+        if document and stage.threshold_options:
+            key = f"cache/scores/{spec.name}/{score_fingerprint(stage, spec, input_fp, config)}"
+            stage.ctx.stored_scores = StoredScores(key, cache_root(config) / key, reuse=not force)
+        extra = stage.run(inputs, output)
         kind = executor.kind
         workers = executor.stage_stats()
     seconds = time.perf_counter() - t0
@@ -461,7 +426,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     if config.run.keep == "final":
         keep_final_only(stage_dirs)
     from pipeline.card import write_card
-    write_card(config, manifest, stages)
+    from pipeline.finished_run import FinishedRun
+    write_card(config, FinishedRun(config.output_dir, manifest))
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest

@@ -22,6 +22,7 @@ This module is the one reader of the shard format (`read_shard`, `stage_shards`,
 """
 from __future__ import annotations
 
+import json
 import posixpath
 from collections import Counter, OrderedDict
 
@@ -29,8 +30,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.documents import (DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON, REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT,
-                                SOURCE, source_of_shard)
+from pipeline.documents import (
+    DUPLICATE_OF,
+    DUPLICATE_OF_SOURCE,
+    REASON,
+    REMOVED_SCHEMA,
+    REMOVED_SCHEMA_WITH_TEXT,
+    SOURCE,
+    source_of_shard,
+)
 from pipeline.progress import documents_done
 from pipeline.runpath import RunPath, as_run_path, read_json, write_json
 
@@ -418,6 +426,7 @@ class StageOutput:
         # an object store, in place: _SUCCESS, written last, is what makes it finished.
         self.tmp = self.final.with_name(self.final.name + ".tmp") if self.final.renames else self.final
         self.keep_removed_text = keep_removed_text
+        self._markers: dict[str, dict] = {}
         if self.tmp == self.final and is_done(self.final):
             # A finished output being redone (another config, or --force): _SUCCESS goes first,
             # so a cut-short cleanup never leaves a folder that looks finished.
@@ -439,6 +448,18 @@ class StageOutput:
     def done_shards(self) -> set[str]:
         return {p.stem for p in (self.tmp / MARKERS).glob("*.json")}
 
+    def note_marker(self, name: str, marker: dict) -> None:
+        """A shard's marker as its task returned it (what its file holds), so the driver reads
+        no marker file of a shard it ran."""
+        self._markers[name] = json.loads(json.dumps(marker))
+
+    def marker(self, name: str) -> dict:
+        """A shard's marker: as its task returned it, else from its file (a shard finished by
+        an earlier, interrupted run; a global stage's tasks)."""
+        if name not in self._markers:
+            self._markers[name] = read_json(self.tmp / MARKERS / f"{name}.json")
+        return self._markers[name]
+
     def commit(self, stats: dict, input_shards: list[str], by_source: bool = False) -> dict:
         """stats.json (counts summed over the shards' markers, then `stats`) and _SUCCESS, once
         every input shard has its output shard; then the folder goes into place. `by_source`:
@@ -447,15 +468,15 @@ class StageOutput:
         if missing:
             raise RuntimeError(f"{self.final.name}: no output for input shard {missing[0]} "
                                f"({len(missing)} of {len(input_shards)} missing)")
-        markers = [read_json(p) for p in sorted((self.tmp / MARKERS).glob("*.json"))]
+        names = [p.stem for p in sorted((self.tmp / MARKERS).glob("*.json"))]
+        markers = [self.marker(name) for name in names]
         reasons: Counter = Counter()
         for m in markers:
             reasons.update(m["removed"])
         stats = {"docs_in": sum(m["docs_in"] for m in markers), "docs_out": sum(m["docs_out"] for m in markers),
                  "removed": dict(sorted(reasons.items())), "shards": len(markers), **stats}
         if by_source:
-            stats["docs_by_source"] = counts_by_source(
-                zip((p.stem for p in sorted((self.tmp / MARKERS).glob("*.json"))), markers))
+            stats["docs_by_source"] = counts_by_source(zip(names, markers))
         removed_total = sum(reasons.values())
         if stats["docs_in"] != stats["docs_out"] + removed_total:
             raise RuntimeError(f"{self.final.name}: accounting broken: in {stats['docs_in']} != "

@@ -14,11 +14,42 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from pipeline.runpath import RunPath, as_run_path
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """What the executor needs to know of a task method besides the method itself: what
+    progress calls its phase (None: none of its own) and whether it needs the stage set up
+    (its models loaded) in the worker that runs it."""
+    phase: str | None
+    loads_models: bool = True
+
+
+def shard_task(method: Callable | None = None, *, phase: str | None = "", loads_models: bool = True):
+    """Marks a stage method `method(self, task: ShardTask) -> dict` as a task an executor may run
+    in a worker: `executor.map(stage.method, tasks)`. `phase`: what progress calls it (default:
+    its name without `_shard`); `loads_models=False`: workers run it without setup()."""
+    def mark(func: Callable) -> Callable:
+        name = func.__name__.removesuffix("_shard").replace("_", " ") if phase == "" else phase
+        func.shard_task = TaskKind(name, loads_models)
+        return func
+    return mark(method) if method is not None else mark
+
+
+def task_parts(method) -> tuple[object, Callable, TaskKind]:
+    """(the object, the function, its TaskKind) of a bound task method; TypeError for anything
+    else (an unmarked method, a plain function)."""
+    owner, func = getattr(method, "__self__", None), getattr(method, "__func__", None)
+    kind = getattr(func, "shard_task", None)
+    if owner is None or not isinstance(kind, TaskKind):
+        raise TypeError(f"{method!r}: not a task method (a stage method marked @shard_task)")
+    return owner, func, kind
 
 
 @dataclass(frozen=True)

@@ -79,12 +79,16 @@ def _peak_rss_mb() -> float:
 
 def _load_normalized(path: Path, batch_size: int):
     import pyarrow as pa
+
     from pipeline.config import InputConfig
     from pipeline.readers import read_documents
     from pipeline.stages.normalize import Normalize, NormalizeConfig
 
     norm = Normalize(NormalizeConfig(), None)
-    tables = [norm.process(b.table).drop_columns(["_reason"]) for b in read_documents(InputConfig(paths=[str(path)]), batch_size)]
+    tables = [
+        norm.process(b.table).drop_columns(["_reason"])
+        for b in read_documents(InputConfig(paths=[str(path)]), batch_size)
+    ]
     return pa.concat_tables(tables)
 
 
@@ -92,7 +96,9 @@ def _raw_engine(stage: str, texts: list[str]):
     """The engine alone on the same documents: (name, callable)."""
     if stage == "langid":
         import fasttext
+
         from pipeline.stages.langid import bundled_lid_model
+
         predict = fasttext.load_model(bundled_lid_model()).f.predict
         lines = [t.replace("\n", " ") + "\n" for t in texts]
         return "fastText predict", lambda: [predict(t, 1, 0.0, "replace") for t in lines]
@@ -100,29 +106,36 @@ def _raw_engine(stage: str, texts: list[str]):
         # KenLM scoring the lines the stage scores (its normalized lines, made beforehand).
         import kenlm
         import pyarrow as pa
-        from pipeline.ccnet_norm import scored_lines
+
+        from pipeline.engines.ccnet_norm import scored_lines
+
         model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
-        lines = [line for i in range(0, len(texts), 1000) for line in scored_lines(pa.array(texts[i:i + 1000]))[0]]
+        lines = [line for i in range(0, len(texts), 1000) for line in scored_lines(pa.array(texts[i : i + 1000]))[0]]
         return "kenlm score (normalized lines)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
     if stage == "perplexity_raw_text":
         # KenLM scoring the raw text, one line per document: fewer tokens than the normalized
         # lines (punctuation stays on the words), so less work than the stage gives it.
         import kenlm
+
         model = kenlm.Model(str(ROOT / "data/models/pubmed_lm.binary"))
         lines = [t.replace("\n", " ") for t in texts]
         return "kenlm score (raw text)", lambda: [model.score(t, bos=True, eos=True) for t in lines]
     if stage == "toxicity":
         from profanity_check import predict_prob
+
         return "predict_prob", lambda: predict_prob(texts)
     if stage == "phi":
-        from pipeline.phi.engine import NOT_NEEDED, SPACY_MODEL
         import spacy
+
+        from pipeline.phi.engine import NOT_NEEDED, SPACY_MODEL
+
         nlp = spacy.load(SPACY_MODEL, exclude=NOT_NEEDED)
         return "spaCy NER-only nlp.pipe", lambda: list(nlp.pipe(texts, batch_size=32))
     if stage == "phi_notes":
         # The clinical profile's spaCy NER is off: its heaviest engine is the learned detector
         # (python-crfsuite), which reads every token of every note.
         from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+
         detector = PhiDetector(threshold=DEFAULT_THRESHOLD)
         return "python-crfsuite detector (PhiDetector.spans)", lambda: [detector.spans(t) for t in texts]
     if stage in ("dedup_minhash", "minhash_signatures_xxh32", "minhash_signatures_sha1"):
@@ -131,29 +144,40 @@ def _raw_engine(stage: str, texts: list[str]):
         # signatures: datasketch is fed each document's shingles made the cheapest way Python
         # makes them (bytes.split and join, no decode), then MinHash.bulk.
         from datasketch import MinHash
-        from pipeline.minhash import HASHFUNCS, shingle_bytes
+
+        from pipeline.engines.minhash import HASHFUNCS, shingle_bytes
+
         hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
-        return (f"datasketch MinHash.bulk, {hashfunc}",
-                lambda: MinHash.bulk([shingle_bytes(t, 5) for t in texts], num_perm=128, seed=1,
-                                     hashfunc=HASHFUNCS[hashfunc]))
+        return (
+            f"datasketch MinHash.bulk, {hashfunc}",
+            lambda: MinHash.bulk(
+                [shingle_bytes(t, 5) for t in texts], num_perm=128, seed=1, hashfunc=HASHFUNCS[hashfunc]
+            ),
+        )
     if stage == "dedup_exact":
         import xxhash
+
         return "xxh3_128", lambda: [xxhash.xxh3_128_digest(t.encode()) for t in texts]
     if stage == "pack":
         from tokenizers import Tokenizer
+
         tok = Tokenizer.from_file(str(WORK / "tokenizer.json"))
         return "tokenizers encode_batch", lambda: tok.encode_batch(texts, add_special_tokens=False)
     if stage == "tokenizer":
         from pipeline.stages.tokenizer import TokenizerConfig, build_trainer
+
         def train():
             tok, trainer = build_trainer(TokenizerConfig())
-            tok.train_from_iterator([texts[i:i + 1000] for i in range(0, len(texts), 1000)], trainer=trainer)
+            tok.train_from_iterator([texts[i : i + 1000] for i in range(0, len(texts), 1000)], trainer=trainer)
+
         return "tokenizers BPE train", train
     return None, None
 
 
 def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dict:
     """One stage, single core: setup excluded, processing timed; then its raw engine."""
+    import pyarrow as pa
+
     from pipeline.config import load_config
     from pipeline.inputs import StageInputs
     from pipeline.runpath import RunPath
@@ -161,7 +185,6 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     from pipeline.stages import REGISTRY
     from pipeline.stages.base import DocumentStage, RunContext
     from pipeline.tasks import InputShard
-    import pyarrow as pa
 
     table = _load_normalized(NOTES if stage == "phi_notes" else corpus, 10**9)
     if stage in ("phi", "phi_notes"):
@@ -173,13 +196,15 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     if stage.startswith("minhash_signatures"):
         return _bench_signatures(stage, texts, mb, batch_size)
     # phi_notes: the notes through the clinical profile, as configs/clinical_notes.yaml runs them.
-    cfg = load_config(ROOT / ("configs/clinical_notes.yaml" if stage == "phi_notes" else "configs/pubmed.yaml"),
-                      check_inputs=False)
+    cfg = load_config(
+        ROOT / ("configs/clinical_notes.yaml" if stage == "phi_notes" else "configs/pubmed.yaml"), check_inputs=False
+    )
     spec = cfg.stage("phi" if stage == "phi_notes" else stage)
     out_dir = WORK / "stage_out" / stage
     upstream = {n: cfg.stage(n).config for n in REGISTRY[spec.name].needs if cfg.has_stage(n)}
-    ctx = RunContext(run_dir=WORK, seed=1, upstream=upstream,
-                     read_paths={"tokenizer.json": WORK / "tokenizer/tokenizer.json"})
+    ctx = RunContext(
+        run_dir=WORK, seed=1, upstream=upstream, read_paths={"tokenizer.json": WORK / "tokenizer/tokenizer.json"}
+    )
     obj = REGISTRY[spec.name](spec.config, ctx)
     if stage == "pack":
         (WORK / "tokenizer").mkdir(exist_ok=True)
@@ -193,8 +218,10 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     writer = ShardWriter(RunPath.of(shard_dir), None, max(table.num_rows, 1))
     writer.write(table)
     writer.close()
-    inputs = StageInputs([InputShard("00000", RunPath.of(shard_dir / "00000.arrow"), table.num_rows,
-                                     stage_output=after_a_stage)], batch_size=batch_size)
+    inputs = StageInputs(
+        [InputShard("00000", RunPath.of(shard_dir / "00000.arrow"), table.num_rows, stage_output=after_a_stage)],
+        batch_size=batch_size,
+    )
     document = isinstance(obj, DocumentStage)
     t_setup = time.perf_counter()
     if document:
@@ -213,23 +240,37 @@ def bench_stage(stage: str, corpus: Path, batch_size: int, phi_docs: int) -> dic
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if stage == "tokenizer":
         (WORK / "tokenizer.json").write_bytes((output.folder / "tokenizer.json").read_bytes())
-    return _with_engine(stage, texts, {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": round(setup_s, 2)},
-                        wall, cpu, mb)
+    return _with_engine(
+        stage,
+        texts,
+        {"stage": stage, "docs": len(texts), "MB": round(mb, 2), "setup_s": round(setup_s, 2)},
+        wall,
+        cpu,
+        mb,
+    )
 
 
 def _with_engine(stage: str, texts: list[str], result: dict, wall: float, cpu: float, mb: float) -> dict:
     """Add the timings, then time the raw engine on the same documents. Ratios are of CPU time:
     another process on the machine inflates wall time, not CPU time."""
     n = len(texts)
-    result.update({"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1),
-                   "docs_per_cpu_s": round(n / cpu, 1), "MB_per_cpu_s": round(mb / cpu, 2)})
+    result.update(
+        {
+            "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3),
+            "docs_per_s": round(n / wall, 1),
+            "docs_per_cpu_s": round(n / cpu, 1),
+            "MB_per_cpu_s": round(mb / cpu, 2),
+        }
+    )
     name, raw = _raw_engine(stage, texts)
     if raw is not None:
         c0 = time.process_time()
         raw()
         raw_cpu = time.process_time() - c0
-        result.update({"engine": name, "engine_docs_per_cpu_s": round(n / raw_cpu, 1),
-                       "stage_vs_engine": round(raw_cpu / cpu, 3)})
+        result.update(
+            {"engine": name, "engine_docs_per_cpu_s": round(n / raw_cpu, 1), "stage_vs_engine": round(raw_cpu / cpu, 3)}
+        )
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
 
@@ -250,11 +291,14 @@ def _alternate(runs: list, rounds: int) -> tuple[list[float], float]:
     return [min(c) for c in cpu], min(walls)
 
 
-def _bench_alternating(stage: str, obj, inputs, texts: list[str], mb: float, setup_s: float, out_dir: Path,
-                       rounds: int = 3) -> dict:
+def _bench_alternating(
+    stage: str, obj, inputs, texts: list[str], mb: float, setup_s: float, out_dir: Path, rounds: int = 3
+) -> dict:
     """A per-document stage and its engines (ALTERNATING), alternating (_alternate)."""
     import shutil
+
     from pipeline.shards import StageOutput
+
     load = [round(x, 1) for x in os.getloadavg()]
     engines = [_raw_engine(e, texts) for e in ALTERNATING[stage]]
 
@@ -263,11 +307,22 @@ def _bench_alternating(stage: str, obj, inputs, texts: list[str], mb: float, set
         shutil.rmtree(out_dir, ignore_errors=True)
         inputs.bind(StageOutput(out_dir, keep_removed_text=False))
         obj.process_shard(inputs.shard_tasks()[0])
+
     (cpu, *engine_cpu), wall = _alternate([process] + [run for _, run in engines], rounds)
     n = len(texts)
-    result = {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": round(setup_s, 2), "wall_s": round(wall, 3),
-              "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
-              "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds, "load_average_at_start": load}
+    result = {
+        "stage": stage,
+        "docs": n,
+        "MB": round(mb, 2),
+        "setup_s": round(setup_s, 2),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "docs_per_s": round(n / wall, 1),
+        "docs_per_cpu_s": round(n / cpu, 1),
+        "MB_per_cpu_s": round(mb / cpu, 2),
+        "rounds": rounds,
+        "load_average_at_start": load,
+    }
     for k, ((name, _), times) in enumerate(zip(engines, engine_cpu)):
         key = "engine" if k == 0 else f"engine_{ALTERNATING[stage][k].removeprefix(stage + '_')}"
         result.update({key: name, f"{key}_docs_per_cpu_s": round(n / times, 1)})
@@ -282,7 +337,9 @@ def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, 
     Also timed: MinHash.bulk alone, fed shingle lists made beforehand (its permutation-and-min
     cost without the shingling both sides pay)."""
     from datasketch import MinHash
-    from pipeline.minhash import HASHFUNCS, MinHasher, shingle_bytes
+
+    from pipeline.engines.minhash import HASHFUNCS, MinHasher, shingle_bytes
+
     hashfunc = "sha1" if stage.endswith("sha1") else "xxh32"
     hasher = MinHasher(128, 1, 5, True, hashfunc)
     name, engine = _raw_engine(stage, texts)
@@ -290,7 +347,8 @@ def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, 
 
     def ours():
         for i in range(0, len(texts), batch_size):
-            hasher.signatures(texts[i:i + batch_size])
+            hasher.signatures(texts[i : i + batch_size])
+
     (cpu, engine_cpu), wall = _alternate([ours, engine], rounds)
     prebuilt = [shingle_bytes(t, 5) for t in texts]
     c0 = time.process_time()
@@ -298,25 +356,43 @@ def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, 
     bulk_cpu = time.process_time() - c0
     del prebuilt
     n = len(texts)
-    return {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": 0.0, "wall_s": round(wall, 3),
-            "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
-            "MB_per_cpu_s": round(mb / cpu, 2), "engine": name, "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
-            "stage_vs_engine": round(engine_cpu / cpu, 3), "rounds": rounds, "load_average_at_start": load,
-            "engine_bulk_only_docs_per_cpu_s": round(n / bulk_cpu, 1), "stage_vs_engine_bulk_only": round(bulk_cpu / cpu, 3),
-            "comparison": ("same documents, word 5-grams lowercased, the same 32-bit hash (" + hashfunc + "), 128 "
-                           "permutations, seed 1, identical signatures; both sides from text, in the same process, "
-                           "alternating, fastest of " + str(rounds) + " rounds each; ours in batches of "
-                           f"{batch_size} documents (numpy), datasketch one MinHash per document (MinHash.bulk); "
-                           "bulk_only: datasketch without its shingling, once"),
-            "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    return {
+        "stage": stage,
+        "docs": n,
+        "MB": round(mb, 2),
+        "setup_s": 0.0,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "docs_per_s": round(n / wall, 1),
+        "docs_per_cpu_s": round(n / cpu, 1),
+        "MB_per_cpu_s": round(mb / cpu, 2),
+        "engine": name,
+        "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
+        "stage_vs_engine": round(engine_cpu / cpu, 3),
+        "rounds": rounds,
+        "load_average_at_start": load,
+        "engine_bulk_only_docs_per_cpu_s": round(n / bulk_cpu, 1),
+        "stage_vs_engine_bulk_only": round(bulk_cpu / cpu, 3),
+        "comparison": (
+            "same documents, word 5-grams lowercased, the same 32-bit hash (" + hashfunc + "), 128 "
+            "permutations, seed 1, identical signatures; both sides from text, in the same process, "
+            "alternating, fastest of " + str(rounds) + " rounds each; ours in batches of "
+            f"{batch_size} documents (numpy), datasketch one MinHash per document (MinHash.bulk); "
+            "bulk_only: datasketch without its shingling, once"
+        ),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
 
 
-def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -> tuple[dict | None, float, float, float]:
+def _child(
+    args: list[str], timeout: int = 7200, python: str = sys.executable
+) -> tuple[dict | None, float, float, float]:
     """Run a child process; (its last-line JSON or None, wall s, CPU s of children, peak RSS MB)."""
     t0 = time.perf_counter()
     with open(WORK / "child.out", "w+") as out, open(WORK / "child.err", "w+") as err:
-        proc = subprocess.Popen([python, *args], cwd=ROOT, stdout=out, stderr=err,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen(
+            [python, *args], cwd=ROOT, stdout=out, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)}
+        )
         # wait4: this child's own CPU time and peak RSS (RUSAGE_CHILDREN would mix all children).
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -336,12 +412,22 @@ def _child(args: list[str], timeout: int = 7200, python: str = sys.executable) -
     return data, wall, cpu, usage.ru_maxrss / 1024
 
 
-def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc: int = 1,
-                overrides: dict | None = None, tokenizer: Path | None = None) -> dict:
+def bench_chain(
+    corpus: Path,
+    docs: int,
+    stages: list[str],
+    name: str,
+    num_proc: int = 1,
+    overrides: dict | None = None,
+    tokenizer: Path | None = None,
+) -> dict:
     cfg_text = (ROOT / "configs/pubmed.yaml").read_text()
     cfg_text = cfg_text.replace("paths: [data/raw/pubmed21n1298.xml.gz]", f"paths: [{corpus}]")
-    cfg_text = cfg_text.replace("output_dir: runs/pubmed", f"output_dir: {WORK / name}").replace("num_proc: 2", f"num_proc: {num_proc}")
+    cfg_text = cfg_text.replace("output_dir: runs/pubmed", f"output_dir: {WORK / name}").replace(
+        "num_proc: 2", f"num_proc: {num_proc}"
+    )
     import yaml
+
     raw = yaml.safe_load(cfg_text)
     raw["stages"] = [s for s in raw["stages"] if next(iter(s)) in stages]
     for entry in raw["stages"]:
@@ -349,12 +435,13 @@ def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc:
         if overrides and name_ in overrides:
             entry[name_] = overrides[name_]
     raw["progress"] = False
-    raw["report"] = False           # datatrove's chain writes no report: compare the same work
+    raw["report"] = False  # datatrove's chain writes no report: compare the same work
     path = WORK / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     import shutil
+
     shutil.rmtree(WORK / name, ignore_errors=True)
-    if tokenizer is not None:           # pack without a tokenizer stage reads the run's tokenizer.json
+    if tokenizer is not None:  # pack without a tokenizer stage reads the run's tokenizer.json
         (WORK / name / "tokenizer").mkdir(parents=True)
         shutil.copy(tokenizer, WORK / name / "tokenizer/tokenizer.json")
     _, wall, cpu, rss = _child(["-m", "pipeline", "run", "--config", str(path)])
@@ -362,17 +449,29 @@ def bench_chain(corpus: Path, docs: int, stages: list[str], name: str, num_proc:
     for stats in sorted((WORK / name / "stages").glob("*/stats.json")):
         st = json.loads(stats.read_text())
         seconds[st["stage"]] = round(st["seconds"], 2)
-    return {"chain": name, "stages": stages, "docs": docs, "num_proc": num_proc, "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2), "docs_per_s": round(docs / wall, 1), "docs_per_cpu_s": round(docs / cpu, 1),
-            "peak_rss_mb": round(rss, 1), "stage_wall_s": seconds, **({"overrides": overrides} if overrides else {})}
+    return {
+        "chain": name,
+        "stages": stages,
+        "docs": docs,
+        "num_proc": num_proc,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "docs_per_s": round(docs / wall, 1),
+        "docs_per_cpu_s": round(docs / cpu, 1),
+        "peak_rss_mb": round(rss, 1),
+        "stage_wall_s": seconds,
+        **({"overrides": overrides} if overrides else {}),
+    }
 
 
 def versions() -> dict:
     from pipeline.runner import run_versions
     from pipeline.stages import REGISTRY
+
     v = run_versions(REGISTRY.names())
     try:
         from importlib.metadata import version
+
         v["datatrove"] = version("datatrove")
     except Exception:
         pass
@@ -388,11 +487,14 @@ def main() -> int:
     ap.add_argument("--skip-chain", action="store_true")
     ap.add_argument("--skip-datatrove", action="store_true")
     ap.add_argument("--phi-scaling", action="store_true", help="also time the phi stage alone at num_proc 1 and 2")
-    ap.add_argument("--only", choices=["phi", "datatrove", "filters-agreement", "stages"],
-                    help="rerun only some rows and replace them in the existing bench/results.json. phi: phi, "
-                         "phi_notes and the phi scaling chains; datatrove: the heuristics row, our sub-chain and "
-                         "datatrove's chain; filters-agreement: recount which documents each side's filters kept "
-                         "in the last run's bench/work folders; stages: the per-stage rows named by --stages")
+    ap.add_argument(
+        "--only",
+        choices=["phi", "datatrove", "filters-agreement", "stages"],
+        help="rerun only some rows and replace them in the existing bench/results.json. phi: phi, "
+        "phi_notes and the phi scaling chains; datatrove: the heuristics row, our sub-chain and "
+        "datatrove's chain; filters-agreement: recount which documents each side's filters kept "
+        "in the last run's bench/work folders; stages: the per-stage rows named by --stages",
+    )
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.only == "phi":
@@ -415,20 +517,43 @@ def main() -> int:
     if not corpus.exists():
         build_corpus(args.docs, corpus)
     if "phi_notes" in args.stages.split(",") and not NOTES.exists():
-        print(f"error: {NOTES} is missing (the phi_notes row times the phi stage on these clinical notes)", file=sys.stderr)
+        print(
+            f"error: {NOTES} is missing (the phi_notes row times the phi stage on these clinical notes)",
+            file=sys.stderr,
+        )
         return 2
-    results = {"machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                           # Other processes slow even CPU-time figures (shared cores and caches).
-                           "load_average_at_start": [round(x, 1) for x in os.getloadavg()]},
-               "versions": versions(), "docs": args.docs, "stages": [], "chains": []}
+    results = {
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            # Other processes slow even CPU-time figures (shared cores and caches).
+            "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        },
+        "versions": versions(),
+        "docs": args.docs,
+        "stages": [],
+        "chains": [],
+    }
     wanted = [s for s in STAGES if s in args.stages.split(",")]
     if "pack" in wanted and "tokenizer" not in wanted and not (WORK / "tokenizer.json").exists():
         wanted.insert(wanted.index("pack"), "tokenizer")
     for stage in wanted:
         try:
-            data, *_ = _child([__file__, "--docs", str(args.docs), "--one", stage, "--phi-docs", str(args.phi_docs),
-                               "--batch-size", str(args.batch_size)])
-        except RuntimeError as exc:        # one failing stage does not lose the others' rows
+            data, *_ = _child(
+                [
+                    __file__,
+                    "--docs",
+                    str(args.docs),
+                    "--one",
+                    stage,
+                    "--phi-docs",
+                    str(args.phi_docs),
+                    "--batch-size",
+                    str(args.batch_size),
+                ]
+            )
+        except RuntimeError as exc:  # one failing stage does not lose the others' rows
             data = {"stage": stage, "error": str(exc)[-500:]}
             print(f"  {stage}: failed: {str(exc)[-300:]}", file=sys.stderr)
         else:
@@ -439,16 +564,34 @@ def main() -> int:
         # row); a partial run (--only datatrove, on a fresh clone) trains it the same way.
         ensure_tokenizer(args)
     if not args.skip_chain:
-        chain = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "dedup_exact", "dedup_minhash", "split",
-                 "tokenizer", "pack"]
+        chain = [
+            "normalize",
+            "langid",
+            "perplexity",
+            "heuristics",
+            "toxicity",
+            "dedup_exact",
+            "dedup_minhash",
+            "split",
+            "tokenizer",
+            "pack",
+        ]
         if args.only != "datatrove":
             results["chains"].append(bench_chain(corpus, args.docs, chain, "chain_without_phi"))
         # The sub-chain datatrove's chain does the same work as: from the same JSONL file to
         # tokenized shards on disk, heuristics set to datatrove's filters, exact and MinHash
         # dedup, and packing with the tokenizer both sides use.
         sub = ["heuristics", "dedup_exact", "dedup_minhash", "pack"]
-        results["chains"].append(bench_chain(corpus, args.docs, sub, "subchain", overrides={"heuristics": DATATROVE_HEURISTICS},
-                                             tokenizer=WORK / "tokenizer.json"))
+        results["chains"].append(
+            bench_chain(
+                corpus,
+                args.docs,
+                sub,
+                "subchain",
+                overrides={"heuristics": DATATROVE_HEURISTICS},
+                tokenizer=WORK / "tokenizer.json",
+            )
+        )
     if args.phi_scaling:
         subset = WORK / f"corpus-phi-{args.phi_docs}.jsonl"
         with open(corpus, encoding="utf-8") as src, open(subset, "w", encoding="utf-8") as dst:
@@ -462,18 +605,35 @@ def main() -> int:
     if not args.skip_datatrove:
         try:
             ensure_datatrove_venv()
-            data, wall, cpu, rss = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus),
-                                           "--tokenizer", str(WORK / "tokenizer.json"),
-                                           "--work", str(WORK / "datatrove")],
-                                          python=str(ROOT / ".venv-bench/bin/python"))
-            results["datatrove"] = {**(data or {}), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-                                    "docs_per_s": round(args.docs / wall, 1), "docs_per_cpu_s": round(args.docs / cpu, 1),
-                                    "peak_rss_mb": round(rss, 1)}
+            data, wall, cpu, rss = _child(
+                [
+                    "scripts/bench_datatrove.py",
+                    "--corpus",
+                    str(corpus),
+                    "--tokenizer",
+                    str(WORK / "tokenizer.json"),
+                    "--work",
+                    str(WORK / "datatrove"),
+                ],
+                python=str(ROOT / ".venv-bench/bin/python"),
+            )
+            results["datatrove"] = {
+                **(data or {}),
+                "wall_s": round(wall, 2),
+                "cpu_s": round(cpu, 2),
+                "docs_per_s": round(args.docs / wall, 1),
+                "docs_per_cpu_s": round(args.docs / cpu, 1),
+                "peak_rss_mb": round(rss, 1),
+            }
             ours = next(c for c in results["chains"] if c["chain"] == "subchain")
-            results["ours_vs_datatrove_docs_per_cpu_s"] = round(ours["docs_per_cpu_s"] / results["datatrove"]["docs_per_cpu_s"], 2)
+            results["ours_vs_datatrove_docs_per_cpu_s"] = round(
+                ours["docs_per_cpu_s"] / results["datatrove"]["docs_per_cpu_s"], 2
+            )
             # What datatrove's English word and sentence tokenization (spaCy) costs alone on the corpus.
-            data, _, cpu, _ = _child(["scripts/bench_datatrove.py", "--corpus", str(corpus), "--spacy-only"],
-                                     python=str(ROOT / ".venv-bench/bin/python"))
+            data, _, cpu, _ = _child(
+                ["scripts/bench_datatrove.py", "--corpus", str(corpus), "--spacy-only"],
+                python=str(ROOT / ".venv-bench/bin/python"),
+            )
             results["datatrove"]["spacy_tokenization"] = data
             results["datatrove"]["filters_kept"] = filters_agreement()
         except (RuntimeError, StopIteration, FileNotFoundError) as exc:
@@ -510,8 +670,12 @@ def filters_agreement() -> dict:
     """Documents kept by datatrove's filters (its filtered JSONL) and by our heuristics stage in
     the sub-chain, and by both: how far apart the matched rules still are."""
     import pyarrow as pa
-    theirs = [json.loads(line)["id"] for f in sorted((WORK / "datatrove/filtered").glob("*.jsonl"))
-              for line in open(f, encoding="utf-8")]
+
+    theirs = [
+        json.loads(line)["id"]
+        for f in sorted((WORK / "datatrove/filtered").glob("*.jsonl"))
+        for line in open(f, encoding="utf-8")
+    ]
     ours: list[str] = []
     for f in sorted((WORK / "subchain/stages").glob("*_heuristics/data/*.arrow")):
         with pa.OSFile(str(f), "rb") as src:
@@ -541,35 +705,47 @@ def merge_rows(previous: dict, new: dict) -> dict:
 
 def print_table(r: dict) -> None:
     print(f"\n{r['docs']:,} documents, {r['machine']['cores']} cores; per-stage figures are one process, one core.\n")
-    print("| stage | docs | docs per CPU-s | MB per CPU-s | peak RSS MB | engine | engine docs per CPU-s | stage/engine |")
+    print(
+        "| stage | docs | docs per CPU-s | MB per CPU-s | peak RSS MB | engine | engine docs per CPU-s | stage/engine |"
+    )
     print("|---|---:|---:|---:|---:|---|---:|---:|")
     for s in r["stages"]:
         if "error" in s:
             print(f"| {s['stage']} | failed: {s['error'][-120:]!r} |")
             continue
-        print(f"| {s['stage']} | {s['docs']:,} | {s['docs_per_cpu_s']:,} | {s['MB_per_cpu_s']} | {s['peak_rss_mb']:,} | "
-              f"{s.get('engine', '-')} | {s.get('engine_docs_per_cpu_s', '-')} | {s.get('stage_vs_engine', '-')} |")
+        print(
+            f"| {s['stage']} | {s['docs']:,} | {s['docs_per_cpu_s']:,} | {s['MB_per_cpu_s']} | {s['peak_rss_mb']:,} | "
+            f"{s.get('engine', '-')} | {s.get('engine_docs_per_cpu_s', '-')} | {s.get('stage_vs_engine', '-')} |"
+        )
     # Second engine figures beside some rows (perplexity: KenLM on the raw text; signatures:
     # MinHash.bulk without its shingling).
     for s in r["stages"]:
         for key in [k for k in s if k.startswith("stage_vs_engine_")]:
             other = key.removeprefix("stage_vs_")
             name = s.get(other, other.removeprefix("engine_").replace("_", " "))
-            print(f"  {s['stage']}: against {name}: {s.get(other + '_docs_per_cpu_s')} docs per CPU-second, "
-                  f"stage/engine {s[key]}")
+            print(
+                f"  {s['stage']}: against {name}: {s.get(other + '_docs_per_cpu_s')} docs per CPU-second, "
+                f"stage/engine {s[key]}"
+            )
     for c in r["chains"]:
         if "error" in c:
             print(f"\nchain {c['chain']}: failed: {c['error'][-200:]!r}")
             continue
-        print(f"\nchain {c['chain']} ({' -> '.join(c['stages'])}), num_proc {c['num_proc']}: {c['wall_s']} s wall, "
-              f"{c['docs_per_s']:,} docs/s, {c['docs_per_cpu_s']:,} docs per CPU-second, peak RSS {c['peak_rss_mb']} MB")
+        print(
+            f"\nchain {c['chain']} ({' -> '.join(c['stages'])}), num_proc {c['num_proc']}: {c['wall_s']} s wall, "
+            f"{c['docs_per_s']:,} docs/s, {c['docs_per_cpu_s']:,} docs per CPU-second, peak RSS {c['peak_rss_mb']} MB"
+        )
     if "datatrove" in r:
         d = r["datatrove"]
         if "error" in d:
             print(f"\ndatatrove: not measured ({d['error'][:200]})")
         else:
-            print(f"\ndatatrove 0.10 comparable chain: {d['wall_s']} s wall, {d['docs_per_cpu_s']:,} docs per CPU-second, "
-                  f"peak RSS {d['peak_rss_mb']} MB; ours/datatrove (docs per CPU-second): {r.get('ours_vs_datatrove_docs_per_cpu_s')}")
+            print(
+                f"\ndatatrove 0.10 comparable chain: {d['wall_s']} s wall, "
+                f"{d['docs_per_cpu_s']:,} docs per CPU-second, "
+                f"peak RSS {d['peak_rss_mb']} MB; ours/datatrove (docs per CPU-second): "
+                f"{r.get('ours_vs_datatrove_docs_per_cpu_s')}"
+            )
 
 
 if __name__ == "__main__":

@@ -32,13 +32,23 @@ def main() -> int:
     if args.spacy_only:
         return spacy_only(Path(args.corpus), args.limit)
     from datatrove.executor import LocalPipelineExecutor
-    from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
-    from datatrove.pipeline.dedup.exact_dedup import ExactDedupConfig, ExactDedupFilter, ExactDedupSignature, ExactFindDedups
+    from datatrove.pipeline.dedup import (
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.dedup.exact_dedup import (
+        ExactDedupConfig,
+        ExactDedupFilter,
+        ExactDedupSignature,
+        ExactFindDedups,
+    )
     from datatrove.pipeline.dedup.minhash import MinhashConfig
     from datatrove.pipeline.filters import C4QualityFilter, GopherQualityFilter, GopherRepetitionFilter
     from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.stages.pack.writers import JsonlWriter
     from datatrove.pipeline.tokens import DocumentTokenizer
-    from datatrove.pipeline.writers import JsonlWriter
 
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -46,19 +56,36 @@ def main() -> int:
     exact = ExactDedupConfig(content_getter=lambda doc: doc.text)
     minhash = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8)
     steps = {
-        "filters+exact_signature": [JsonlReader(str(corpus.parent), glob_pattern=corpus.name),
-                                    GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(),
-                                    JsonlWriter(str(work / "filtered"), compression=None),
-                                    ExactDedupSignature(str(work / "exact_sigs"), config=exact)],
+        "filters+exact_signature": [
+            JsonlReader(str(corpus.parent), glob_pattern=corpus.name),
+            GopherRepetitionFilter(),
+            GopherQualityFilter(),
+            C4QualityFilter(),
+            JsonlWriter(str(work / "filtered"), compression=None),
+            ExactDedupSignature(str(work / "exact_sigs"), config=exact),
+        ],
         "exact_find": [ExactFindDedups(str(work / "exact_sigs"), str(work / "exact_dups"), config=exact)],
-        "exact_filter": [JsonlReader(str(work / "filtered")), ExactDedupFilter(str(work / "exact_dups"), config=exact),
-                         JsonlWriter(str(work / "exact"), compression=None)],
-        "minhash_signature": [JsonlReader(str(work / "exact")), MinhashDedupSignature(str(work / "mh_sigs"), config=minhash)],
+        "exact_filter": [
+            JsonlReader(str(work / "filtered")),
+            ExactDedupFilter(str(work / "exact_dups"), config=exact),
+            JsonlWriter(str(work / "exact"), compression=None),
+        ],
+        "minhash_signature": [
+            JsonlReader(str(work / "exact")),
+            MinhashDedupSignature(str(work / "mh_sigs"), config=minhash),
+        ],
         "minhash_buckets": [MinhashDedupBuckets(str(work / "mh_sigs"), str(work / "mh_buckets"), config=minhash)],
         "minhash_cluster": [MinhashDedupCluster(str(work / "mh_buckets"), str(work / "mh_remove"), config=minhash)],
-        "minhash_filter+tokenize": [JsonlReader(str(work / "exact")), MinhashDedupFilter(str(work / "mh_remove")),
-                                    DocumentTokenizer(str(work / "tokens"), tokenizer_name_or_path=args.tokenizer,
-                                                      eos_token="<|endoftext|>", shuffle_documents=False)],
+        "minhash_filter+tokenize": [
+            JsonlReader(str(work / "exact")),
+            MinhashDedupFilter(str(work / "mh_remove")),
+            DocumentTokenizer(
+                str(work / "tokens"),
+                tokenizer_name_or_path=args.tokenizer,
+                eos_token="<|endoftext|>",
+                shuffle_documents=False,
+            ),
+        ],
     }
     seconds = {}
     for name, pipeline in steps.items():
@@ -68,7 +95,10 @@ def main() -> int:
         seconds[name] = round(time.perf_counter() - t0, 2)
     kept = sum(1 for f in (work / "exact").glob("*.jsonl") for _ in open(f))
     from importlib.metadata import version
-    print(json.dumps({"datatrove_version": version("datatrove"), "datatrove_steps_s": seconds, "docs_after_exact": kept}))
+
+    print(
+        json.dumps({"datatrove_version": version("datatrove"), "datatrove_steps_s": seconds, "docs_after_exact": kept})
+    )
     return 0
 
 
@@ -95,9 +125,16 @@ def spacy_only(corpus: Path, limit: int) -> int:
         tok.word_tokenize(simplify_text(t))
     minhash_words = time.process_time() - c0
     ms = 1000 / len(texts)
-    print(json.dumps({"docs": len(texts), "gopher_word_tokenize_ms_per_doc": round(words * ms, 2),
-                      "c4_sentence_split_ms_per_doc": round(sentences * ms, 2),
-                      "minhash_simplify_and_word_tokenize_ms_per_doc": round(minhash_words * ms, 2)}))
+    print(
+        json.dumps(
+            {
+                "docs": len(texts),
+                "gopher_word_tokenize_ms_per_doc": round(words * ms, 2),
+                "c4_sentence_split_ms_per_doc": round(sentences * ms, 2),
+                "minhash_simplify_and_word_tokenize_ms_per_doc": round(minhash_words * ms, 2),
+            }
+        )
+    )
     return 0
 
 

@@ -66,8 +66,9 @@ def _peak_rss_mb() -> float:
 def normalized_corpus(path: Path) -> dict:
     """The default corpus normalized, as Parquet (id, text)."""
     from pipeline.config import InputConfig
+    from pipeline.engines.text_normalize import NormalizeOptions as NormalizeConfig
+    from pipeline.engines.text_normalize import normalize_text
     from pipeline.readers import read_documents
-    from pipeline.stages.normalize import NormalizeConfig, normalize_text
     tables = []
     for batch in read_documents(InputConfig(paths=[str(CORPUS)]), 5000):
         t = batch.table.select(["id", "text"])
@@ -187,8 +188,9 @@ def child_detection() -> dict:
     """What share of the 1,000 PubMedQA items a 13-gram rule finds, per way of copying them."""
     from collections import Counter, defaultdict
 
+    from pipeline.engines.text_normalize import NormalizeOptions as NormalizeConfig
+    from pipeline.engines.text_normalize import normalize_text
     from pipeline.stages.decontaminate import BenchmarkSet, Decontaminate, DecontaminateConfig
-    from pipeline.stages.normalize import NormalizeConfig, normalize_text
     config = DecontaminateConfig(benchmarks=[PUBMEDQA])
     stage = Decontaminate(config, None)
     stage._sets = [BenchmarkSet.build(config.benchmarks[0], config.ngram, NormalizeConfig())]

@@ -46,7 +46,12 @@ WORK = ROOT / "bench/work/executor"
 def chain_stages() -> list[str]:
     """The default chain's stage names, from configs/pubmed.yaml (every one gets the run's worker count)."""
     import yaml
-    return [next(iter(e)) if isinstance(e, dict) else e for e in yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())["stages"]]
+    return [
+        next(iter(e)) if isinstance(e, dict) else e
+        for e in yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())["stages"]
+    ]
+
+
 PUBMED_DOCS = 36_000_000
 PUBMED_FILES = 1334
 CORES = [64, 512, 1024]
@@ -55,6 +60,7 @@ TOKENIZER_SAMPLE = 200_000
 
 def run_variant(name: str, docs: int, executor: dict, num_proc: int) -> dict:
     import yaml
+
     raw = yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text())
     raw["input"] = {**raw["input"], "limit": docs}
     raw["output_dir"] = str(WORK / name)
@@ -65,24 +71,38 @@ def run_variant(name: str, docs: int, executor: dict, num_proc: int) -> dict:
     cfg.write_text(yaml.safe_dump(raw, sort_keys=False))
     # Relative paths of the default config (model_path) are looked for beside the config, then here.
     import shutil
+
     shutil.rmtree(WORK / name, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{name}: run failed:\n{proc.stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     manifest = json.loads((WORK / name / "manifest.json").read_text())
-    stages = {s["stage"]: {"docs_in": s["docs_in"], "seconds": s["seconds"], "seconds_tasks": s.get("seconds_tasks"),
-                           "seconds_ingest": s.get("seconds_ingest", 0.0), **_fixed_driver_seconds(s)}
-              for s in manifest["stages"]}
-    return {"executor": manifest["executor"], "docs_read": manifest["docs_read"], "chain_seconds": manifest["seconds"],
-            "process_wall_s": round(wall, 1), "docs_per_s": round(manifest["docs_read"] / manifest["seconds"], 1),
-            # The driver process: Ray's workers are not its waited-for children, so their memory is not in it.
-            "driver_peak_rss_MB": round(after.ru_maxrss / 1024) if after.ru_maxrss > before.ru_maxrss else None,
-            "stages": stages}
+    stages = {
+        s["stage"]: {
+            "docs_in": s["docs_in"],
+            "seconds": s["seconds"],
+            "seconds_tasks": s.get("seconds_tasks"),
+            "seconds_ingest": s.get("seconds_ingest", 0.0),
+            **_fixed_driver_seconds(s),
+        }
+        for s in manifest["stages"]
+    }
+    return {
+        "executor": manifest["executor"],
+        "docs_read": manifest["docs_read"],
+        "chain_seconds": manifest["seconds"],
+        "process_wall_s": round(wall, 1),
+        "docs_per_s": round(manifest["docs_read"] / manifest["seconds"], 1),
+        # The driver process: Ray's workers are not its waited-for children, so their memory is not in it.
+        "driver_peak_rss_MB": round(after.ru_maxrss / 1024) if after.ru_maxrss > before.ru_maxrss else None,
+        "stages": stages,
+    }
 
 
 def _fixed_driver_seconds(stage: dict) -> dict:
@@ -97,11 +117,17 @@ def contract_files(run: Path) -> dict[str, str]:
     except stats (timings) and the dataset card (final/README.md quotes the config: executor,
     num_proc, the run folder)."""
     import hashlib
+
     out = {}
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run).as_posix()
-        if path.is_file() and rel.split("/")[0] in ("stages", "tokenizer", "final") and \
-                not rel.endswith(("stats.json",)) and "/shards/" not in rel and rel != "final/README.md":
+        if (
+            path.is_file()
+            and rel.split("/")[0] in ("stages", "tokenizer", "final")
+            and not rel.endswith(("stats.json",))
+            and "/shards/" not in rel
+            and rel != "final/README.md"
+        ):
             out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
@@ -115,6 +141,7 @@ def compare_runs(names: list[str]) -> dict:
 def driver_steps(n: int) -> dict:
     """The driver's own work at n documents, on synthetic inputs (see the module docstring)."""
     from pipeline.stages.dedup_minhash import ShardSignatures, _clusters, _star_clusters
+
     rng = np.random.default_rng(0)
     out = {"docs": n}
     # exact dedup: first row per 128-bit hash (8 % repeats)
@@ -146,7 +173,7 @@ def driver_steps(n: int) -> dict:
     # Make the planted rows near copies of their source (90 % equal values).
     sigs = ShardSignatures(work, names, offsets, num_perm)
     for i in range(0, len(v), 50_000):
-        uu, vv = u[i:i + 50_000], v[i:i + 50_000]
+        uu, vv = u[i : i + 50_000], v[i : i + 50_000]
         copy = sigs[uu]
         noise = rng.random(copy.shape) < 0.1
         copy[noise] = rng.integers(0, 2**32, size=int(noise.sum()), dtype=np.uint32)
@@ -165,12 +192,14 @@ def driver_steps(n: int) -> dict:
     _clusters(n, u, v)
     out["minhash_components_s"] = round(time.perf_counter() - t0, 2)
     import shutil
+
     shutil.rmtree(work)
     # tokenizer training on a fixed sample of real abstract text
     from pipeline.config import InputConfig
     from pipeline.readers import read_documents
     from pipeline.stages.tokenizer import TokenizerConfig, build_trainer
-    from pipeline.word_counts import WordCounter, merge_counts, train_from_counts
+    from pipeline.stages.tokenizer.word_counts import WordCounter, merge_counts, train_from_counts
+
     texts = []
     for batch in read_documents(InputConfig(paths=[str(ROOT / "data/raw/pubmed21n1298.xml.gz")]), 2000):
         texts.extend(batch.table["text"].to_pylist())
@@ -179,9 +208,9 @@ def driver_steps(n: int) -> dict:
     # costs); the driver sums the counts and learns the merges from them: that is timed here.
     t0 = time.perf_counter()
     parts = []
-    for i in range(0, len(sample), 10_000):        # one shard's counts per 10,000 documents
+    for i in range(0, len(sample), 10_000):  # one shard's counts per 10,000 documents
         counter = WordCounter()
-        counter.add(sample[i:i + 10_000])
+        counter.add(sample[i : i + 10_000])
         parts.append(counter.table())
     out["tokenizer_count_words_task_s"] = round(time.perf_counter() - t0, 2)
     tok, trainer = build_trainer(TokenizerConfig(vocab_size=32000))
@@ -189,10 +218,12 @@ def driver_steps(n: int) -> dict:
     train_from_counts(tok, trainer, merge_counts(parts))
     out["tokenizer_train_s"] = round(time.perf_counter() - t0, 2)
     out["tokenizer_train_docs"] = TOKENIZER_SAMPLE
-    out["tokenizer_train_note"] = ("the driver's part: summing the shards' word counts and learning the merges from "
-                                   "them (counting is the tasks' work, tokenizer_count_words_task_s in all); real "
-                                   "abstracts repeated to the sample size: BPE training time grows with the text's "
-                                   "distinct words, so a sample of 200,000 distinct abstracts may take longer")
+    out["tokenizer_train_note"] = (
+        "the driver's part: summing the shards' word counts and learning the merges from "
+        "them (counting is the tasks' work, tokenizer_count_words_task_s in all); real "
+        "abstracts repeated to the sample size: BPE training time grows with the text's "
+        "distinct words, so a sample of 200,000 distinct abstracts may take longer"
+    )
     return out
 
 
@@ -201,8 +232,9 @@ def pack_plan_step(n: int, shard_size: int = 10_000) -> dict:
     write them, n / shard_size shards), sum them, cut the buckets, make the bucket tasks."""
     import shutil
 
-    from pipeline.stages.pack import BINS, COUNTS, Pack, PackConfig
     from pipeline.runpath import RunPath, save_npy
+    from pipeline.stages.pack import BINS, COUNTS, Pack, PackConfig
+
     rng = np.random.default_rng(1)
     work = RunPath.of(WORK / "driver_pack")
     shutil.rmtree(WORK / "driver_pack", ignore_errors=True)
@@ -211,8 +243,8 @@ def pack_plan_step(n: int, shard_size: int = 10_000) -> dict:
         counts = np.zeros((BINS, len(COUNTS)), np.int64)
         rows = rng.multinomial(shard_size, np.full(BINS, 1 / BINS))
         counts[:, 0] = rows
-        counts[:, 1] = rows                      # all train: the same work as any split mix
-        counts[:, 3] = rows * 330                # ~330 tokens per abstract
+        counts[:, 1] = rows  # all train: the same work as any split mix
+        counts[:, 3] = rows * 330  # ~330 tokens per abstract
         save_npy(work / "tokens" / f"{name}.counts.npy", counts)
     t0 = time.perf_counter()
     tasks, _, stats = Pack(PackConfig(), None)._plan(work, names, 0)
@@ -237,12 +269,15 @@ def projection(one_worker: dict, driver: dict, docs_read: int) -> dict:
     ingest_s = sum(v["seconds_ingest"] for v in stages.values())
     fixed_s = {s: v.get("seconds_fixed", 0.0) for s, v in stages.items()}
     driver_s = {s: max(0.0, v["seconds"] - v["seconds_tasks"] - v["seconds_ingest"]) for s, v in stages.items()}
-    at_2m = {"dedup_exact": driver["exact_first_row_s"], "dedup_minhash": driver["minhash_star_clusters_s"],
-             "pack": driver["pack_plan_s"]}
+    at_2m = {
+        "dedup_exact": driver["exact_first_row_s"],
+        "dedup_minhash": driver["minhash_star_clusters_s"],
+        "pack": driver["pack_plan_s"],
+    }
     driver_36m = {}
     for s, sec in driver_s.items():
         if s == "tokenizer":
-            driver_36m[s] = driver["tokenizer_train_s"] + sec       # training on the sample + the comparison
+            driver_36m[s] = driver["tokenizer_train_s"] + sec  # training on the sample + the comparison
             continue
         # Exact dedup's, MinHash's and pack's driver steps as timed at 2 M documents (at the bench
         # size their fixed costs, loading 256 partition files or the tokenizer, would be scaled
@@ -252,15 +287,24 @@ def projection(one_worker: dict, driver: dict, docs_read: int) -> dict:
         per_doc = at_2m[s] / driver["docs"] if s in at_2m else (sec - fixed) / docs_read
         driver_36m[s] = per_doc * PUBMED_DOCS + fixed
     driver_total = sum(driver_36m.values())
-    out = {"docs": PUBMED_DOCS, "task_ms_per_doc_read": per_doc_ms, "ingest_ms_per_doc": round(1000 * ingest_s / docs_read, 4),
-           "driver_seconds_at_bench_size": {s: round(v, 2) for s, v in driver_s.items()},
-           "driver_seconds_at_36M": {s: round(v) for s, v in driver_36m.items()}, "cores": {}}
+    out = {
+        "docs": PUBMED_DOCS,
+        "task_ms_per_doc_read": per_doc_ms,
+        "ingest_ms_per_doc": round(1000 * ingest_s / docs_read, 4),
+        "driver_seconds_at_bench_size": {s: round(v, 2) for s, v in driver_s.items()},
+        "driver_seconds_at_36M": {s: round(v) for s, v in driver_36m.items()},
+        "cores": {},
+    }
     for c in CORES:
         tasks = sum(task_s.values()) * scale / c
         ingest = ingest_s * scale / min(c, PUBMED_FILES)
         hours = (tasks + ingest + driver_total) / 3600
-        out["cores"][str(c)] = {"hours": round(hours, 2), "tasks_hours": round(tasks / 3600, 2),
-                                "ingest_hours": round(ingest / 3600, 3), "driver_hours": round(driver_total / 3600, 2)}
+        out["cores"][str(c)] = {
+            "hours": round(hours, 2),
+            "tasks_hours": round(tasks / 3600, 2),
+            "ingest_hours": round(ingest / 3600, 3),
+            "driver_hours": round(driver_total / 3600, 2),
+        }
     return out
 
 
@@ -268,14 +312,24 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", type=int, default=10_000)
     ap.add_argument("--driver-docs", type=int, default=2_000_000)
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="Ray 1-worker / 2-worker pairs, run back to back; the median pair is reported")
-    ap.add_argument("--keep-driver-steps", action="store_true",
-                    help="take the driver-step timings (2 M documents) from the previous bench/executor.json "
-                         "instead of timing them again (they do not depend on the executor)")
-    ap.add_argument("--project-only", action="store_true",
-                    help="recompute only the projection from the runs in bench/executor.json (and the byte "
-                         "comparison, from the run folders the last run left in bench/work/executor)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="Ray 1-worker / 2-worker pairs, run back to back; the median pair is reported",
+    )
+    ap.add_argument(
+        "--keep-driver-steps",
+        action="store_true",
+        help="take the driver-step timings (2 M documents) from the previous bench/executor.json "
+        "instead of timing them again (they do not depend on the executor)",
+    )
+    ap.add_argument(
+        "--project-only",
+        action="store_true",
+        help="recompute only the projection from the runs in bench/executor.json (and the byte "
+        "comparison, from the run folders the last run left in bench/work/executor)",
+    )
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat: at least 1 pair")
@@ -285,11 +339,11 @@ def main() -> int:
             result["driver_steps"].update(pack_plan_step(result["driver_steps"]["docs"]))
         one = result["runs"]["ray_1_worker"]
         manifest = WORK / "ray_1_worker" / "manifest.json"
-        if manifest.exists():                 # fixed driver steps, where the stored runs predate them
+        if manifest.exists():  # fixed driver steps, where the stored runs predate them
             for s in json.loads(manifest.read_text())["stages"]:
                 one["stages"].get(s["stage"], {}).update(_fixed_driver_seconds(s))
         result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
-        if all((WORK / name).is_dir() for name in result["runs"]):   # compare the runs' bytes again
+        if all((WORK / name).is_dir() for name in result["runs"]):  # compare the runs' bytes again
             result.update(compare_runs(list(result["runs"])))
         (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["projection"], indent=2))
@@ -304,9 +358,13 @@ def main() -> int:
         "ray_2_workers": ({"kind": "ray", "num_cpus": 2, "workers": {s: 2 for s in chain}}, 1),
     }
     load_at_start = [round(x, 1) for x in os.getloadavg()]
-    result = {"command": " ".join(["python scripts/bench_executor.py", *sys.argv[1:]]),
-              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "docs": args.docs, "config": "configs/pubmed.yaml (input.limit = docs, report off)", "runs": {}}
+    result = {
+        "command": " ".join(["python scripts/bench_executor.py", *sys.argv[1:]]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "docs": args.docs,
+        "config": "configs/pubmed.yaml (input.limit = docs, report off)",
+        "runs": {},
+    }
     for name in ("local_1_process", "local_2_processes"):
         print(f"running {name} ...", file=sys.stderr)
         result["runs"][name] = run_variant(name, args.docs, *variants[name])
@@ -320,11 +378,20 @@ def main() -> int:
             print(f"running {name} ({k + 1}/{args.repeat}) ...", file=sys.stderr)
             pair[name] = run_variant(name, args.docs, *variants[name])
         pairs.append(pair)
-    ratio = lambda pair: pair["ray_2_workers"]["docs_per_s"] / pair["ray_1_worker"]["docs_per_s"]
+
+    def ratio(pair):
+        return pair["ray_2_workers"]["docs_per_s"] / pair["ray_1_worker"]["docs_per_s"]
+
     median = sorted(pairs, key=ratio)[len(pairs) // 2]
     result["runs"].update(median)
-    result["ray_pairs"] = [{"speedup_2_vs_1": round(ratio(p), 3), "ray_1_chain_s": p["ray_1_worker"]["chain_seconds"],
-                            "ray_2_chain_s": p["ray_2_workers"]["chain_seconds"]} for p in pairs]
+    result["ray_pairs"] = [
+        {
+            "speedup_2_vs_1": round(ratio(p), 3),
+            "ray_1_chain_s": p["ray_1_worker"]["chain_seconds"],
+            "ray_2_chain_s": p["ray_2_workers"]["chain_seconds"],
+        }
+        for p in pairs
+    ]
     result.update(compare_runs(list(variants)))
     previous = json.loads((ROOT / "bench/executor.json").read_text()) if (ROOT / "bench/executor.json").exists() else {}
     if args.keep_driver_steps and "driver_steps" in previous:
@@ -337,11 +404,13 @@ def main() -> int:
     result["projection"] = projection(one, result["driver_steps"], one["docs_read"])
     # Chain wall time ratios on the same work (docs/s of one over the other).
     result["speedup_2_vs_1_ray_workers"] = round(runs["ray_2_workers"]["docs_per_s"] / one["docs_per_s"], 2)
-    result["speedup_2_vs_1_local_processes"] = round(runs["local_2_processes"]["docs_per_s"]
-                                                     / runs["local_1_process"]["docs_per_s"], 2)
+    result["speedup_2_vs_1_local_processes"] = round(
+        runs["local_2_processes"]["docs_per_s"] / runs["local_1_process"]["docs_per_s"], 2
+    )
     result["ray_1_worker_vs_local_1_process"] = round(one["docs_per_s"] / runs["local_1_process"]["docs_per_s"], 2)
-    result["ray_2_workers_vs_local_2_processes"] = round(runs["ray_2_workers"]["docs_per_s"]
-                                                         / runs["local_2_processes"]["docs_per_s"], 2)
+    result["ray_2_workers_vs_local_2_processes"] = round(
+        runs["ray_2_workers"]["docs_per_s"] / runs["local_2_processes"]["docs_per_s"], 2
+    )
     result["load_average_at_start"] = load_at_start
     result["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     (ROOT / "bench/executor.json").write_text(json.dumps(result, indent=2) + "\n")

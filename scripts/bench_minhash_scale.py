@@ -91,12 +91,17 @@ def main() -> int:
     ap.add_argument("--dup-fraction", type=float, default=0.1)
     ap.add_argument("--partitions", type=int, default=256)
     ap.add_argument("--workers", default="1,2", help="worker counts to run the stage with (num_proc), in turn")
-    ap.add_argument("--ray", action="store_true", help="also run under Ray (executor: ray) with the largest worker count")
-    ap.add_argument("--out", help="write the result to this JSON file instead of under minhash_scale in "
-                                  "bench/results.json (a smaller --docs run that should not replace the 2 M figures)")
+    ap.add_argument(
+        "--ray", action="store_true", help="also run under Ray (executor: ray) with the largest worker count"
+    )
+    ap.add_argument(
+        "--out",
+        help="write the result to this JSON file instead of under minhash_scale in "
+        "bench/results.json (a smaller --docs run that should not replace the 2 M figures)",
+    )
     args = ap.parse_args()
     data = WORK / f"input-{args.docs}"
-    meta = data / "planted.npy"        # row numbers of the planted near duplicates
+    meta = data / "planted.npy"  # row numbers of the planted near duplicates
     if not meta.exists():
         shutil.rmtree(data, ignore_errors=True)
         planted_rows = build(args.docs, args.dup_fraction, data)
@@ -105,9 +110,15 @@ def main() -> int:
     size = sum(f.stat().st_size for f in data.glob("*.arrow"))
     workers = [int(w) for w in args.workers.split(",")]
     runs = [("local", w) for w in workers] + ([("ray", max(workers))] if args.ray else [])
-    result = {"docs": args.docs, "input_MB": round(size / 1e6), "planted_near_duplicates": len(planted_rows),
-              "partitions": args.partitions, "cores": os.cpu_count(),
-              "load_average_at_start": [round(x, 1) for x in os.getloadavg()], "runs": []}
+    result = {
+        "docs": args.docs,
+        "input_MB": round(size / 1e6),
+        "planted_near_duplicates": len(planted_rows),
+        "partitions": args.partitions,
+        "cores": os.cpu_count(),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "runs": [],
+    }
     outputs = {}
     for executor, n in runs:
         run, digest = run_stage(data, args, executor, n, planted_rows)
@@ -117,10 +128,27 @@ def main() -> int:
     first = result["runs"][0]
     # The first run's figures at the top level (the keys README's sentence reads), then the
     # comparison between worker counts.
-    result.update({k: first[k] for k in ("removed_near_duplicates", "planted_caught", "recall", "false_merges",
-                                          "clustering", "wall_s", "cpu_s", "docs_per_s", "peak_rss_MB",
-                                          "peak_rss_bytes_per_doc", "bands", "rows", "clusters",
-                                          "largest_partition_pairs")})
+    result.update(
+        {
+            k: first[k]
+            for k in (
+                "removed_near_duplicates",
+                "planted_caught",
+                "recall",
+                "false_merges",
+                "clustering",
+                "wall_s",
+                "cpu_s",
+                "docs_per_s",
+                "peak_rss_MB",
+                "peak_rss_bytes_per_doc",
+                "bands",
+                "rows",
+                "clusters",
+                "largest_partition_pairs",
+            )
+        }
+    )
     result["same_output_every_run"] = len(set(outputs.values())) == 1
     by = {(r["executor"], r["num_proc"]): r for r in result["runs"]}
     if ("local", 1) in by:
@@ -143,16 +171,31 @@ def main() -> int:
 def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.ndarray) -> tuple[dict, str]:
     """One run of the stage in a child process: its figures, and a digest of what it removed."""
     cfg = WORK / f"minhash-{executor}-{num_proc}.yaml"
-    cfg.write_text(f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
-                   f"shard_size: 200000\nnum_proc: {num_proc}\n"
-                   + (f"executor: {{kind: ray, num_cpus: {num_proc}}}\n" if executor == "ray" else "") +
-                   f"stages:\n  - dedup_minhash: {{partitions: {args.partitions}}}\n")
+    cfg.write_text(
+        f"input: {{paths: [{data}]}}\noutput_dir: {WORK / 'run'}\nprogress: false\nbatch_size: 2000\n"
+        f"shard_size: 200000\nnum_proc: {num_proc}\n"
+        + (f"executor: {{kind: ray, num_cpus: {num_proc}}}\n" if executor == "ray" else "")
+        + f"stages:\n  - dedup_minhash: {{partitions: {args.partitions}}}\n"
+    )
     out = WORK / "out"
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg),
-                             "--input", *sorted(str(f) for f in data.glob("*.arrow")), "--output", str(out)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.stage",
+            "dedup_minhash",
+            "--config",
+            str(cfg),
+            "--input",
+            *sorted(str(f) for f in data.glob("*.arrow")),
+            "--output",
+            str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     memory = TreeMemory(proc.pid)
     memory.start()
     # wait4: this child's CPU time (its worker processes' included) and its peak RSS.
@@ -168,23 +211,36 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
     caught = int(is_planted[removed_rows].sum())
     cpu = usage.ru_utime + usage.ru_stime
     import hashlib
+
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted((out / "removed").glob("*.arrow")))).hexdigest()
-    run = {"name": f"{executor}_{num_proc}", "executor": executor, "num_proc": num_proc,
-           "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
-           "planted_caught": caught, "recall": round(caught / max(len(planted_rows), 1), 4),
-           "false_merges": int(len(removed_rows) - caught), "clustering": stats.get("clustering"),
-           "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "docs_per_s": round(args.docs / wall),
-           "docs_per_cpu_s": round(args.docs / cpu),
-           # The largest single process (wait4), and all of the run's processes at once (the
-           # largest sum of their proportional set sizes, sampled every 0.2 s).
-           "peak_rss_MB": round(usage.ru_maxrss / 1024), "peak_rss_bytes_per_doc": round(usage.ru_maxrss * 1024 / args.docs, 1),
-           "peak_all_processes_pss_MB": round(memory.peak / 2**20),
-           "bands": stats["bands"], "rows": stats["rows"], "clusters": stats["clusters"],
-           "largest_partition_pairs": stats["largest_partition_pairs"],
-           "stage_seconds": {k: stats[k] for k in ("seconds_ingest", "seconds_tasks") if k in stats} | stats.get("phase_seconds", {}),
-           "driver_cpu_seconds": stats.get("driver_cpu_seconds", {}),
-           "peak_rss_MB_by_pass": stats.get("peak_rss_mb", {}),
-           "load_average_after": [round(x, 1) for x in os.getloadavg()]}
+    run = {
+        "name": f"{executor}_{num_proc}",
+        "executor": executor,
+        "num_proc": num_proc,
+        "removed_near_duplicates": stats["removed"].get("near_duplicate", 0),
+        "planted_caught": caught,
+        "recall": round(caught / max(len(planted_rows), 1), 4),
+        "false_merges": int(len(removed_rows) - caught),
+        "clustering": stats.get("clustering"),
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "docs_per_s": round(args.docs / wall),
+        "docs_per_cpu_s": round(args.docs / cpu),
+        # The largest single process (wait4), and all of the run's processes at once (the
+        # largest sum of their proportional set sizes, sampled every 0.2 s).
+        "peak_rss_MB": round(usage.ru_maxrss / 1024),
+        "peak_rss_bytes_per_doc": round(usage.ru_maxrss * 1024 / args.docs, 1),
+        "peak_all_processes_pss_MB": round(memory.peak / 2**20),
+        "bands": stats["bands"],
+        "rows": stats["rows"],
+        "clusters": stats["clusters"],
+        "largest_partition_pairs": stats["largest_partition_pairs"],
+        "stage_seconds": {k: stats[k] for k in ("seconds_ingest", "seconds_tasks") if k in stats}
+        | stats.get("phase_seconds", {}),
+        "driver_cpu_seconds": stats.get("driver_cpu_seconds", {}),
+        "peak_rss_MB_by_pass": stats.get("peak_rss_mb", {}),
+        "load_average_after": [round(x, 1) for x in os.getloadavg()],
+    }
     return run, digest
 
 
@@ -193,6 +249,7 @@ class TreeMemory:
 
     def __init__(self, pid: int, interval: float = 0.2):
         import threading
+
         self.pid, self.interval, self.peak = pid, interval, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

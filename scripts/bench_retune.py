@@ -99,8 +99,14 @@ def other_corpus(n: int, path: Path) -> Path:
         d = docs[rng.randrange(len(docs))]
         words = d["text"].split()
         cut = len(words) // 2
-        d["text"] = " ".join(words[:cut] + [f"Patient Maria Lopez-{i}, MRN {4400000 + i}, seen on 03/{i % 28 + 1:02d}/2019 "
-                                            f"(phone 617-555-{1000 + i}) at Mercy General Hospital."] + words[cut:])
+        d["text"] = " ".join(
+            words[:cut]
+            + [
+                f"Patient Maria Lopez-{i}, MRN {4400000 + i}, seen on 03/{i % 28 + 1:02d}/2019 "
+                f"(phone 617-555-{1000 + i}) at Mercy General Hospital."
+            ]
+            + words[cut:]
+        )
     for i in range(n_dup):
         src = base[rng.randrange(len(base))]
         words = src["text"].split()
@@ -125,15 +131,23 @@ def digests(run_dir: Path) -> dict[str, str]:
     """final/ and tokenizer/ files by content, except the dataset card (final/README.md), which
     names the run folder and the config file: the retuned and the fresh run differ there by
     design."""
-    return {rel: hashlib.sha256(p.read_bytes()).hexdigest()
-            for sub in ("final", "tokenizer") for p in sorted((run_dir / sub).rglob("*")) if p.is_file()
-            for rel in [p.relative_to(run_dir).as_posix()] if rel != "final/README.md"}
+    return {
+        rel: hashlib.sha256(p.read_bytes()).hexdigest()
+        for sub in ("final", "tokenizer")
+        for p in sorted((run_dir / sub).rglob("*"))
+        if p.is_file()
+        for rel in [p.relative_to(run_dir).as_posix()]
+        if rel != "final/README.md"
+    }
 
 
 def comparison(a: Path, b: Path) -> dict:
     da, db = digests(a), digests(b)
-    return {"files_compared": len(da), "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
-            "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k))}
+    return {
+        "files_compared": len(da),
+        "identical_final_and_tokenizer": sorted(da) == sorted(db) and all(da[k] == db[k] for k in da),
+        "differing": sorted(k for k in set(da) | set(db) if da.get(k) != db.get(k)),
+    }
 
 
 def main() -> None:
@@ -142,14 +156,20 @@ def main() -> None:
     ap.add_argument("--before", type=float, default=0.9)
     ap.add_argument("--after", type=float, default=0.5)
     ap.add_argument("--input", help="another corpus instead of configs/pubmed.yaml's input (same chain)")
-    ap.add_argument("--other-corpus", action="store_true",
-                    help="build the other corpus (see other_corpus) and use it as --input; writes "
-                         "bench/retune_other.json unless --out says otherwise")
+    ap.add_argument(
+        "--other-corpus",
+        action="store_true",
+        help="build the other corpus (see other_corpus) and use it as --input; writes "
+        "bench/retune_other.json unless --out says otherwise",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="first/retune pairs (the median pair's ratio is reported)")
     ap.add_argument("--out", default=str(ROOT / "bench/retune.json"))
-    ap.add_argument("--recompare", action="store_true",
-                    help="only compare again the run folders the last run left in bench/work/retune, and update "
-                         "the comparison in --out (after a change to what is compared)")
+    ap.add_argument(
+        "--recompare",
+        action="store_true",
+        help="only compare again the run folders the last run left in bench/work/retune, and update "
+        "the comparison in --out (after a change to what is compared)",
+    )
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     if args.recompare:
@@ -176,18 +196,26 @@ def main() -> None:
     fresh = run(write_config("fresh", args.docs, args.after, b, args.input))
     result = {
         "command": f"python scripts/bench_retune.py --docs {args.docs} --before {args.before} --after {args.after}"
-                   + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
-                   + (" --other-corpus" if args.other_corpus else f" --input {args.input}" if args.input else ""),
+        + (f" --repeat {args.repeat}" if args.repeat != 3 else "")
+        + (" --other-corpus" if args.other_corpus else f" --input {args.input}" if args.input else ""),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config": "configs/pubmed.yaml", "input": args.input or "configs/pubmed.yaml's", "docs": args.docs, "max_score": {"before": args.before, "after": args.after},
-        "first": first, "retune": retune, "fresh": fresh,
-        "pairs": [{"first_wall_s": f["wall_s"], "retune_wall_s": r["wall_s"], "retune_vs_first_wall": round(x, 3)}
-                  for x, f, r in pairs],
+        "config": "configs/pubmed.yaml",
+        "input": args.input or "configs/pubmed.yaml's",
+        "docs": args.docs,
+        "max_score": {"before": args.before, "after": args.after},
+        "first": first,
+        "retune": retune,
+        "fresh": fresh,
+        "pairs": [
+            {"first_wall_s": f["wall_s"], "retune_wall_s": r["wall_s"], "retune_vs_first_wall": round(x, 3)}
+            for x, f, r in pairs
+        ],
         "retune_vs_first_wall": round(retune["wall_s"] / first["wall_s"], 3),
         "retune_vs_first_chain": round(retune["chain_seconds"] / first["chain_seconds"], 3),
         **comparison(a, b),
         # Other processes on the machine stretch the wall times (and the first run's more: phi).
-        "load_average_at_start": load_at_start, "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

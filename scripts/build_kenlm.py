@@ -2,7 +2,7 @@
 
 Training text: the abstracts of the reference MEDLINE file data/raw/pubmed20n0014.xml.gz,
 never the corpus being filtered (pubmed21n1298). Text goes through the pipeline's normalize
-stage, then CCNet's normalization (pipeline/ccnet_norm.py), one paragraph per line. The model
+stage, then CCNet's normalization (pipeline/engines/ccnet_norm.py), one paragraph per line. The model
 is estimated with KenLM's own `lmplz` (singletons of order >= 2 pruned, so it stays small)
 and turned into a quantized trie binary with `build_binary`.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.ccnet_norm import document_lines, normalize_lines  # noqa: E402
+from pipeline.engines.ccnet_norm import document_lines, normalize_lines  # noqa: E402
 
 REFERENCE = ROOT / "data/raw/pubmed20n0014.xml.gz"
 TOOLS = ROOT / "build/kenlm/bin"

@@ -10,12 +10,14 @@ Plus `medical_words`: words written in lower case in at least 3 abstracts of the
 (data/raw/pubmed20n0014.xml.gz, never the corpus): the vocabulary of medicine, so that a
 surname list entry that is also a medical word ("Foley", "Hickman") needs context.
 Plus `world_given_names`: the given names of Jörg Michael's nam_dict.txt (GNU FDL 1.2, in gender-guesser
-0.4.0): 37,363 given names (as this script keeps them) of 54 countries and regions of Europe, Asia and the Americas, so that
+0.4.0): 37,363 given names (as this script keeps them) of 54 countries and regions of Europe,
+Asia and the Americas, so that
 given names of locales Faker's lists hold in part (Turkish, Polish, Czech, Nordic, Baltic) are names.
 Nothing from the deid notes goes into these lists. Output is deterministic (sorted, gzip mtime 0).
 
     python scripts/build_phi_lists.py            # writes data/phi/
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +42,7 @@ def nam_dict_names(text: str) -> list[str]:
     """The given names of nam_dict.txt: a gender code in columns 1-2 ("M ", "F ", "?F", "1M", ...; "="
     lines are spellings of one name), the name in columns 4-29, its parts joined by "+", "-" or a space."""
     import re
+
     names = []
     for line in text.splitlines():
         if line.startswith("#") or line.startswith("=") or len(line) < 4:
@@ -64,6 +67,7 @@ def medical_words(path: Path) -> list[str]:
     from collections import Counter
 
     from pipeline.readers.pubmed_xml import read
+
     df: Counter = Counter()
     for batch in read(path, None, 1000):
         for text in batch.table.column("text").to_pylist():
@@ -79,22 +83,41 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                        "-d", tmp, PACKAGE], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", tmp, PACKAGE],
+            check=True,
+        )
         wheel = next(Path(tmp).glob("philter_lite-*.whl"))
         with zipfile.ZipFile(wheel) as zf:
             sets = tomllib.loads(zf.read("philter_lite/filters/set.toml").decode())
             licence = next((n for n in zf.namelist() if n.upper().endswith(("LICENSE", "LICENSE.TXT"))), None)
             if licence:
                 (out / "PHILTER_LICENSE").write_bytes(zf.read(licence))
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                        "-d", tmp, ENGLISH], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", tmp, ENGLISH],
+            check=True,
+        )
         import pickle
+
         with zipfile.ZipFile(next(Path(tmp).glob("english_words-*.whl"))) as zf:
             web2 = pickle.loads(zf.read("english_words/data/web2.pickle"))
             (out / "ENGLISH_WORDS_LICENSE").write_bytes(zf.read("english_words-2.0.2.dist-info/LICENSE"))
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
-                        "-d", tmp, WORLD_GIVEN], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+                "-d",
+                tmp,
+                WORLD_GIVEN,
+            ],
+            check=True,
+        )
         with zipfile.ZipFile(next(Path(tmp).glob("gender_guesser-*.whl"))) as zf:
             nam_dict = zf.read("gender_guesser/data/nam_dict.txt").decode("utf-8")
         # The file's own notice (copyright and licence) is its header.

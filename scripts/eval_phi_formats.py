@@ -117,7 +117,6 @@ def _fill(template: str, values, types: dict, locale: str) -> tuple[str, list[di
 def _providers(seed: int):
     from mimesis import Address, Datetime, Person
     from mimesis.locales import Locale
-
     from phi_synth_mimesis_formats import LOCALES
     return {loc: (Person(Locale(loc), seed=seed * 7919 + i), Address(Locale(loc), seed=seed * 7919 + i + 300),
                   Datetime(seed=seed * 7919 + i + 600)) for i, loc in enumerate(LOCALES)}
@@ -258,7 +257,8 @@ def markdown(report: dict) -> list[str]:
         if "error" in sec:
             lines.append(f"\n{title}: error: {sec['error'][:200]}")
             continue
-        lines += [f"\n### {title} ({sec['docs']} docs, {sec['config']})\n", "| type | n | values left |", "|---|---:|---:|"]
+        lines += [f"\n### {title} ({sec['docs']} docs, {sec['config']})\n", "| type | n | values left |",
+                  "|---|---:|---:|"]
         for t, r in sec["value_leak_by_type"].items():
             lines.append(f"| {t} | {r['n']} | {r['leaked']} ({100 * r['rate']:.2f} %) |")
         r = sec["value_leak"]
@@ -268,6 +268,7 @@ def markdown(report: dict) -> list[str]:
 
 if __name__ == "__main__":
     import sys
+
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     for doc in make_legal_documents(3, 1):
         print(doc["text"], "\n", [(e["type"], e["value"]) for e in doc["gold"]], "\n")

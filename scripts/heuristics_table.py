@@ -43,11 +43,12 @@ RULE_FIELDS = {
 
 def english_abstracts(batch_size: int = 2000) -> pa.Array:
     """What the default run's heuristics stage reads: normalized, langid-kept documents."""
+    import pyarrow.compute as pc
+
     from pipeline.config import InputConfig, load_config
     from pipeline.readers import read_documents
     from pipeline.stages.langid import LanguageId
     from pipeline.stages.normalize import Normalize, NormalizeConfig
-    import pyarrow.compute as pc
 
     cfg = load_config(ROOT / "configs/pubmed.yaml", check_inputs=False)
     norm = Normalize(NormalizeConfig(), None)

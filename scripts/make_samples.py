@@ -27,8 +27,9 @@ def documents(path: Path, limit: int) -> list[dict]:
 
 
 def main() -> int:
-    from pipeline.readers.pubmed_xml import _documents
     import xml.etree.ElementTree as ET
+
+    from pipeline.readers.pubmed_xml import _documents
     raw = gzip.open(RAW, "rb").read()
     ends = [m.end() for m in re.finditer(rb"</PubmedArticle>", raw)]
     head = raw[:raw.index(b"<PubmedArticle>")]

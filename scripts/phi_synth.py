@@ -80,7 +80,9 @@ def _value(fake: Faker, rng: random.Random, kind: str) -> str:
         return rng.choice([d.strftime("%m/%d/%Y"), d.strftime("%-m/%-d/%y"), d.strftime("%-m/%-d/%Y")])
     if kind == "date_long":
         d = fake.date_between("-20y", "today")
-        return rng.choice([d.strftime("%B %-d, %Y"), d.strftime("%b %-d, %Y"), d.strftime("%B %-d") + rng.choice(["st", "th", ""])])
+        return rng.choice(
+            [d.strftime("%B %-d, %Y"), d.strftime("%b %-d, %Y"), d.strftime("%B %-d") + rng.choice(["st", "th", ""])]
+        )
     if kind == "date_short":
         d = fake.date_between("-2y", "+1y")
         return d.strftime("%-m/%-d/%y")
@@ -92,7 +94,13 @@ def _value(fake: Faker, rng: random.Random, kind: str) -> str:
     if kind == "dob":
         return fake.date_of_birth(minimum_age=18, maximum_age=100).strftime(rng.choice(["%m/%d/%Y", "%B %-d, %Y"]))
     if kind == "phone":
-        return rng.choice([fake.phone_number(), fake.phone_number(), "({}) {}-{}".format(rng.randint(201, 989), rng.randint(200, 999), rng.randint(1000, 9999))])
+        return rng.choice(
+            [
+                fake.phone_number(),
+                fake.phone_number(),
+                "({}) {}-{}".format(rng.randint(201, 989), rng.randint(200, 999), rng.randint(1000, 9999)),
+            ]
+        )
     if kind == "fax":
         return "{}-{}-{}".format(rng.randint(201, 989), rng.randint(200, 999), rng.randint(1000, 9999))
     if kind == "member_id":
@@ -132,13 +140,40 @@ def _value(fake: Faker, rng: random.Random, kind: str) -> str:
     raise KeyError(kind)
 
 
-TYPE_OF = {"name": "NAME", "last": "NAME", "name_doc": "NAME", "last_doc": "NAME", "age": "AGE", "mrn": "MRN",
-           "ssn": "SSN", "date": "DATE", "date_long": "DATE", "date_short": "DATE", "date_dmy": "DATE",
-           "date_iso": "DATE", "dob": "DATE", "phone": "PHONE", "fax": "PHONE", "member_id": "ACCOUNT",
-           "policy": "ACCOUNT", "account": "ACCOUNT", "credit_card": "ACCOUNT", "iban": "ACCOUNT",
-           "dl": "LICENSE", "vin": "VEHICLE_DEVICE", "plate": "VEHICLE_DEVICE", "serial": "VEHICLE_DEVICE",
-           "case_id": "ID", "ip": "IP", "url": "URL", "zip": "ZIP", "email": "EMAIL", "street": "ADDRESS",
-           "city": "CITY", "state": None}
+TYPE_OF = {
+    "name": "NAME",
+    "last": "NAME",
+    "name_doc": "NAME",
+    "last_doc": "NAME",
+    "age": "AGE",
+    "mrn": "MRN",
+    "ssn": "SSN",
+    "date": "DATE",
+    "date_long": "DATE",
+    "date_short": "DATE",
+    "date_dmy": "DATE",
+    "date_iso": "DATE",
+    "dob": "DATE",
+    "phone": "PHONE",
+    "fax": "PHONE",
+    "member_id": "ACCOUNT",
+    "policy": "ACCOUNT",
+    "account": "ACCOUNT",
+    "credit_card": "ACCOUNT",
+    "iban": "ACCOUNT",
+    "dl": "LICENSE",
+    "vin": "VEHICLE_DEVICE",
+    "plate": "VEHICLE_DEVICE",
+    "serial": "VEHICLE_DEVICE",
+    "case_id": "ID",
+    "ip": "IP",
+    "url": "URL",
+    "zip": "ZIP",
+    "email": "EMAIL",
+    "street": "ADDRESS",
+    "city": "CITY",
+    "state": None,
+}
 
 
 def make_documents(n: int, seed: int = 0) -> list[dict]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 
 LOCALES = ["en", "en-gb", "en-au", "en-ca", "de", "de-at", "de-ch", "fr", "es", "es-mx", "it", "nl", "nl-be",
            "pt", "pt-br", "pl", "sv", "da", "no", "fi", "cs", "sk", "hu", "hr", "tr", "et", "is"]
@@ -80,7 +79,7 @@ def make_mimesis_documents(n: int, seed: int = 3) -> list[dict]:
         kind = i % 6
         if kind == 0:       # referral letter
             b.add("Dear Dr ").add(person.last_name(), "PERSON").add(",\n\nThank you for seeing ")
-            b.add(full(), "PERSON").add(f", who lives in ").add(address.city(), "LOCATION")
+            b.add(full(), "PERSON").add(", who lives in ").add(address.city(), "LOCATION")
             b.add(f". {r.choice(CLINICAL)}. She is accompanied by her {r.choice(KIN)}, ")
             b.add(person.first_name(), "PERSON").add(".\n\nKind regards,\n").add(full(), "PERSON")
             b.add("\n").add(facility(), "FACILITY").add("\n")

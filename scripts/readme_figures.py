@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 # A marker in backticks is an example in the text, not a figure.
 BLOCK = re.compile(r"(?<!`)<!-- figures:(?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
-INLINE = re.compile(r"(?<!`)<!-- fig (?P<file>[\w.-]+):(?P<path>[\w.:-]+)(?: (?P<fmt>[^ ]+))? -->(?P<value>.*?)<!-- /fig -->")
+INLINE = re.compile(
+    r"(?<!`)<!-- fig (?P<file>[\w.-]+):(?P<path>[\w.:-]+)(?: (?P<fmt>[^ ]+))? -->(?P<value>.*?)<!-- /fig -->"
+)
 LIST_KEYS = ("stage", "chain", "name", "rule", "key")
 
 
@@ -83,26 +85,36 @@ def docs_per_s(x: float) -> str:
 # --- renderers: one per figures block ------------------------------------------------------
 
 STAGE_LABELS = {
-    "phi": "phi ({docs:,} abstracts)", "phi_notes": "phi ({docs:,} clinical notes)",
-    "minhash_signatures_xxh32": "MinHash signatures, xxh32", "minhash_signatures_sha1": "MinHash signatures, sha1",
-    "dedup_minhash": "dedup_minhash (whole stage, xxh32)", "split": "split (with the LSH leak check)",
+    "phi": "phi ({docs:,} abstracts)",
+    "phi_notes": "phi ({docs:,} clinical notes)",
+    "minhash_signatures_xxh32": "MinHash signatures, xxh32",
+    "minhash_signatures_sha1": "MinHash signatures, sha1",
+    "dedup_minhash": "dedup_minhash (whole stage, xxh32)",
+    "split": "split (with the LSH leak check)",
     "tokenizer": "tokenizer (train)",
 }
 
 
 def bench_stages(src: dict) -> str:
     r = load("results.json", src)
-    lines = ["| stage | docs per CPU-second | MB per CPU-second | peak RSS MB | raw engine on the same documents "
-             "| engine docs per CPU-second | stage / engine |", "|---|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        "| stage | docs per CPU-second | MB per CPU-second | peak RSS MB | raw engine on the same documents "
+        "| engine docs per CPU-second | stage / engine |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
     for s in r["stages"]:
         if "error" in s:
             lines.append(f"| {s['stage']} | not measured (error in bench/results.json) | | | | | |")
             continue
         label = STAGE_LABELS.get(s["stage"], s["stage"]).format(docs=s["docs"])
-        engine = (f"{s['engine']} | {docs_per_s(s['engine_docs_per_cpu_s'])} | {s['stage_vs_engine']:.2f}"
-                  if "engine" in s else "– | – | –")
-        lines.append(f"| {label} | {docs_per_s(s['docs_per_cpu_s'])} | {s['MB_per_cpu_s']} | {n(s['peak_rss_mb'])} "
-                     f"| {engine} |")
+        engine = (
+            f"{s['engine']} | {docs_per_s(s['engine_docs_per_cpu_s'])} | {s['stage_vs_engine']:.2f}"
+            if "engine" in s
+            else "– | – | –"
+        )
+        lines.append(
+            f"| {label} | {docs_per_s(s['docs_per_cpu_s'])} | {s['MB_per_cpu_s']} | {n(s['peak_rss_mb'])} | {engine} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -119,21 +131,27 @@ def bench_chains(src: dict) -> str:
     for key, label in CHAIN_LABELS.items():
         if key in chains:
             c = chains[key]
-            lines.append(f"| {label} | {c['docs']:,} | {c['wall_s']:.1f} s | {c['cpu_s']:.1f} s | "
-                         f"{docs_per_s(c['docs_per_cpu_s'])} | {n(c['peak_rss_mb'])} MB |")
+            lines.append(
+                f"| {label} | {c['docs']:,} | {c['wall_s']:.1f} s | {c['cpu_s']:.1f} s | "
+                f"{docs_per_s(c['docs_per_cpu_s'])} | {n(c['peak_rss_mb'])} MB |"
+            )
     d = r.get("datatrove", {})
     if "docs_per_cpu_s" in d:
-        lines.append(f"| datatrove {d['datatrove_version']}: Gopher repetition + quality, C4 quality, "
-                     f"exact dedup, MinHash 14×8, DocumentTokenizer | {r['docs']:,} | {d['wall_s']:.1f} s | "
-                     f"{d['cpu_s']:.1f} s | {docs_per_s(d['docs_per_cpu_s'])} | {n(d['peak_rss_mb'])} MB |")
+        lines.append(
+            f"| datatrove {d['datatrove_version']}: Gopher repetition + quality, C4 quality, "
+            f"exact dedup, MinHash 14×8, DocumentTokenizer | {r['docs']:,} | {d['wall_s']:.1f} s | "
+            f"{d['cpu_s']:.1f} s | {docs_per_s(d['docs_per_cpu_s'])} | {n(d['peak_rss_mb'])} MB |"
+        )
     for k in (1, 2):
         c = chains.get(f"phi_num_proc_{k}")
         if c and "error" in c:
             lines.append(f"| phi alone, `num_proc: {k}` | not measured (error in bench/results.json) | | | | |")
         elif c:
-            lines.append(f"| phi alone, {c['docs']:,} abstracts, `num_proc: {k}` | {c['docs']:,} | {c['wall_s']:.1f} s | "
-                         f"{c['cpu_s']:.1f} s | {docs_per_s(c['docs_per_cpu_s'])} ({docs_per_s(c['docs_per_s'])} docs/s wall) "
-                         f"| {n(c['peak_rss_mb'])} MB |")
+            lines.append(
+                f"| phi alone, {c['docs']:,} abstracts, `num_proc: {k}` | {c['docs']:,} | {c['wall_s']:.1f} s | "
+                f"{c['cpu_s']:.1f} s | {docs_per_s(c['docs_per_cpu_s'])} ({docs_per_s(c['docs_per_s'])} docs/s wall) "
+                f"| {n(c['peak_rss_mb'])} MB |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -145,35 +163,48 @@ def bench_versus_datatrove(src: dict) -> str:
     sp = d.get("spacy_tokenization", {})
     ours_time = ", ".join(f"{k} {v:.1f} s" for k, v in ours["stage_wall_s"].items())
     dt_time = ", ".join(f"{k} {v:.1f} s" for k, v in st.items())
-    text = (f"**Our sub-chain does {r['ours_vs_datatrove_docs_per_cpu_s']:.1f}x datatrove's documents per CPU-second** "
-            f"on the same work ({ours['docs_per_cpu_s']:,.0f} against {d['docs_per_cpu_s']:,.1f}). "
-            f"Where the time goes (wall seconds per step): ours {ours_time}; datatrove {dt_time}.")
+    text = (
+        f"**Our sub-chain does {r['ours_vs_datatrove_docs_per_cpu_s']:.1f}x datatrove's documents per CPU-second** "
+        f"on the same work ({ours['docs_per_cpu_s']:,.0f} against {d['docs_per_cpu_s']:,.1f}). "
+        f"Where the time goes (wall seconds per step): ours {ours_time}; datatrove {dt_time}."
+    )
     if sp:
-        spacy_ms = (sp["gopher_word_tokenize_ms_per_doc"] + sp["c4_sentence_split_ms_per_doc"]
-                    + sp["minhash_simplify_and_word_tokenize_ms_per_doc"])
-        text += (f" datatrove's spaCy tokenization alone (timed on the first {sp['docs']:,} documents) costs "
-                 f"{sp['gopher_word_tokenize_ms_per_doc']:.1f} ms per document for the Gopher words, "
-                 f"{sp['c4_sentence_split_ms_per_doc']:.1f} ms for C4's sentences (every line; datatrove splits only "
-                 f"the lines that pass the line rules) and {sp['minhash_simplify_and_word_tokenize_ms_per_doc']:.1f} ms "
-                 f"for MinHash's words: up to {spacy_ms:.1f} of the {1000 / d['docs_per_cpu_s']:.1f} CPU-ms its chain "
-                 f"spends per document, against {1000 / ours['docs_per_cpu_s']:.2f} for our whole chain.")
+        spacy_ms = (
+            sp["gopher_word_tokenize_ms_per_doc"]
+            + sp["c4_sentence_split_ms_per_doc"]
+            + sp["minhash_simplify_and_word_tokenize_ms_per_doc"]
+        )
+        text += (
+            f" datatrove's spaCy tokenization alone (timed on the first {sp['docs']:,} documents) costs "
+            f"{sp['gopher_word_tokenize_ms_per_doc']:.1f} ms per document for the Gopher words, "
+            f"{sp['c4_sentence_split_ms_per_doc']:.1f} ms for C4's sentences (every line; datatrove splits only "
+            f"the lines that pass the line rules) and {sp['minhash_simplify_and_word_tokenize_ms_per_doc']:.1f} ms "
+            f"for MinHash's words: up to {spacy_ms:.1f} of the {1000 / d['docs_per_cpu_s']:.1f} CPU-ms its chain "
+            f"spends per document, against {1000 / ours['docs_per_cpu_s']:.2f} for our whole chain."
+        )
     fk = d.get("filters_kept")
     if fk:
-        text += (f" The matched filters are not identical: of the {r['docs']:,} documents datatrove's filters kept "
-                 f"{fk['datatrove']:,} and ours {fk['ours']:,}, {fk['both']:,} ids in both "
-                 f"(`python scripts/bench.py --only filters-agreement` recounts them).")
+        text += (
+            f" The matched filters are not identical: of the {r['docs']:,} documents datatrove's filters kept "
+            f"{fk['datatrove']:,} and ours {fk['ours']:,}, {fk['both']:,} ids in both "
+            f"(`python scripts/bench.py --only filters-agreement` recounts them)."
+        )
     return text + "\n"
 
 
 def minhash_scale(src: dict) -> str:
     m = load("results.json", src)["minhash_scale"]
-    return (f"Measured on one core (`python scripts/bench_minhash_scale.py --docs {m['docs']}`): {m['docs']:,} documents "
-            f"({m['input_MB'] / 1000:.1f} GB of text built from real MEDLINE sentences, {m['planted_near_duplicates']:,} "
-            f"planted near duplicates) in {m['cpu_s']:,.0f} CPU-seconds ({m['docs'] / m['cpu_s']:,.0f} docs per CPU-second; "
-            f"{m['wall_s']:,.0f} s wall on the shared machine), peak RSS {m['peak_rss_MB']:,} MB "
-            f"for the whole process; {m['planted_caught']:,} planted duplicates caught (recall {100 * m['recall']:.2f} %), "
-            f"{m['false_merges']:,} documents that were not planted removed (false merges), `clustering: {m['clustering']}`, "
-            f"{m['bands']} bands × {m['rows']} rows.\n")
+    return (
+        f"Measured on one core (`python scripts/bench_minhash_scale.py --docs {m['docs']}`): {m['docs']:,} documents "
+        f"({m['input_MB'] / 1000:.1f} GB of text built from real MEDLINE sentences, {m['planted_near_duplicates']:,} "
+        f"planted near duplicates) in {m['cpu_s']:,.0f} CPU-seconds "
+        f"({m['docs'] / m['cpu_s']:,.0f} docs per CPU-second; "
+        f"{m['wall_s']:,.0f} s wall on the shared machine), peak RSS {m['peak_rss_MB']:,} MB "
+        f"for the whole process; {m['planted_caught']:,} planted duplicates caught (recall {100 * m['recall']:.2f} %), "
+        f"{m['false_merges']:,} documents that were not planted removed (false merges), "
+        f"`clustering: {m['clustering']}`, "
+        f"{m['bands']} bands × {m['rows']} rows.\n"
+    )
 
 
 def minhash_like_for_like(src: dict) -> str:
@@ -182,10 +213,14 @@ def minhash_like_for_like(src: dict) -> str:
     for h in ("xxh32", "sha1"):
         s = stages.get(f"minhash_signatures_{h}")
         if s:
-            parts.append(f"with {h} on both sides, ours {s['docs_per_cpu_s']:,.0f} and datasketch "
-                         f"{s['engine_docs_per_cpu_s']:,.0f} docs per CPU-second ({s['stage_vs_engine']:.2f}x)")
-    return ("Signatures alone on abstracts (`python scripts/bench.py`, the same shingles fed to "
-            "`datasketch.MinHash.bulk(hashfunc=...)`): " + "; ".join(parts) + ".\n")
+            parts.append(
+                f"with {h} on both sides, ours {s['docs_per_cpu_s']:,.0f} and datasketch "
+                f"{s['engine_docs_per_cpu_s']:,.0f} docs per CPU-second ({s['stage_vs_engine']:.2f}x)"
+            )
+    return (
+        "Signatures alone on abstracts (`python scripts/bench.py`, the same shingles fed to "
+        "`datasketch.MinHash.bulk(hashfunc=...)`): " + "; ".join(parts) + ".\n"
+    )
 
 
 def heuristics_table(src: dict) -> str:
@@ -195,44 +230,66 @@ def heuristics_table(src: dict) -> str:
     def pct(k: int) -> str:
         return f"{k:,} ({100 * k / total:.2f} %)"
 
-    lines = ["| rule | datatrove defaults | pubmed.yaml | removes alone, datatrove defaults | removes alone, pubmed.yaml |",
-             "|---|---|---|---:|---:|"]
+    lines = [
+        "| rule | datatrove defaults | pubmed.yaml | removes alone, datatrove defaults | removes alone, pubmed.yaml |",
+        "|---|---|---|---:|---:|",
+    ]
     for row in h["rules"]:
-        if row["fires_datatrove_defaults"] or row["fires_pubmed_yaml"] or row["datatrove_defaults"] != row["pubmed_yaml"]:
-            lines.append(f"| `{row['rule']}` | {row['datatrove_defaults']} | {row['pubmed_yaml']} | "
-                         f"{pct(row['fires_datatrove_defaults'])} | {pct(row['fires_pubmed_yaml'])} |")
+        if (
+            row["fires_datatrove_defaults"]
+            or row["fires_pubmed_yaml"]
+            or row["datatrove_defaults"] != row["pubmed_yaml"]
+        ):
+            lines.append(
+                f"| `{row['rule']}` | {row['datatrove_defaults']} | {row['pubmed_yaml']} | "
+                f"{pct(row['fires_datatrove_defaults'])} | {pct(row['fires_pubmed_yaml'])} |"
+            )
     rm = h["removed"]
     lines.append("")
-    lines.append(f"Any rule, on the {total:,} documents: the stage defaults (200-word minimum) remove "
-                 f"{pct(rm['stage_defaults']['documents'])}, datatrove's defaults (50-word minimum) "
-                 f"{pct(rm['datatrove_defaults']['documents'])}, `configs/pubmed.yaml` {pct(rm['pubmed_yaml']['documents'])}, "
-                 f"and pubmed.yaml with C4's line and sentence rules on (`c4_lines: true, c4_min_sentences: 5`) "
-                 f"{pct(rm['pubmed_yaml_with_c4_lines']['documents'])}.")
+    lines.append(
+        f"Any rule, on the {total:,} documents: the stage defaults (200-word minimum) remove "
+        f"{pct(rm['stage_defaults']['documents'])}, datatrove's defaults (50-word minimum) "
+        f"{pct(rm['datatrove_defaults']['documents'])}, `configs/pubmed.yaml` {pct(rm['pubmed_yaml']['documents'])}, "
+        f"and pubmed.yaml with C4's line and sentence rules on (`c4_lines: true, c4_min_sentences: 5`) "
+        f"{pct(rm['pubmed_yaml_with_c4_lines']['documents'])}."
+    )
     return "\n".join(lines) + "\n"
 
 
 def executor_scaling(src: dict) -> str:
     e = load("executor.json", src)
-    labels = {"local_1_process": "local, `num_proc: 1`", "local_2_processes": "local, `num_proc: 2`",
-              "ray_1_worker": "Ray (local instance, 2 CPUs), 1 worker per stage",
-              "ray_2_workers": "Ray (local instance, 2 CPUs), 2 workers per stage"}
+    labels = {
+        "local_1_process": "local, `num_proc: 1`",
+        "local_2_processes": "local, `num_proc: 2`",
+        "ray_1_worker": "Ray (local instance, 2 CPUs), 1 worker per stage",
+        "ray_2_workers": "Ray (local instance, 2 CPUs), 2 workers per stage",
+    }
     lines = ["| executor | documents read | chain wall | docs/s | docs/s per worker |", "|---|---:|---:|---:|---:|"]
     for name, run in e["runs"].items():
         workers = 1 if name in ("ray_1_worker", "local_1_process") else 2
-        lines.append(f"| {labels.get(name, name)} | {run['docs_read']:,} | {run['chain_seconds']:,.1f} s | "
-                     f"{run['docs_per_s']:,.1f} | {run['docs_per_s'] / workers:,.1f} |")
+        lines.append(
+            f"| {labels.get(name, name)} | {run['docs_read']:,} | {run['chain_seconds']:,.1f} s | "
+            f"{run['docs_per_s']:,.1f} | {run['docs_per_s'] / workers:,.1f} |"
+        )
     lines.append("")
     same = "byte-identical" if e["identical_outputs"] else "NOT identical"
-    text = (f"The {len(e['runs'])} runs' data/, removed/, tokenizer and final/ files ({e['files_compared']:,} files) are "
-            f"{same}. 2 Ray workers do {e['speedup_2_vs_1_ray_workers']:.2f}x the documents per second of 1")
+    text = (
+        f"The {len(e['runs'])} runs' data/, removed/, tokenizer and final/ files ({e['files_compared']:,} files) are "
+        f"{same}. 2 Ray workers do {e['speedup_2_vs_1_ray_workers']:.2f}x the documents per second of 1"
+    )
     if "speedup_2_vs_1_local_processes" in e:
-        text += (f"; 2 local processes {e['speedup_2_vs_1_local_processes']:.2f}x one; 1 Ray worker "
-                 f"{e['ray_1_worker_vs_local_1_process']:.2f}x one local process, 2 Ray workers "
-                 f"{e['ray_2_workers_vs_local_2_processes']:.2f}x two")
+        text += (
+            f"; 2 local processes {e['speedup_2_vs_1_local_processes']:.2f}x one; 1 Ray worker "
+            f"{e['ray_1_worker_vs_local_1_process']:.2f}x one local process, 2 Ray workers "
+            f"{e['ray_2_workers_vs_local_2_processes']:.2f}x two"
+        )
     text += "."
     if "load_average_at_start" in e:
-        text += (f" Load average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in e['load_average_at_start'])}, "
-                 f"at the end {', '.join(f'{x:.1f}' for x in e['load_average_at_end'])} ({e['docs']:,} documents, {e['date'][:10]}).")
+        text += (
+            f" Load average (1, 5, 15 min) at the start {', '.join(f'{x:.1f}' for x in e['load_average_at_start'])}, "
+            f"at the end {', '.join(f'{x:.1f}' for x in e['load_average_at_end'])} "
+            f"({e['docs']:,} documents, {e['date'][:10]})."
+        )
     lines.append(text)
     p = e["projection"]
     d = e["driver_steps"]
@@ -240,71 +297,106 @@ def executor_scaling(src: dict) -> str:
     lines.append("| 36 M abstracts on | hours | shard tasks | reading the source (per file) | driver |")
     lines.append("|---:|---:|---:|---:|---:|")
     for cores, row in p["cores"].items():
-        lines.append(f"| {int(cores):,} cores | {row['hours']:.2f} | {row['tasks_hours']:.2f} | {row['ingest_hours']:.3f} | "
-                     f"{row['driver_hours']:.2f} |")
+        lines.append(
+            f"| {int(cores):,} cores | {row['hours']:.2f} | {row['tasks_hours']:.2f} | {row['ingest_hours']:.3f} | "
+            f"{row['driver_hours']:.2f} |"
+        )
     lines.append("")
-    lines.append(f"Driver steps timed at {d['docs']:,} documents: exact dedup's first row per hash {d['exact_first_row_s']:.1f} s, "
-                 f"MinHash star clustering over {d['verified_pairs']:,} verified pairs {d['minhash_star_clusters_s']:.1f} s "
-                 f"(connected components {d['minhash_components_s']:.1f} s), pack's plan over {d['pack_plan_shards']:,} shards' "
-                 f"bin counts {d['pack_plan_s']:.2f} s, tokenizer training on a "
-                 f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s"
-                 + (f" (from the word counts its tasks made, {d['tokenizer_count_words_task_s']:.1f} s of task time "
-                    "in all)" if "tokenizer_count_words_task_s" in d else "") + ".")
+    lines.append(
+        f"Driver steps timed at {d['docs']:,} documents: exact dedup's first row per hash "
+        f"{d['exact_first_row_s']:.1f} s, "
+        f"MinHash star clustering over {d['verified_pairs']:,} verified pairs {d['minhash_star_clusters_s']:.1f} s "
+        f"(connected components {d['minhash_components_s']:.1f} s), pack's plan over {d['pack_plan_shards']:,} shards' "
+        f"bin counts {d['pack_plan_s']:.2f} s, tokenizer training on a "
+        f"{d['tokenizer_train_docs']:,}-document sample {d['tokenizer_train_s']:.1f} s"
+        + (
+            f" (from the word counts its tasks made, {d['tokenizer_count_words_task_s']:.1f} s of task time in all)"
+            if "tokenizer_count_words_task_s" in d
+            else ""
+        )
+        + "."
+    )
     return "\n".join(lines) + "\n"
 
 
 def retune(src: dict) -> str:
     r = load("retune.json", src)
     before, after = r["max_score"]["before"], r["max_score"]["after"]
-    lines = ["| run (first 1,500 abstracts, configs/pubmed.yaml) | wall | chain | toxicity | phi | phi cache hits / misses |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, label in (("first", f"first run, `max_score: {before}`"), ("retune", f"retune to `{after}`, same run folder"),
-                        ("fresh", f"fresh run with `{after}`, another folder")):
+    lines = [
+        "| run (first 1,500 abstracts, configs/pubmed.yaml) | wall | chain | toxicity | phi "
+        "| phi cache hits / misses |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, label in (
+        ("first", f"first run, `max_score: {before}`"),
+        ("retune", f"retune to `{after}`, same run folder"),
+        ("fresh", f"fresh run with `{after}`, another folder"),
+    ):
         run = r[name]
         tox, phi = run["stages"]["toxicity"], run["stages"]["phi"]
         cache = phi.get("cache") or {}
         how = " (stored scores, no model)" if tox.get("decided_from_stored_scores") else ""
-        lines.append(f"| {label} | {run['wall_s']:,.1f} s | {run['chain_seconds']:,.1f} s | {tox['seconds']:,.1f} s{how} | "
-                     f"{phi['seconds']:,.1f} s | {cache.get('hits', 0):,} / {cache.get('misses', 0):,} |")
+        lines.append(
+            f"| {label} | {run['wall_s']:,.1f} s | {run['chain_seconds']:,.1f} s | {tox['seconds']:,.1f} s{how} | "
+            f"{phi['seconds']:,.1f} s | {cache.get('hits', 0):,} / {cache.get('misses', 0):,} |"
+        )
     lines.append("")
     same = "byte-identical" if r["identical_final_and_tokenizer"] else "NOT identical"
-    lines.append(f"The retune takes {r['retune_vs_first_wall'] * 100:.1f} % of the first run's wall time "
-                 f"({r['retune_vs_first_chain'] * 100:.1f} % of its chain time); its final/ and tokenizer/ files "
-                 f"({r['files_compared']} files) are {same} to the fresh run's.")
+    lines.append(
+        f"The retune takes {r['retune_vs_first_wall'] * 100:.1f} % of the first run's wall time "
+        f"({r['retune_vs_first_chain'] * 100:.1f} % of its chain time); its final/ and tokenizer/ files "
+        f"({r['files_compared']} files) are {same} to the fresh run's."
+    )
     pairs = r.get("pairs") or []
     if len(pairs) > 1:
-        lines[-1] += (f" The first and retune rows are the median of {len(pairs)} first/retune pairs, whose ratios were "
-                      + ", ".join(f"{q['retune_vs_first_wall']:.3f}" for q in pairs) + ".")
+        lines[-1] += (
+            f" The first and retune rows are the median of {len(pairs)} first/retune pairs, whose ratios were "
+            + ", ".join(f"{q['retune_vs_first_wall']:.3f}" for q in pairs)
+            + "."
+        )
     return "\n".join(lines) + "\n"
 
 
 def heuristics_compat(src: dict) -> str:
     h = load("heuristics_compat.json", src)
     dt, med = h["compat_datatrove"], h["compat_medprep"]
-    names = {"gopher_quality": "GopherQualityFilter", "gopher_repetition": "GopherRepetitionFilter",
-             "c4": "C4QualityFilter", "fineweb": "FineWebQualityFilter"}
-    lines = ["| datatrove's filter, or one rule alone | agree, compat: datatrove | datatrove removes, we keep "
-             "| we remove, datatrove keeps | agree, compat: medprep |", "|---|---:|---:|---:|---:|"]
+    names = {
+        "gopher_quality": "GopherQualityFilter",
+        "gopher_repetition": "GopherRepetitionFilter",
+        "c4": "C4QualityFilter",
+        "fineweb": "FineWebQualityFilter",
+    }
+    lines = [
+        "| datatrove's filter, or one rule alone | agree, compat: datatrove | datatrove removes, we keep "
+        "| we remove, datatrove keeps | agree, compat: medprep |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for kind in ("per_filter", "per_rule"):
         for name, row in dt[kind].items():
             label = f"**{names[name]}** (defaults)" if kind == "per_filter" else f"`{name}`"
-            lines.append(f"| {label} | {row['agree_percent']:.2f} % | {row['datatrove_removes_we_keep']:,} | "
-                         f"{row['we_remove_datatrove_keeps']:,} | {med[kind][name]['agree_percent']:.2f} % |")
+            lines.append(
+                f"| {label} | {row['agree_percent']:.2f} % | {row['datatrove_removes_we_keep']:,} | "
+                f"{row['we_remove_datatrove_keeps']:,} | {med[kind][name]['agree_percent']:.2f} % |"
+            )
     corpus = h["corpus"]
     n, abstracts = corpus["documents"], corpus["by_source"]["medline"]
     c4 = dt["per_filter"]["c4"]
     lines.append("")
-    lines.append(f"{n:,} documents: {abstracts:,} MEDLINE abstracts and {n - abstracts:,} pages of software documentation. "
-                 f"Where both keep a document, C4's kept text is identical on {c4['kept_text_identical']:,} of "
-                 f"{c4['kept_by_both']:,} (compat: datatrove). datatrove {h['versions']['datatrove']}, "
-                 f"spaCy {h['versions']['spacy_datatrove']} on both sides.")
+    lines.append(
+        f"{n:,} documents: {abstracts:,} MEDLINE abstracts and {n - abstracts:,} pages of software documentation. "
+        f"Where both keep a document, C4's kept text is identical on {c4['kept_text_identical']:,} of "
+        f"{c4['kept_by_both']:,} (compat: datatrove). datatrove {h['versions']['datatrove']}, "
+        f"spaCy {h['versions']['spacy_datatrove']} on both sides."
+    )
     sp = h.get("speed_abstracts")
     if sp:
         lines.append("")
-        lines.append(f"The stage alone on {sp['pubmed_yaml_medprep']['docs']:,} abstracts, one process: configs/pubmed.yaml's "
-                     f"heuristics {sp['pubmed_yaml_medprep']['docs_per_cpu_s']:,.0f} docs per CPU-second in compat: medprep "
-                     f"and {sp['pubmed_yaml_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove; datatrove's defaults "
-                     f"(FineWeb's rules on) {sp['datatrove_defaults_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove.")
+        lines.append(
+            f"The stage alone on {sp['pubmed_yaml_medprep']['docs']:,} abstracts, one process: configs/pubmed.yaml's "
+            f"heuristics {sp['pubmed_yaml_medprep']['docs_per_cpu_s']:,.0f} docs per CPU-second in compat: medprep "
+            f"and {sp['pubmed_yaml_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove; datatrove's defaults "
+            f"(FineWeb's rules on) {sp['datatrove_defaults_datatrove']['docs_per_cpu_s']:,.0f} in compat: datatrove."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -325,15 +417,23 @@ def _phi_by_type(columns: list[tuple[str, dict | None]], title: str) -> str:
     """A table: per gold type (n mentions), each column's mentions / values left, then all types
     and the other (non-PHI) tokens changed."""
     types = next(r for _, r in columns if r is not None)["mention_leak_by_type"]
-    lines = [f"| {title} (mentions) | " + " | ".join(name for name, _ in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
+    lines = [
+        f"| {title} (mentions) | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
     for typ in sorted(types, key=lambda t: -types[t]["n"]):
         lines.append(f"| {typ} ({types[typ]['n']:,}) | " + " | ".join(_leak_cell(r, typ) for _, r in columns) + " |")
     total = sum(t["n"] for t in types.values())
-    lines.append(f"| all types ({total:,}) | " + " | ".join(f"**{_leak_cell(r, None)}**" if r else "not run"
-                                                             for _, r in columns) + " |")
-    lines.append("| other tokens changed | " + " | ".join(
-        f"{r['non_phi_tokens']['rate'] * 100:.2f}" if r else "not run" for _, r in columns) + " |")
+    lines.append(
+        f"| all types ({total:,}) | "
+        + " | ".join(f"**{_leak_cell(r, None)}**" if r else "not run" for _, r in columns)
+        + " |"
+    )
+    lines.append(
+        "| other tokens changed | "
+        + " | ".join(f"{r['non_phi_tokens']['rate'] * 100:.2f}" if r else "not run" for _, r in columns)
+        + " |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -342,10 +442,16 @@ def phi_by_type_deid(src: dict) -> str:
     in-sample, and the anchors (Philter, Presidio), % of mentions / values left."""
     e = load("phi_eval.json", src)
     systems = e["dev"]["systems"]
-    return _phi_by_type([("5-fold CV by patient", e["cv"]["at_default"]),
-                         ("fitted without deid-dev", e["cross_style"]["deid_dev_without_deid"]["at_default"]),
-                         ("in-sample (not evidence)", systems["medprep_phi"]),
-                         ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "deid-dev type")
+    return _phi_by_type(
+        [
+            ("5-fold CV by patient", e["cv"]["at_default"]),
+            ("fitted without deid-dev", e["cross_style"]["deid_dev_without_deid"]["at_default"]),
+            ("in-sample (not evidence)", systems["medprep_phi"]),
+            ("Philter", systems.get("philter")),
+            ("Presidio", systems.get("presidio")),
+        ],
+        "deid-dev type",
+    )
 
 
 def phi_by_type_asq(src: dict) -> str:
@@ -353,9 +459,15 @@ def phi_by_type_asq(src: dict) -> str:
     the anchors, % of mentions / values left."""
     e = load("phi_eval.json", src)
     systems = e["asq_dev"]["systems"]
-    return _phi_by_type([("fitted without asq-dev", e["cross_style"]["asq_dev_without_asq"]["at_default"]),
-                         ("in-sample (not evidence)", systems["medprep_phi"]),
-                         ("Philter", systems.get("philter")), ("Presidio", systems.get("presidio"))], "asq-dev type")
+    return _phi_by_type(
+        [
+            ("fitted without asq-dev", e["cross_style"]["asq_dev_without_asq"]["at_default"]),
+            ("in-sample (not evidence)", systems["medprep_phi"]),
+            ("Philter", systems.get("philter")),
+            ("Presidio", systems.get("presidio")),
+        ],
+        "asq-dev type",
+    )
 
 
 def _pair(r: dict | None) -> str:
@@ -366,14 +478,19 @@ def phi_held_out(src: dict) -> str:
     """Leave-one-source-out, worst first: each source scored by the stage fitted without it, beside
     the in-sample result and the anchors on the same text (% of mentions / % of values left)."""
     e = load("phi_eval.json", src)["held_out"]
-    rows = ["| source | how it is held out | mentions | **held out** | other tokens changed | in-sample "
-            "(not evidence) | Philter | Presidio |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| source | how it is held out | mentions | **held out** | other tokens changed | in-sample "
+        "(not evidence) | Philter | Presidio |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in sorted(e["sources"], key=lambda r: (-r["mention_leak"], r["key"])):
         bold = "**" if r["key"] == e["worst"]["key"] else ""
         in_sample = "= held out" if r["never_fitted"] else _pair(r["in_sample"])
-        rows.append(f"| {bold}{r['source']}{bold} | {r['held_out']} | {r['mentions']:,} | {bold}{_pair(r)}{bold} | "
-                    f"{100 * r['non_phi_tokens_changed']:.2f} % | {in_sample} | {_pair(r['anchors']['philter'])} | "
-                    f"{_pair(r['anchors']['presidio'])} |")
+        rows.append(
+            f"| {bold}{r['source']}{bold} | {r['held_out']} | {r['mentions']:,} | {bold}{_pair(r)}{bold} | "
+            f"{100 * r['non_phi_tokens_changed']:.2f} % | {in_sample} | {_pair(r['anchors']['philter'])} | "
+            f"{_pair(r['anchors']['presidio'])} |"
+        )
     return "\n".join(rows) + "\n"
 
 
@@ -392,8 +509,14 @@ def _never_fitted_by_type(src: dict, section: str, title: str) -> str:
     """A source nothing here was fitted on, by type: ours (held out and in-sample at once) and the
     anchors, % of mentions / values left."""
     systems = load("phi_eval.json", src)[section]["systems"]
-    return _phi_by_type([("ours (never fitted on it)", systems["medprep_phi"]), ("Philter", systems.get("philter")),
-                         ("Presidio", systems.get("presidio"))], title)
+    return _phi_by_type(
+        [
+            ("ours (never fitted on it)", systems["medprep_phi"]),
+            ("Philter", systems.get("philter")),
+            ("Presidio", systems.get("presidio")),
+        ],
+        title,
+    )
 
 
 def phi_by_type_web(src: dict) -> str:
@@ -419,14 +542,32 @@ def phi_literature_audit(src: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
-RENDERERS = {f.__name__.replace("_", "-"): f for f in
-             (bench_stages, bench_chains, bench_versus_datatrove, minhash_scale, minhash_like_for_like, heuristics_table,
-              executor_scaling, retune, heuristics_compat, phi_by_type_deid, phi_by_type_asq, phi_literature_audit,
-              phi_held_out, phi_held_out_by_type, phi_by_type_web, phi_by_type_mimesis,
-              phi_by_type_mimesis_formats)}
+RENDERERS = {
+    f.__name__.replace("_", "-"): f
+    for f in (
+        bench_stages,
+        bench_chains,
+        bench_versus_datatrove,
+        minhash_scale,
+        minhash_like_for_like,
+        heuristics_table,
+        executor_scaling,
+        retune,
+        heuristics_compat,
+        phi_by_type_deid,
+        phi_by_type_asq,
+        phi_literature_audit,
+        phi_held_out,
+        phi_held_out_by_type,
+        phi_by_type_web,
+        phi_by_type_mimesis,
+        phi_by_type_mimesis_formats,
+    )
+}
 
 
 # --- check / write --------------------------------------------------------------------------
+
 
 def pages(root: Path) -> list[Path]:
     """The files whose figures are checked: README.md and every docs page under root."""
@@ -448,11 +589,18 @@ def render(text: str, src: dict | None = None) -> tuple[str, list[str]]:
         try:
             want = RENDERERS[name](src)
         except (MissingSource, KeyError, StopIteration, TypeError) as exc:
-            problems.append(f"figures block '{name}': cannot render from the result files ({type(exc).__name__}: {exc})")
+            problems.append(
+                f"figures block '{name}': cannot render from the result files ({type(exc).__name__}: {exc})"
+            )
             return m[0]
         if want != body:
-            diff = [ln for ln in difflib.unified_diff(body.splitlines(), want.splitlines(), "page", "results", n=0, lineterm="")
-                    if ln[:1] in "+-" and not ln.startswith(("---", "+++"))]
+            diff = [
+                ln
+                for ln in difflib.unified_diff(
+                    body.splitlines(), want.splitlines(), "page", "results", n=0, lineterm=""
+                )
+                if ln[:1] in "+-" and not ln.startswith(("---", "+++"))
+            ]
             problems.append(f"figures block '{name}' is stale:\n  " + "\n  ".join(diff))
         return f"<!-- figures:{name} -->\n{want}<!-- /figures:{name} -->"
 
@@ -464,7 +612,9 @@ def render(text: str, src: dict | None = None) -> tuple[str, list[str]]:
             problems.append(f"figure {m['file']}:{m['path']}: cannot read it ({type(exc).__name__}: {exc})")
             return m[0]
         if want != m["value"]:
-            problems.append(f"figure {m['file']}:{m['path']} is stale: the page has {m['value']!r}, the result file gives {want!r}")
+            problems.append(
+                f"figure {m['file']}:{m['path']} is stale: the page has {m['value']!r}, the result file gives {want!r}"
+            )
         fmt = f" {m['fmt']}" if m["fmt"] else ""
         return f"<!-- fig {m['file']}:{m['path']}{fmt} -->{want}<!-- /fig -->"
 
@@ -479,8 +629,10 @@ def main() -> int:
     mode.add_argument("--check", action="store_true")
     mode.add_argument("--write", action="store_true")
     ap.add_argument("files", nargs="*", type=Path, help="pages to check (default: README.md and docs/**/*.md)")
-    ap.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are (result files stay in bench/)")
-    ap.add_argument("--readme", type=Path, action="append", default=[], help=argparse.SUPPRESS)   # older name of FILE
+    ap.add_argument(
+        "--root", type=Path, default=ROOT, help="where README.md and docs/ are (result files stay in bench/)"
+    )
+    ap.add_argument("--readme", type=Path, action="append", default=[], help=argparse.SUPPRESS)  # older name of FILE
     args = ap.parse_args()
     root = args.root.resolve()
     files = args.files + args.readme or pages(root)
@@ -498,8 +650,11 @@ def main() -> int:
             print(f"{label}: {p}", file=sys.stderr)
         failed += len(problems)
     if failed and args.check:
-        print(f"{failed} figure(s) differ from the result files: run the commands named beside them, "
-              f"then `python scripts/readme_figures.py --write`", file=sys.stderr)
+        print(
+            f"{failed} figure(s) differ from the result files: run the commands named beside them, "
+            f"then `python scripts/readme_figures.py --write`",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

@@ -83,21 +83,37 @@ def mix_figures(mix: dict) -> dict:
 
 def run_figures(run_dir: Path) -> dict:
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    out = {"run": str(run_dir.resolve().relative_to(ROOT)) if run_dir.resolve().is_relative_to(ROOT) else str(run_dir),
-           "config": manifest.get("config_file"), "docs_read": manifest["docs_read"],
-           "sources": {n: {"docs_read": f["docs_read"], "docs_out": f["docs_out"],
-                           "stages": [{k: s[k] for k in ("stage", "docs_in", "docs_out", "removed")} for s in f["stages"]]}
-                       for n, f in manifest["sources"].items()},
-           "tokens": manifest.get("tokens"), "sequences": manifest.get("sequences"),
-           "train_sequences": manifest["splits"]["train"]["sequences"],
-           "decontamination": manifest.get("decontamination")}
+    out = {
+        "run": str(run_dir.resolve().relative_to(ROOT)) if run_dir.resolve().is_relative_to(ROOT) else str(run_dir),
+        "config": manifest.get("config_file"),
+        "docs_read": manifest["docs_read"],
+        "sources": {
+            n: {
+                "docs_read": f["docs_read"],
+                "docs_out": f["docs_out"],
+                "stages": [{k: s[k] for k in ("stage", "docs_in", "docs_out", "removed")} for s in f["stages"]],
+            }
+            for n, f in manifest["sources"].items()
+        },
+        "tokens": manifest.get("tokens"),
+        "sequences": manifest.get("sequences"),
+        "train_sequences": manifest["splits"]["train"]["sequences"],
+        "decontamination": manifest.get("decontamination"),
+    }
     if manifest.get("mix"):
         out["mix"] = mix_figures(manifest["mix"])
     sample = (manifest.get("tokenizer") or {}).get("mix_sample")
     if sample:
         # Bytes per train token (pack's tokens): the tokenizer's sample is weighted in bytes.
-        out["tokenizer_sample"] = {n: {**v, "bytes_per_train_token": round(
-            v["bytes_before"] / manifest["mix"]["sources"][n]["train_tokens_before"], 3)} for n, v in sample.items()}
+        out["tokenizer_sample"] = {
+            n: {
+                **v,
+                "bytes_per_train_token": round(
+                    v["bytes_before"] / manifest["mix"]["sources"][n]["train_tokens_before"], 3
+                ),
+            }
+            for n, v in sample.items()
+        }
     if manifest.get("megatron"):
         out["megatron"] = manifest["megatron"]
     for s in manifest["stages"]:
@@ -112,8 +128,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench/sources.json")
     args = ap.parse_args()
     result = json.loads(args.out.read_text()) if args.out.exists() else {}
-    result["notes_heuristics"] = {"medbot": heuristics_on_notes(ROOT / "configs/medbot.yaml", "notes"),
-                                  "clinical_notes": heuristics_on_notes(ROOT / "configs/clinical_notes.yaml", None)}
+    result["notes_heuristics"] = {
+        "medbot": heuristics_on_notes(ROOT / "configs/medbot.yaml", "notes"),
+        "clinical_notes": heuristics_on_notes(ROOT / "configs/clinical_notes.yaml", None),
+    }
     if args.run:
         result["medbot_run"] = run_figures(args.run)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -48,32 +48,48 @@ def main(run_dir: str, out_file: str | None = None) -> None:
 
     run = Path(run_dir)
     stats = json.loads(next((run / "stages").glob("*_pack/stats.json")).read_text())
-    eos = json.loads((run / "final/flat/meta.json").read_text())["eos_id"] if (run / "final/flat/meta.json").exists() else None
+    eos = (
+        json.loads((run / "final/flat/meta.json").read_text())["eos_id"]
+        if (run / "final/flat/meta.json").exists()
+        else None
+    )
     out = {}
     for split, s in stats["splits"].items():
         ds = IndexedDataset(str(run / "final/megatron" / f"{split}_text_document"), multimodal=False, mmap=True)
         seqs = [np.asarray(ds[i], np.int64) for i in range(len(ds))]
         tokens = np.concatenate(seqs) if seqs else np.zeros(0, np.int64)
         packed = datasets_tokens(run / "final" / split)
-        ok = (len(ds) == s["documents"] and len(tokens) == s["tokens"] and np.array_equal(tokens[:len(packed)], packed)
-              and (eos is None or all(q[-1] == eos for q in seqs)))
-        out[split] = {"sequences": len(ds), "documents": len(ds.document_indices) - 1, "tokens": int(len(tokens)),
-                      "datasets_tokens": int(len(packed)), "dtype": np.dtype(ds.index.dtype).name, "match": bool(ok)}
+        ok = (
+            len(ds) == s["documents"]
+            and len(tokens) == s["tokens"]
+            and np.array_equal(tokens[: len(packed)], packed)
+            and (eos is None or all(q[-1] == eos for q in seqs))
+        )
+        out[split] = {
+            "sequences": len(ds),
+            "documents": len(ds.document_indices) - 1,
+            "tokens": int(len(tokens)),
+            "datasets_tokens": int(len(packed)),
+            "dtype": np.dtype(ds.index.dtype).name,
+            "match": bool(ok),
+        }
     manifest = json.loads((run / "manifest.json").read_text())
     if manifest.get("megatron"):
         out["sources"] = check_sources(run, manifest, IndexedDataset)
         out["blend"] = check_blend(run, manifest)
     print(json.dumps(out, indent=2))
-    if out_file:             # a result file (bench/megatron_blend.json for the MedBot run)
+    if out_file:  # a result file (bench/megatron_blend.json for the MedBot run)
         Path(out_file).write_text(json.dumps({"run": run_dir, **out}, indent=2, sort_keys=True) + "\n")
     sys.exit(0 if all(v["match"] for v in out.values()) else 1)
 
 
 def check_sources(run: Path, manifest: dict, IndexedDataset) -> dict:
     """The per-source files of a mix and the --data-path line that blends them."""
+
     def docs(prefix: Path) -> list[bytes]:
         ds = IndexedDataset(str(prefix), multimodal=False, mmap=True)
         return [np.asarray(ds[i], np.int64).tobytes() for i in range(len(ds))]
+
     megatron, mix = manifest["megatron"], manifest["mix"]["sources"]
     found: dict = {"files": {}}
     ok = True
@@ -85,8 +101,12 @@ def check_sources(run: Path, manifest: dict, IndexedDataset) -> dict:
             own = docs(run / files[split]["prefix"])
             own_all += own
             tokens = sum(len(d) // 8 for d in own)
-            good = (len(own) == files[split]["documents"] and tokens == files[split]["tokens"]
-                    and len(set(own)) == len(own) and all(d in in_mixture for d in own))
+            good = (
+                len(own) == files[split]["documents"]
+                and tokens == files[split]["tokens"]
+                and len(set(own)) == len(own)
+                and all(d in in_mixture for d in own)
+            )
             found["files"][f"{source}/{split}"] = {"documents": len(own), "tokens": tokens, "match": good}
             ok &= good
         if split == "validation":
@@ -96,7 +116,8 @@ def check_sources(run: Path, manifest: dict, IndexedDataset) -> dict:
     expected = {f["train"]["prefix"]: mix[s]["weight"] for s, f in megatron["files"].items()}
     found["data_path"] = " ".join(words)
     found["data_path_match"] = weights.keys() == expected.keys() and all(
-        abs(weights[p] - expected[p]) < 1e-6 for p in expected)
+        abs(weights[p] - expected[p]) < 1e-6 for p in expected
+    )
     found["match"] = bool(ok and found["data_path_match"])
     return found
 
@@ -108,25 +129,35 @@ def check_blend(run: Path, manifest: dict) -> dict:
 
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
     megatron, mix = manifest["megatron"], manifest["mix"]["sources"]
     words = megatron["data_path"].split()
     weights, prefixes = [float(w) for w in words[::2]], words[1::2]
     sources = [next(s for s, f in megatron["files"].items() if f["train"]["prefix"] == p) for p in prefixes]
     # Building the sample indexes needs no tokenizer beyond these fields (no text is tokenized).
     tokenizer = types.SimpleNamespace(eod=0, pad=-1, vocab_size=1 << 17, unique_identifiers={"class": "verify"})
-    config = GPTDatasetConfig(random_seed=1234, sequence_length=manifest["seq_len"], tokenizer=tokenizer,
-                              blend_per_split=[([str(run / p) for p in prefixes], weights), None, None],
-                              reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
-    train, _, _ = BlendedMegatronDatasetBuilder(GPTDataset, [megatron["train_samples"], None, None],
-                                                lambda: True, config).build()
+    config = GPTDatasetConfig(
+        random_seed=1234,
+        sequence_length=manifest["seq_len"],
+        tokenizer=tokenizer,
+        blend_per_split=[([str(run / p) for p in prefixes], weights), None, None],
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+    )
+    train, _, _ = BlendedMegatronDatasetBuilder(
+        GPTDataset, [megatron["train_samples"], None, None], lambda: True, config
+    ).build()
     counts = np.bincount(np.asarray(train.dataset_index), minlength=len(prefixes))
     out = {"samples": int(counts.sum()), "sources": {}}
     for i, s in enumerate(sources):
         share = float(counts[i] / counts.sum())
-        out["sources"][s] = {"weight": weights[i], "sample_share": round(share, 6),
-                             "epochs_drawn": round(float(counts[i]) * manifest["seq_len"]
-                                                   / megatron["files"][s]["train"]["tokens"], 4),
-                             "epochs_of_the_run": mix[s]["epochs"]}
+        out["sources"][s] = {
+            "weight": weights[i],
+            "sample_share": round(share, 6),
+            "epochs_drawn": round(float(counts[i]) * manifest["seq_len"] / megatron["files"][s]["train"]["tokens"], 4),
+            "epochs_of_the_run": mix[s]["epochs"],
+        }
     out["match"] = all(abs(v["sample_share"] - v["weight"]) <= 0.01 * v["weight"] for v in out["sources"].values())
     return out
 

@@ -32,13 +32,17 @@ def main(run_dir: str) -> None:
     tok = AutoTokenizer.from_pretrained(str(run / "tokenizer"))
     placeholder = next(iter(json.loads((run / "tokenizer/special_tokens_map.json").read_text())
                             .get("additional_special_tokens") or []), None)
-    out["tokenizer"] = {"class": type(tok).__name__, "eos": [tok.eos_token, tok.eos_token_id],
-                        "pad": [tok.pad_token, tok.pad_token_id], "model_max_length": tok.model_max_length,
-                        "placeholder_ids": tok(placeholder, add_special_tokens=False)["input_ids"] if placeholder else None}
+    out["tokenizer"] = {
+        "class": type(tok).__name__,
+        "eos": [tok.eos_token, tok.eos_token_id],
+        "pad": [tok.pad_token, tok.pad_token_id],
+        "model_max_length": tok.model_max_length,
+        "placeholder_ids": tok(placeholder, add_special_tokens=False)["input_ids"] if placeholder else None,
+    }
     try:
         ds = datasets.load_from_disk(str(run / "final/train"))
         out["load_from_disk"] = {"rows": len(ds), "row_len": len(ds[0]["input_ids"])}
-    except Exception as exc:            # the point is to record how it fails
+    except Exception as exc:  # the point is to record how it fails
         out["load_from_disk"] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
     files = sorted((run / "final/train").glob("data-*.arrow"))
     with open(files[0], "rb") as src:
@@ -46,14 +50,18 @@ def main(run_dir: str) -> None:
     out["pyarrow"] = {"rows": table.num_rows, "type": str(table.schema.field("input_ids").type)}
     # The usual collator on a packed row that holds an EOS: with a pad token of its own, no label is masked.
     from transformers import DataCollatorForLanguageModeling
+
     row = next((list(r) for r in table["input_ids"].to_pylist() if tok.eos_token_id in r), None)
     if row is not None:
         batch = DataCollatorForLanguageModeling(tok, mlm=False, return_tensors="np")([{"input_ids": row}])
         out["collator_masked_labels"] = int((batch["labels"][0] == -100).sum())
     text = "Seen on <|DATE|> by <|NAME|>."
     out["encoded"] = {"text": text, "ids": tok(text, add_special_tokens=False)["input_ids"]}
-    ok = (tok.eos_token_id is not None and tok.pad_token_id not in (None, tok.eos_token_id)
-          and (placeholder is None or len(out["tokenizer"]["placeholder_ids"]) == 1))
+    ok = (
+        tok.eos_token_id is not None
+        and tok.pad_token_id not in (None, tok.eos_token_id)
+        and (placeholder is None or len(out["tokenizer"]["placeholder_ids"]) == 1)
+    )
     print(json.dumps(out, indent=2))
     sys.exit(0 if ok else 1)
 

@@ -1,9 +1,9 @@
 """Bad configs are refused before any work starts, naming the key path."""
 import pytest
 
+from conftest import RAW, run_cli, write_config
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
-from conftest import RAW, run_cli, write_config
 
 BASE = f"""
 input: {{paths: [{RAW}]}}
@@ -31,7 +31,10 @@ def test_bad_stage_options_are_refused_by_key(tmp_path, stages, expected):
 
 
 def test_top_level_errors(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", "input: {paths: [missing.jsonl]}\noutput_dir: x\nnum_proc: 0\nstages: [normalize]\nextra: 1\n")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        "input: {paths: [missing.jsonl]}\noutput_dir: x\nnum_proc: 0\nstages: [normalize]\nextra: 1\n",
+    )
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     assert "num_proc" in str(err.value) and "extra: unknown key" in str(err.value)
@@ -41,7 +44,9 @@ def test_top_level_errors(tmp_path):
 
 
 def test_cli_prints_one_line_and_exits_nonzero(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", BASE.replace("OUT", str(tmp_path / "run")) + "  - dedup_exact: {hash: md5}\n")
+    cfg = write_config(
+        tmp_path / "c.yaml", BASE.replace("OUT", str(tmp_path / "run")) + "  - dedup_exact: {hash: md5}\n"
+    )
     proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -64,8 +69,11 @@ def test_shipped_configs_validate():
 
 
 def test_top_level_and_stage_errors_are_reported_together(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{RAW}]}}\noutput_dir: x\nnum_proc: 0\n"
-                                            "stages: [normalize, {dedup_exact: {hash: md5}}, {langid: {min_score: 2}}, pack, split]\n")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        f"input: {{paths: [{RAW}]}}\noutput_dir: x\nnum_proc: 0\n"
+        "stages: [normalize, {dedup_exact: {hash: md5}}, {langid: {min_score: 2}}, pack, split]\n",
+    )
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     message = str(err.value)
@@ -78,12 +86,15 @@ def test_executor_options_are_validated_up_front(tmp_path):
     cfg = load_config(write_config(tmp_path / "short.yaml", base + "executor: ray\n"))
     assert cfg.run.executor.kind == "ray" and cfg.run.executor.address is None
     # --executor overrides the file's kind and keeps its other options.
-    cfg = load_config(write_config(tmp_path / "keep.yaml", base + "executor: {kind: ray, num_cpus: 2}\n"),
-                      executor="local")
+    cfg = load_config(
+        write_config(tmp_path / "keep.yaml", base + "executor: {kind: ray, num_cpus: 2}\n"), executor="local"
+    )
     assert cfg.run.executor.kind == "local" and cfg.run.executor.num_cpus == 2
-    for bad, where in (("executor: {kind: spark}", "executor.kind"),
-                       ("executor: {kind: ray, workers: {phy: 4}}", "executor.workers.phy: unknown stage"),
-                       ("executor: {kind: ray, cpus_per_worker: 0}", "executor.cpus_per_worker")):
+    for bad, where in (
+        ("executor: {kind: spark}", "executor.kind"),
+        ("executor: {kind: ray, workers: {phy: 4}}", "executor.workers.phy: unknown stage"),
+        ("executor: {kind: ray, cpus_per_worker: 0}", "executor.cpus_per_worker"),
+    ):
         with pytest.raises(ConfigError) as err:
             load_config(write_config(tmp_path / "bad.yaml", base + bad + "\n"))
         assert where in str(err.value)

@@ -80,8 +80,9 @@ def test_the_cycle_check_finds_a_lazy_cycle(tmp_path):
     assert _imports("a", modules["a"], modules) == {"b"} and _imports("b", modules["b"], modules) == {"a"}
 
 
-@pytest.mark.parametrize("module", ["runner.py", "cache.py", "report.py", "card.py"])
-def test_runner_cache_report_and_card_name_no_stage(module):
+@pytest.mark.parametrize("module", ["runner.py", "cache.py", "report.py", "card.py", "inspect.py", "executor.py",
+                                    "finished_run.py"])
+def test_runner_cache_report_card_inspect_and_executor_name_no_stage(module):
     """`grep -w` finds no stage or group name in them, comments and messages included, and they
     import neither the PHI package nor a stage's module (only the registry and the contract)."""
     text = (PACKAGE / module).read_text(encoding="utf-8")
@@ -161,3 +162,28 @@ def test_no_private_internals_of_other_packages():
     found = [(str(path.relative_to(PACKAGE)), i + 1) for path in sorted(PACKAGE.rglob("*.py"))
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if private.search(line)]
     assert found == []
+
+
+def test_adding_a_stage_names_every_hook_of_the_contract():
+    """docs/adding-a-stage.md names every public member a stage may set or call on the
+    contract's classes (a hook added to base.py without a word there fails here)."""
+    from pipeline.stages.base import DocumentStage, GlobalStage, Stage
+    doc = (ROOT / "docs/adding-a-stage.md").read_text(encoding="utf-8")
+    members = {n for cls in (Stage, DocumentStage, GlobalStage) for n in vars(cls) if not n.startswith("_")}
+    assert sorted(n for n in members if not re.search(r"`" + n + r"\b", doc)) == []
+
+
+def test_task_methods_are_passed_bound_never_by_name():
+    """No `map(stage, "method")` anywhere: an executor takes a bound @shard_task method, and
+    refuses anything else."""
+    from pipeline.executor import LocalExecutor
+    from pipeline.stages.normalize import Normalize
+    by_name = re.compile(r"\.map(_tasks)?\(\s*\w+(\.\w+)?\s*,\s*[\"']")
+    found = [(p.name, i + 1) for p in PACKAGE.rglob("*.py") for i, line in
+             enumerate(p.read_text(encoding="utf-8").splitlines()) if by_name.search(line)]
+    assert found == []
+    stage = Normalize(Normalize.Config(), None)
+    with pytest.raises(TypeError, match="not a task method"):
+        list(LocalExecutor(1).map(stage.process, []))
+    with pytest.raises(TypeError, match="not a task method"):
+        list(LocalExecutor(1).map("process_shard", []))

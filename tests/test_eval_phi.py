@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
 from eval_phi import read_stage_output, score, value_survives
 from phi_synth_locales import make_locale_documents
 

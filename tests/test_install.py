@@ -74,7 +74,7 @@ def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
                           cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _final_bytes(work / "runs" / "tiny") == _final_bytes(tiny_run)
-    ends = [json.loads(l) for l in done.stderr.splitlines() if l.startswith("{") and '"stage_end"' in l]
+    ends = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{") and '"stage_end"' in line]
     assert [e["stage"] for e in ends][-1] == "11_pack"
 
 

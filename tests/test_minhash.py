@@ -8,8 +8,8 @@ import pytest
 import xxhash
 from datasketch import MinHash
 
-from pipeline.minhash import MinHasher, ShingleSpans, sha1_hash32, shingle_bytes, shingles, xxh32_spans
 from conftest import read_arrow_dir, run_cli, run_in_process, write_config, write_jsonl
+from pipeline.engines.minhash import MinHasher, ShingleSpans, sha1_hash32, shingle_bytes, shingles, xxh32_spans
 
 
 @pytest.mark.parametrize("hashfunc, fn", [("xxh32", xxhash.xxh32_intdigest), ("sha1", sha1_hash32)])
@@ -103,6 +103,7 @@ def test_planted_near_duplicates_recall_and_false_merges(tmp_path, english_texts
 
 
 def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts, monkeypatch):
+    from pipeline.engines import band_partitions
     from pipeline.stages import dedup_minhash
     rows = [{"id": f"d{i}", "text": t} for i, t in enumerate(english_texts[:150])]
     rows += [{"id": f"c{i}", "text": t + " Extra closing sentence."} for i, t in enumerate(english_texts[:40])]
@@ -110,11 +111,14 @@ def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts,
     # A small input gets one partition by default: every partition count the config asks for
     # here is used (in this process: num_proc 1).
     assert dedup_minhash.partitions_for(len(rows), 14, 64) == 1
-    monkeypatch.setattr(dedup_minhash, "MIN_PARTITION_BYTES", 1)
+    monkeypatch.setattr(band_partitions, "MIN_PARTITION_BYTES", 1)
     outs = []
     for name, parts in (("a", 1), ("b", 64), ("c", 64), ("d", 23)):
-        cfg = write_config(tmp_path / f"{name}.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / name}\n"
-                                                      f"num_proc: 1\nstages: [{{dedup_minhash: {{partitions: {parts}}}}}]\n")
+        cfg = write_config(
+            tmp_path / f"{name}.yaml",
+            f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / name}\n"
+            f"num_proc: 1\nstages: [{{dedup_minhash: {{partitions: {parts}}}}}]\n",
+        )
         code, _, err = run_in_process("stage", "dedup_minhash", "--config", str(cfg))
         assert code == 0, err
         stats = json.loads((tmp_path / name / "stages/01_dedup_minhash/stats.json").read_text())
@@ -126,9 +130,10 @@ def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts,
 
 
 def test_partitions_follow_the_input_size():
-    from pipeline.stages.dedup_minhash import PAIR, partitions_for
+    from pipeline.engines.band_partitions import PAIR, partitions_for
+
     assert partitions_for(0, 14, 256) == partitions_for(1, 14, 256) == 1
-    per_partition = (1 << 20) // (14 * PAIR.itemsize)           # 6,241 documents
+    per_partition = (1 << 20) // (14 * PAIR.itemsize)  # 6,241 documents
     assert partitions_for(per_partition, 14, 256) == 1 and partitions_for(per_partition + 1, 14, 256) == 2
     assert partitions_for(2_000_000, 14, 256) == 256 and partitions_for(2_000_000, 14, 16) == 16
 
@@ -157,8 +162,11 @@ def test_chain_of_versions(tmp_path, english_texts, clustering):
     rows = [{"id": f"v{k:02d}", "text": t} for k, t in enumerate(chain)]
     rows += [{"id": f"other{i}", "text": t} for i, t in enumerate(long_texts[2:40])]
     src = write_jsonl(tmp_path / "docs.jsonl", rows)
-    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
-                                            f"stages: [{{dedup_minhash: {{clustering: {clustering}}}}}]\n")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
+        f"stages: [{{dedup_minhash: {{clustering: {clustering}}}}}]\n",
+    )
     run_cli("-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg))
     folder = tmp_path / "run/stages/01_dedup_minhash"
     removed = read_arrow_dir(folder / "removed").to_pylist()
@@ -172,7 +180,12 @@ def test_chain_of_versions(tmp_path, english_texts, clustering):
         assert {r["id"]: r["duplicate_of"] for r in removed} == {f"v{k:02d}": "v00" for k in range(1, 12)}
         assert min(similarity.values()) < 0.4
         # The count is by estimated Jaccard (128 permutations): between the true counts either side.
-        assert 0 < sum(j < 0.5 for j in similarity.values()) <= far["documents"] <= sum(j < 0.7 for j in similarity.values())
+        assert (
+            0
+            < sum(j < 0.5 for j in similarity.values())
+            <= far["documents"]
+            <= sum(j < 0.7 for j in similarity.values())
+        )
     else:
         # Each removed version is within the threshold of the version kept in its place.
         assert all(j >= 0.7 for j in similarity.values()), similarity
@@ -203,6 +216,7 @@ def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
     """Chains of copies (each of the previous one, some of an older row), candidates that are
     not near duplicates, pairs found twice: the rounds give what deciding row by row gives."""
     from pipeline.stages.dedup_minhash import ShardSignatures, _star_clusters
+
     rng = np.random.default_rng(7)
     n = 4000
     sigs = rng.integers(0, 1 << 32, size=(n, 128), dtype=np.uint32)
@@ -213,11 +227,13 @@ def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
             changed = rng.choice(128, int(rng.integers(0, 48)), replace=False)
             sigs[row] = sigs[src]
             sigs[row, changed] = rng.integers(0, 1 << 32, size=len(changed))
-            u += [src] * (2 if rng.random() < 0.3 else 1) + [int(x) for x in rng.integers(0, row, int(rng.integers(0, 3)))]
+            u += [src] * (2 if rng.random() < 0.3 else 1) + [
+                int(x) for x in rng.integers(0, row, int(rng.integers(0, 3)))
+            ]
             v += [row] * (len(u) - len(v))
     names, offsets = [], []
     for k, lo in enumerate(range(0, n, 1500)):
-        np.save(tmp_path / f"sig-{k:05d}.npy", sigs[lo:lo + 1500])
+        np.save(tmp_path / f"sig-{k:05d}.npy", sigs[lo : lo + 1500])
         names.append(f"{k:05d}")
         offsets.append(lo)
     u, v = np.array(u, np.int64), np.array(v, np.int64)
@@ -226,7 +242,7 @@ def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
     expected = _star_clusters_row_by_row(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75)
     got, to_rep = _star_clusters(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75, with_similarity=True)
     removed = np.flatnonzero(expected != np.arange(n))
-    assert len(removed) > 300 and (expected[removed] != removed - 1).any()      # chains joined an older row
+    assert len(removed) > 300 and (expected[removed] != removed - 1).any()  # chains joined an older row
     assert np.array_equal(got, expected)
     assert np.array_equal(to_rep[removed], (sigs[removed] == sigs[expected[removed]]).mean(axis=1))
 
@@ -236,12 +252,14 @@ def test_lsh_params_are_the_ones_datasketch_chooses():
     rows) wherever its scipy-based optimizer is asked."""
     from datasketch.lsh import _optimal_param
 
-    from pipeline.minhash import lsh_params
+    from pipeline.engines.minhash import lsh_params
+
     for num_perm in (32, 128, 256):
         for threshold in [round(0.5 + 0.05 * i, 2) for i in range(10)]:
             for fn_weight in (0.5, 0.3):
-                assert lsh_params(threshold, num_perm, fn_weight) == \
-                    _optimal_param(threshold, num_perm, 1.0 - fn_weight, fn_weight), (threshold, num_perm, fn_weight)
+                assert lsh_params(threshold, num_perm, fn_weight) == _optimal_param(
+                    threshold, num_perm, 1.0 - fn_weight, fn_weight
+                ), (threshold, num_perm, fn_weight)
 
 
 def test_split_leak_check_counts_validation_copies_of_train_documents(tmp_path, english_texts, monkeypatch):
@@ -250,10 +268,12 @@ def test_split_leak_check_counts_validation_copies_of_train_documents(tmp_path, 
     import pyarrow as pa
 
     from conftest import shard_inputs
+    from pipeline.engines import band_partitions
     from pipeline.shards import StageOutput
     from pipeline.stages import dedup_minhash
     from pipeline.stages.base import RunContext
     from pipeline.stages.split import Split, SplitConfig, assign_splits
+
     originals = english_texts[:300]
     copies = [t.replace(" the ", " a ", 1) for t in originals]
     ids = [f"o{i}" for i in range(300)] + [f"c{i}" for i in range(300)]
@@ -264,8 +284,8 @@ def test_split_leak_check_counts_validation_copies_of_train_documents(tmp_path, 
     assert expected > 30
     ctx = RunContext(run_dir=tmp_path, seed=7, upstream={"dedup_minhash": dedup_minhash.MinHashConfig(partitions=64)})
     found = {}
-    for name, min_bytes in (("one", dedup_minhash.MIN_PARTITION_BYTES), ("many", 1)):
-        monkeypatch.setattr(dedup_minhash, "MIN_PARTITION_BYTES", min_bytes)
+    for name, min_bytes in (("one", band_partitions.MIN_PARTITION_BYTES), ("many", 1)):
+        monkeypatch.setattr(band_partitions, "MIN_PARTITION_BYTES", min_bytes)
         inputs = shard_inputs(table, tmp_path / f"in-{name}", batch_size=100)
         output = StageOutput(tmp_path / name, keep_removed_text=False)
         inputs.bind(output)

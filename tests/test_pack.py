@@ -1,6 +1,6 @@
 """The pack stage on real abstracts: seeded shuffle in bounded memory, and the Megatron-LM and
 flat token outputs round-tripping to the same token ids as the datasets output. The Megatron
-files are read here by pipeline.writers.read_megatron, written from the format's specification
+files are read here by pipeline.stages.pack.writers.read_megatron, written from the format's specification
 (megatron-core itself needs torch; scripts/verify_megatron.py reads them with it)."""
 import json
 from pathlib import Path
@@ -13,8 +13,8 @@ from conftest import shard_inputs
 from pipeline.shards import StageOutput
 from pipeline.stages.base import RunContext
 from pipeline.stages.pack import Pack, PackConfig, shuffle_keys
+from pipeline.stages.pack.writers import read_megatron
 from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, build_trainer
-from pipeline.writers import read_megatron
 
 SEQ_LEN = 256
 
@@ -132,7 +132,7 @@ def test_megatron_and_flat_outputs_round_trip_to_the_datasets_output(corpus, tmp
 
 def test_formats_without_datasets_and_wide_ids(corpus, tmp_path):
     from pipeline.errors import UserError
-    from pipeline.writers import flat_dtype, megatron_dtype
+    from pipeline.stages.pack.writers import flat_dtype, megatron_dtype
 
     _, final = run_pack(corpus, tmp_path / "a", formats=["flat"], flat_dtype="uint32")
     assert not (final / "train").exists() and (final / "flat/train.bin").exists()
@@ -146,14 +146,15 @@ def test_formats_without_datasets_and_wide_ids(corpus, tmp_path):
 
 @pytest.mark.parametrize("rows,seq_len", [(0, 8), (7, 8), (2500, 8), (300, 2049)])
 def test_sequence_shards_are_the_bytes_datasets_writes(rows, seq_len, tmp_path):
-    """pipeline/hf_arrow.py writes without importing datasets: the shard file, its record
+    """pipeline/stages/pack/hf_arrow.py writes without importing datasets: the shard file, its record
     batches (save_to_disk's writer batch size), state.json and dataset_info.json are compared
     with the installed datasets' ArrowWriter, DatasetInfo and save_to_disk."""
-    from datasets import Dataset, DatasetInfo, Features, Sequence, Value, config as ds_config
+    from datasets import Dataset, DatasetInfo, Features, Sequence, Value
+    from datasets import config as ds_config
     from datasets.arrow_writer import ArrowWriter, get_writer_batch_size_from_data_size
     from datasets.utils.py_utils import asdict
 
-    from pipeline import hf_arrow
+    from pipeline.stages.pack import hf_arrow
 
     features = Features({"input_ids": Sequence(Value("int32"), length=seq_len)})
     assert hf_arrow.sequence_features(seq_len) == features.to_dict()

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from conftest import RAW, ROOT
-from pipeline.ccnet_norm import _PUNCT, normalize_lines, scored_lines
+from pipeline.engines.ccnet_norm import _PUNCT, normalize_lines, scored_lines
 from pipeline.stages.perplexity import DEFAULT_MODEL, Perplexity, PerplexityConfig, document_perplexity, perplexities
 
 # ---- the reference: the implementation before the vectorized one, unchanged ---------------
@@ -89,9 +89,13 @@ def model():
 
 
 def test_normalization_is_the_reference(texts, reference):
-    got = [t for start in range(0, len(texts), 1000) for t in normalize_lines(pa.array(texts[start:start + 1000])).to_pylist()]
+    got = [
+        t
+        for start in range(0, len(texts), 1000)
+        for t in normalize_lines(pa.array(texts[start : start + 1000])).to_pylist()
+    ]
     assert got == reference
-    for text in EDGE_TEXTS:                          # each alone (a batch of one, no neighbour)
+    for text in EDGE_TEXTS:  # each alone (a batch of one, no neighbour)
         assert normalize_lines(pa.array([text])).to_pylist() == reference_normalize_lines(pa.array([text])).to_pylist()
 
 
@@ -104,9 +108,11 @@ def test_scored_lines_are_the_reference_lines(texts, reference):
 
 def test_perplexities_are_the_reference_to_the_bit(texts, reference, model):
     expected = [document_perplexity(model, t) for t in reference]
-    got = [p for start in range(0, len(texts), 1000) for p in perplexities(model, pa.array(texts[start:start + 1000]))]
+    got = [
+        p for start in range(0, len(texts), 1000) for p in perplexities(model, pa.array(texts[start : start + 1000]))
+    ]
     assert np.array(got, np.float64).tobytes() == np.array(expected, np.float64).tobytes()
-    assert sum(math.isinf(p) for p in expected) >= 3          # the empty and punctuation-free texts
+    assert sum(math.isinf(p) for p in expected) >= 3  # the empty and punctuation-free texts
     # The stage's column (float32) holds them too.
     stage = Perplexity(PerplexityConfig(), None)
     stage.setup()

@@ -7,12 +7,12 @@ from datetime import date
 
 import pyarrow as pa
 import pytest
-
 from phi_synth import make_documents
+
+from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
 from pipeline.phi.engine import PhiEngine
 from pipeline.phi.placeholders import PLACEHOLDERS
 from pipeline.stages.phi import PhiConfig, PhiDeidentify
-from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
 
 PLANTED = {
     "name": "Eleanor Vasquez-Hale", "mrn": "0012345", "date": "3/14/19", "date2": "March 14th",
@@ -23,16 +23,30 @@ PLANTED = {
 }
 NOTE = (
     f"Patient: {PLANTED['name']}\nMRN: {PLANTED['mrn']}\nSeen on {PLANTED['date']} and again on {PLANTED['date2']}; "
-    f"surgery {PLANTED['date3']}.\nThe patient is a {PLANTED['age']}-year-old widow followed by Dr. {PLANTED['doctor']}.\n"
+    f"surgery {PLANTED['date3']}.\nThe patient is a {PLANTED['age']}-year-old widow followed by "
+    f"Dr. {PLANTED['doctor']}.\n"
     f"Phone: {PLANTED['phone']}. Email: {PLANTED['email']}. SSN: {PLANTED['ssn']}.\n"
-    f"Address: {PLANTED['street']}, Cambridge, MA {PLANTED['zip']}.\nPortal login from {PLANTED['ip']} at {PLANTED['url']}.\n"
+    f"Address: {PLANTED['street']}, Cambridge, MA {PLANTED['zip']}.\n"
+    f"Portal login from {PLANTED['ip']} at {PLANTED['url']}.\n"
     f"Card {PLANTED['card']} on file; driver's license #: {PLANTED['dl']}; vehicle VIN: {PLANTED['vin']}.\n"
     f"Account number: {PLANTED['account']}.\n"
     "History: Parkinson's disease, Hodgkin lymphoma in 2009, Down syndrome excluded, Gram stain negative, "
     "Apgar 9, Crohn's disease; p < 0.05; 5 mg daily; BRCA1 negative; Cushing syndrome ruled out in 2012."
 )
-KEEP = ["Parkinson's disease", "Hodgkin lymphoma", "Down syndrome", "Gram stain", "Apgar 9", "Crohn's disease",
-        "2009", "2012", "p < 0.05", "5 mg daily", "BRCA1", "Cushing syndrome"]
+KEEP = [
+    "Parkinson's disease",
+    "Hodgkin lymphoma",
+    "Down syndrome",
+    "Gram stain",
+    "Apgar 9",
+    "Crohn's disease",
+    "2009",
+    "2012",
+    "p < 0.05",
+    "5 mg daily",
+    "BRCA1",
+    "Cushing syndrome",
+]
 DEV = ROOT / "data/deid-dev"
 TOKEN = re.compile(r"[A-Za-z0-9]+")
 
@@ -64,8 +78,10 @@ def dev_spans(engine, dev_slice):
 
 def _covered(results, start, end, text) -> bool:
     """Every token of text[start:end] lies inside some result span."""
-    return all(any(r.start <= start + m.start() and start + m.end() <= r.end for r in results)
-               for m in TOKEN.finditer(text[start:end]))
+    return all(
+        any(r.start <= start + m.start() and start + m.end() <= r.end for r in results)
+        for m in TOKEN.finditer(text[start:end])
+    )
 
 
 def _leaks(dev_slice, dev_spans, keep=lambda e, text: True):
@@ -88,8 +104,21 @@ def test_planted_identifiers_replaced_and_medicine_kept(engine):
         assert value not in text, f"{key} leaked"
     for value in KEEP:
         assert value in text, f"{value} was removed"
-    for entity in ("PERSON", "MEDICAL_RECORD", "DATE_TIME", "AGE", "PHONE_NUMBER", "EMAIL_ADDRESS", "US_SSN",
-                   "LOCATION", "IP_ADDRESS", "URL", "ACCOUNT_NUMBER", "LICENSE_NUMBER", "DEVICE_OR_VEHICLE_ID"):
+    for entity in (
+        "PERSON",
+        "MEDICAL_RECORD",
+        "DATE_TIME",
+        "AGE",
+        "PHONE_NUMBER",
+        "EMAIL_ADDRESS",
+        "US_SSN",
+        "LOCATION",
+        "IP_ADDRESS",
+        "URL",
+        "ACCOUNT_NUMBER",
+        "LICENSE_NUMBER",
+        "DEVICE_OR_VEHICLE_ID",
+    ):
         assert PLACEHOLDERS[entity] in text, entity
     assert counts["PERSON"] >= 2 and counts["DATE_TIME"] == 3
 
@@ -100,7 +129,7 @@ def test_leak_rate_on_labeled_synthetic_notes(engine):
     gold = [(k, v) for d in docs for k, v in d["gold"]]
 
     def survives(kind, value, text):
-        if kind == "AGE":           # a bare "92" is any count: an age leaks where it stays an age
+        if kind == "AGE":  # a bare "92" is any count: an age leaks where it stays an age
             return re.search(rf"(?<!\d){value}\s*-?\s*(?:year|yr|y/?o|y\.o)", text) is not None
         return value in text
 
@@ -129,18 +158,21 @@ def test_real_notes_recall_and_precision(dev_slice, dev_spans):
     assert changed / nonphi <= 0.01
 
 
-@pytest.mark.parametrize("name, keep, bound", [
-    # ALL-CAPS notes: "MR. EDWIN PRZYBYLO", "PER DR GRIMES".
-    ("all_caps_names", lambda e, t: "Name" in e["type"] and e["value"].isupper() and len(e["value"]) > 1, 0.10),
-    # lower-case names: "spoke with dr. peruzzi", "son bill".
-    ("lower_case_names", lambda e, t: "Name" in e["type"] and e["value"].islower() and len(e["value"]) > 1, 0.15),
-    # month/day dates without a year: "admitted 7/6".
-    ("month_day_dates", lambda e, t: e["type"] == "Date" and re.fullmatch(r"\d{1,2}/\d{1,2}", e["value"]), 0.05),
-    # towns and hospitals: "in Lansdowne", "transfer from Calvert Hospital".
-    ("towns_and_hospitals", lambda e, t: e["type"] == "Location", 0.30),
-    # pagers and phones: "Pager: #54321".
-    ("pagers_and_phones", lambda e, t: e["type"] == "Phone", 0.25),
-])
+@pytest.mark.parametrize(
+    "name, keep, bound",
+    [
+        # ALL-CAPS notes: "MR. EDWIN PRZYBYLO", "PER DR GRIMES".
+        ("all_caps_names", lambda e, t: "Name" in e["type"] and e["value"].isupper() and len(e["value"]) > 1, 0.10),
+        # lower-case names: "spoke with dr. peruzzi", "son bill".
+        ("lower_case_names", lambda e, t: "Name" in e["type"] and e["value"].islower() and len(e["value"]) > 1, 0.15),
+        # month/day dates without a year: "admitted 7/6".
+        ("month_day_dates", lambda e, t: e["type"] == "Date" and re.fullmatch(r"\d{1,2}/\d{1,2}", e["value"]), 0.05),
+        # towns and hospitals: "in Lansdowne", "transfer from Calvert Hospital".
+        ("towns_and_hospitals", lambda e, t: e["type"] == "Location", 0.30),
+        # pagers and phones: "Pager: #54321".
+        ("pagers_and_phones", lambda e, t: e["type"] == "Phone", 0.25),
+    ],
+)
 def test_real_notes_failure_classes(dev_slice, dev_spans, name, keep, bound):
     leaked, total = _leaks(dev_slice, dev_spans, keep)
     assert total >= 5, name
@@ -148,9 +180,11 @@ def test_real_notes_failure_classes(dev_slice, dev_spans, name, keep, bound):
 
 
 def test_numbers_that_are_not_dates_and_words_that_are_not_names(engine):
-    note = ("Resp: on PSV 5/5, then 12/5/40%. IVF 1/4 NS at 75. Pain 6/10. Strength 4/5 bilat. "
-            "Dobutamine at 5 mcg, dobutamine weaned. Will wean as tolerated. May need lasix. "
-            "Sats 95% on 4L; white thick sputum; gray stool; max HR 110. Foley draining.")
+    note = (
+        "Resp: on PSV 5/5, then 12/5/40%. IVF 1/4 NS at 75. Pain 6/10. Strength 4/5 bilat. "
+        "Dobutamine at 5 mcg, dobutamine weaned. Will wean as tolerated. May need lasix. "
+        "Sats 95% on 4L; white thick sputum; gray stool; max HR 110. Foley draining."
+    )
     (out,), _, _ = engine.redact_batch([note])
     assert out == note
 
@@ -179,27 +213,33 @@ def test_names_in_context_case_and_propagation(engine):
         "spoke with dr. peruzzi and mr. Logan about the plan.": ["peruzzi", "Logan"],
         "Mary Johnson was seen today. Johnson reports chest pain, Wilson aware.": ["Mary", "Johnson"],
         "Visitors: Oluwaseun Adeyemi and Nguyen Thi Lan came in.": ["Oluwaseun", "Adeyemi", "Nguyen"],
-        "Pager: #54321. Sent to Calvert Hospital 7/22, then lives in Catonsville.": ["54321", "Calvert", "7/22",
-                                                                                     "Catonsville"],
+        "Pager: #54321. Sent to Calvert Hospital 7/22, then lives in Catonsville.": [
+            "54321",
+            "Calvert",
+            "7/22",
+            "Catonsville",
+        ],
     }
     outs, _, _ = engine.redact_batch(list(cases))
     for out, values in zip(outs, cases.values()):
         for value in values:
             assert not re.search(rf"\b{re.escape(value)}\b", out), (value, out)
     # "Wilson" alone may be an eponym: kept whole or replaced whole, the sentence around it intact.
-    assert outs[2].endswith((" reports chest pain, Wilson aware.",
-                             f" reports chest pain, {PLACEHOLDERS['PERSON']} aware."))
+    assert outs[2].endswith(
+        (" reports chest pain, Wilson aware.", f" reports chest pain, {PLACEHOLDERS['PERSON']} aware.")
+    )
 
 
 def test_literature_profile_keeps_abstracts(literature_engine, english_texts):
     from eval_phi import EPONYM_MENTIONS
+
     texts = english_texts[:200]
     out, _, _ = literature_engine.redact_batch(texts)
     before = sum(len(EPONYM_MENTIONS.findall(t)) for t in texts)
     after = sum(len(EPONYM_MENTIONS.findall(t)) for t in out)
     assert before > 20 and after >= 0.99 * before
     spans = literature_engine.analyze_batch(texts)
-    changed = sum(len(t[r.start:r.end].split()) for t, rs in zip(texts, spans) for r in rs)
+    changed = sum(len(t[r.start : r.end].split()) for t, rs in zip(texts, spans) for r in rs)
     assert changed / sum(len(t.split()) for t in texts) < 0.002
     # Real abstracts hold next to no patient identifiers: at most one placeholder in 100 of them
     # (before the literature profile kept only a patient's, about 7 in 100).
@@ -215,15 +255,17 @@ def _surrogate_stage(tmp_path, monkeypatch, **options):
 
 def test_surrogates_keyed_by_value_across_documents(tmp_path, monkeypatch):
     stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep")
-    note = ("Mr. John Carter was admitted on 03/01/2019. Mr. Carter was discharged on 03/11/2019 by Dr. Lee. "
-            "Call (617) 555-0199.")
+    note = (
+        "Mr. John Carter was admitted on 03/01/2019. Mr. Carter was discharged on 03/11/2019 by Dr. Lee. "
+        "Call (617) 555-0199."
+    )
     out = stage.process(pa.table({"id": ["a", "b"], "text": [note, note]}))
     a, b = out["text"].to_pylist()
-    assert a == b                                       # identical notes stay identical: dedup removes them
+    assert a == b  # identical notes stay identical: dedup removes them
     assert "Carter" not in a and "617" not in a and "Lee" not in a
-    assert a.count("Mr. ") == 2 and "Dr. " in a         # titles are kept, names replaced
+    assert a.count("Mr. ") == 2 and "Dr. " in a  # titles are kept, names replaced
     full, alone = re.findall(r"Mr\. ([A-Z][a-z]+(?: [A-Z][a-z]+)?) was", a)
-    assert full.split()[-1] == alone                    # "John Carter" and "Carter": one surname
+    assert full.split()[-1] == alone  # "John Carter" and "Carter": one surname
     d1, d2 = (date(int(y), int(m), int(d)) for m, d, y in re.findall(r"(\d{1,2})/(\d{1,2})/(\d{4})", a))
     assert (d2 - d1).days == 10 and d1 != date(2019, 3, 1)
     rerun = stage.process(pa.table({"id": ["c"], "text": [note]}))["text"].to_pylist()[0]
@@ -254,13 +296,16 @@ def test_long_document_goes_through_in_pieces(engine, monkeypatch):
     note cut into pieces of 4,000: the same path as a 1.2 MB note in pieces of 100,000, at a
     thirtieth of the cost (spaCy's time grows with the text)."""
     from pipeline.phi import engine as phi_engine
-    body = ("Pt seen by Dr. Rutherford on 3/14/19, call (617) 555-0199. Vitals stable, plan unchanged. " * 40 + "\n")
-    big = body * 330                                    # ~1.2 MB: over spaCy's 1,000,000-character limit
+
+    body = "Pt seen by Dr. Rutherford on 3/14/19, call (617) 555-0199. Vitals stable, plan unchanged. " * 40 + "\n"
+    big = body * 330  # ~1.2 MB: over spaCy's 1,000,000-character limit
     pieces = phi_engine._pieces(big, phi_engine.MAX_PIECE)
     assert len(big) > 1_000_000 >= engine.nlp_engine.nlp["en"].max_length > phi_engine.MAX_PIECE
     assert len(pieces) > 10 and "".join(piece for _, piece in pieces) == big
-    assert all(len(piece) <= phi_engine.MAX_PIECE and piece.endswith("\n") and big.startswith(piece, offset)
-               for offset, piece in pieces)
+    assert all(
+        len(piece) <= phi_engine.MAX_PIECE and piece.endswith("\n") and big.startswith(piece, offset)
+        for offset, piece in pieces
+    )
     monkeypatch.setattr(phi_engine, "MAX_PIECE", 4_000)
     text = body * 11
     assert len(phi_engine._pieces(text, phi_engine.MAX_PIECE)) == 11
@@ -277,15 +322,17 @@ def test_a_document_the_engine_cannot_process_is_removed_not_passed(engine):
 def test_no_phi_value_in_stats_logs_or_removed(tmp_path):
     notes = [{"id": f"n{i}", "text": NOTE + f" Visit {i}."} for i in range(3)]
     src = write_jsonl(tmp_path / "notes.jsonl", notes)
-    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\n"
-                                            "stages: [normalize, phi, dedup_exact]\n")
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / 'run'}\nstages: [normalize, phi, dedup_exact]\n",
+    )
     proc = run_cli("-m", "pipeline", "run", "--config", str(cfg))
     run = tmp_path / "run"
     page = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", (run / "report.html").read_text())
     blobs = [proc.stderr, proc.stdout, (run / "manifest.json").read_text(), page]
     blobs += [p.read_text() for p in run.glob("stages/*/stats.json")]
     for key, value in PLANTED.items():
-        value = f"{value}-year-old" if key == "age" else value      # a bare "92" is any count
+        value = f"{value}-year-old" if key == "age" else value  # a bare "92" is any count
         for blob in blobs:
             assert value not in blob, key
     stats = json.loads((run / "stages/02_phi/stats.json").read_text())
@@ -298,9 +345,11 @@ def test_no_phi_value_in_stats_logs_or_removed(tmp_path):
 
 # ---------------------------------------------------------------- the learned name and place detector
 
+
 @pytest.fixture(scope="module")
 def detector():
     from pipeline.phi.detector import PhiDetector
+
     return PhiDetector()
 
 
@@ -321,6 +370,7 @@ def test_detector_finds_names_and_places_of_another_generator(detector):
     """Persons, towns, streets and facilities of mimesis (a generator the detector was not
     trained on) in letters, capitals, lower-case notes and address blocks of 27 locales."""
     from phi_synth_mimesis import make_mimesis_documents
+
     docs = make_mimesis_documents(120, seed=11)
     n, found = _value_tokens_found(detector, docs)
     assert n > 600 and found / n >= 0.85, found / n
@@ -331,6 +381,7 @@ def test_detector_finds_names_and_places_of_another_generator(detector):
 
 def test_detector_threshold_moves_recall(detector):
     from phi_synth_mimesis import make_mimesis_documents
+
     docs = make_mimesis_documents(60, seed=12)
     n, strict = _value_tokens_found(detector, docs, threshold=0.95)
     _, loose = _value_tokens_found(detector, docs, threshold=0.05)
@@ -344,14 +395,25 @@ def test_detector_training_is_deterministic(tmp_path):
     import os
     import subprocess
     import sys
+
     from phi_train_synth import make_training_documents
+
     from pipeline.phi.detector import PhiDetector, train
+
     docs = make_training_documents(80, seed=5)
     # the same text in another process whose string hashes differ (no set order leaks in)
-    code = ("import json, sys; sys.path.insert(0, 'scripts'); from phi_train_synth import make_training_documents; "
-            "print(json.dumps(make_training_documents(80, seed=5)))")
-    other = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    code = (
+        "import json, sys; sys.path.insert(0, 'scripts'); from phi_train_synth import make_training_documents; "
+        "print(json.dumps(make_training_documents(80, seed=5)))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
     assert json.loads(other.stdout) == json.loads(json.dumps(docs))
     examples = [(d["text"], d["spans"], None) for d in docs]
     a, b = tmp_path / "a.crfsuite", tmp_path / "b.crfsuite"
@@ -363,6 +425,7 @@ def test_detector_training_is_deterministic(tmp_path):
 
 def test_detector_model_is_checked_up_front(tmp_path):
     from pydantic import ValidationError
+
     bad = tmp_path / "model.crfsuite"
     bad.write_text("not a model")
     with pytest.raises(ValidationError, match="not a python-crfsuite model"):

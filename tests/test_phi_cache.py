@@ -243,14 +243,14 @@ def test_a_shard_the_cache_answers_whole_needs_no_engine(tmp_path, notes, monkey
         return ShardTask(RunPath.of(tmp_path / f"out-{name}"), InputShard(name, RunPath.of(path)), batch_size=8)
     seen, more = shard("seen", notes[:10]), shard("more", notes[:11])
     phi = make_stage(config, config.stage("phi"), stage_dirs_for(config))
-    assert not phi.runs_without_models("process_shard", seen)          # an empty cache
+    assert not phi.runs_without_models(phi.process_shard, seen)          # an empty cache
     phi.setup()
     phi.process_shard(seen)
 
     again = make_stage(config, config.stage("phi"), stage_dirs_for(config))
-    assert again.runs_without_models("process_shard", seen)
-    assert not again.runs_without_models("process_shard", more)
-    assert not again.runs_without_models("score_shard", seen)
+    assert again.runs_without_models(again.process_shard, seen)
+    assert not again.runs_without_models(again.process_shard, more)
+    assert not again.runs_without_models(again.score_shard, seen)
 
     def no_engine(self):
         raise AssertionError("the engine was loaded for a shard the cache answers")
@@ -261,4 +261,4 @@ def test_a_shard_the_cache_answers_whole_needs_no_engine(tmp_path, notes, monkey
     assert read_arrow_dir(tmp_path / "out-again" / "data") == read_arrow_dir(tmp_path / "out-seen" / "data")
     # Surrogates are built at setup: never without models.
     again.config = again.config.model_copy(update={"mode": "surrogate"})
-    assert not again.runs_without_models("process_shard", seen)
+    assert not again.runs_without_models(again.process_shard, seen)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import read_arrow_dir, run_cli, run_in_process, write_config, write_jsonl
-from pipeline.phi.identifiers import pseudonymize
+from pipeline.stages.phi.identifiers import pseudonymize
 
 KEY = "9f2c4e1a7b3d5c6e8f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6a"
 OTHER_KEY = "0" * 63 + "1"
@@ -245,7 +245,7 @@ def test_card_counts_phi_by_type_and_inspect_refuses_the_stages_before_phi(clini
     for args in (["--stage", "heuristics"], ["--stage", "03_phi"], ["--reason", "too_few_words"]):
         code, listed, err = run_in_process("inspect", out, *args)
         assert code == 2 and not listed and len(err.strip().splitlines()) == 1
-        assert "runs at or before phi in a clinical run" in err and "--summary" in err
+        assert "at or before its chain's clinical de-identification" in err and "--summary" in err
     code, summary, _ = run_in_process("inspect", out, "--summary", "--json")
     assert code == 0 and json.loads(summary)["stages"][1]["removed"] == {"gopher_too_many_words": 1, "too_few_words": 1}
     code, listed, err = run_in_process("inspect", out, "--json")

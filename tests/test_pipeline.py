@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.stages.pack import shuffle_keys, steps_per_epoch
 from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+from pipeline.stages.pack import shuffle_keys, steps_per_epoch
 
 TINY = ROOT / "configs/tiny.yaml"
 # Hold timings; the dataset card (final/README.md), like the manifest, quotes the config file and options.
@@ -111,13 +111,27 @@ def test_single_stage_group_and_any_file(reference_run, tmp_path):
     assert "[07_dedup_exact] running" in proc.stderr and "[08_dedup_minhash] running" in proc.stderr
     assert _files(run) == _files(reference_run)
     # Retuned threshold: the stage reruns (its config changed), nothing else is touched.
-    retuned = write_config(tmp_path / "r.yaml", cfg.read_text().replace("dedup_minhash: {}", "dedup_minhash: {threshold: 0.5}"))
+    retuned = write_config(
+        tmp_path / "r.yaml", cfg.read_text().replace("dedup_minhash: {}", "dedup_minhash: {threshold: 0.5}")
+    )
     proc = run_cli("-m", "pipeline.stage", "dedup_minhash", "--config", str(retuned))
     assert "[08_dedup_minhash] running" in proc.stderr
     # Any .jsonl of {"id", "text"} rows, written to any folder.
-    src = write_jsonl(tmp_path / "x.jsonl", [{"id": "a", "text": "same text here"}, {"id": "b", "text": "same text here"},
-                                             {"id": "c", "text": "other"}])
-    run_cli("-m", "pipeline.stage", "dedup_exact", "--config", str(cfg), "--input", str(src), "--output", str(tmp_path / "one"))
+    src = write_jsonl(
+        tmp_path / "x.jsonl",
+        [{"id": "a", "text": "same text here"}, {"id": "b", "text": "same text here"}, {"id": "c", "text": "other"}],
+    )
+    run_cli(
+        "-m",
+        "pipeline.stage",
+        "dedup_exact",
+        "--config",
+        str(cfg),
+        "--input",
+        str(src),
+        "--output",
+        str(tmp_path / "one"),
+    )
     stats = json.loads((tmp_path / "one/stats.json").read_text())
     assert stats["removed"] == {"exact_duplicate": 1} and (tmp_path / "one/_SUCCESS").exists()
     removed = read_arrow_dir(tmp_path / "one/removed").to_pylist()
@@ -125,7 +139,9 @@ def test_single_stage_group_and_any_file(reference_run, tmp_path):
 
 
 def test_stage_needs_its_previous_stage(tmp_path):
-    cfg = write_config(tmp_path / "c.yaml", TINY.read_text().replace("output_dir: runs/tiny", f"output_dir: {tmp_path / 'empty'}"))
+    cfg = write_config(
+        tmp_path / "c.yaml", TINY.read_text().replace("output_dir: runs/tiny", f"output_dir: {tmp_path / 'empty'}")
+    )
     proc = run_cli("-m", "pipeline.stage", "pack", "--config", str(cfg), check=False)
     assert proc.returncode == 2 and "has not finished" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -133,9 +149,20 @@ def test_stage_needs_its_previous_stage(tmp_path):
 def test_stages_command_lists_every_stage_and_group():
     listed = run_cli("-m", "pipeline", "stages").stdout.splitlines()
     lines = {line.split()[0]: line.split(None, 1)[1] for line in listed}
-    stages = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi", "dedup_exact", "dedup_minhash",
-              "split", "tokenizer", "pack"]
-    assert [name for name in lines if name in stages] == stages          # in chain order, one line each
+    stages = [
+        "normalize",
+        "langid",
+        "perplexity",
+        "heuristics",
+        "toxicity",
+        "phi",
+        "dedup_exact",
+        "dedup_minhash",
+        "split",
+        "tokenizer",
+        "pack",
+    ]
+    assert [name for name in lines if name in stages] == stages  # in chain order, one line each
     assert all(lines[name] and not lines[name].startswith("group:") for name in stages)
     assert lines["dedup"] == "group: dedup_exact -> dedup_minhash"
     assert lines["filters"] == "group: langid -> perplexity -> heuristics -> toxicity"
@@ -145,11 +172,13 @@ def test_exit_handlers_run_although_the_command_skips_the_teardown(tmp_path):
     """The CLI leaves with os._exit after a success (no module teardown), but a plugin's or a
     library's atexit handler still runs."""
     mark = tmp_path / "handler-ran"
-    code = ("import atexit, sys\n"
-            f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
-            "sys.argv = ['medprep', 'stages']\n"
-            "from pipeline.cli import entry\n"
-            "entry()\n")
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+        "sys.argv = ['medprep', 'stages']\n"
+        "from pipeline.cli import entry\n"
+        "entry()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "normalize" in proc.stdout
     assert mark.read_text() == "ran"
@@ -160,8 +189,14 @@ def test_output_into_a_closed_pipe_ends_without_a_traceback():
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = subprocess.run([sys.executable, "-m", "pipeline", "stages"], stdout=write_end, stderr=subprocess.PIPE,
-                              cwd=ROOT, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pipeline", "stages"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
@@ -186,6 +221,7 @@ def test_keep_final_leaves_the_outputs_and_the_record_and_states_the_size(refere
     proc = run_cli("-m", "pipeline.stage", "split", "--config", str(cfg), check=False)
     again = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(out))
     assert "[01_normalize] running" in again.stderr and "[11_pack] running" in again.stderr
-    assert {k: v for k, v in _files(out).items() if k.startswith("final/")} == \
-        {k: v for k, v in kept.items() if k.startswith("final/")}
+    assert {k: v for k, v in _files(out).items() if k.startswith("final/")} == {
+        k: v for k, v in kept.items() if k.startswith("final/")
+    }
     assert proc.returncode != 0

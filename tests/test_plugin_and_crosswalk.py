@@ -116,7 +116,7 @@ def test_the_plugin_counts_its_removals_by_reason_and_shows_them(runs):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_the_crosswalk_holds_every_note_with_two_workers_and_five_shards(runs):
-    from pipeline.phi.identifiers import pseudonymize
+    from pipeline.stages.phi.identifiers import pseudonymize
     kept = [note["id"] for note, reason in zip(_notes(), _reasons()) if reason is None]
     assert len(kept) > 15
     expected = [["pseudonym", "id"]] + [[p, i] for p, i in zip(pseudonymize(kept, bytes.fromhex(KEY)), kept)]
@@ -131,6 +131,7 @@ def test_the_plugin_retunes_from_its_stored_scores(tmp_path, monkeypatch):
     """A threshold-only change decides again from the stored score columns (score() is never
     called), to the bytes of a fresh run with the new threshold."""
     from medprep_digits import DigitsFilter
+
     from pipeline.config import load_config
     from pipeline.runner import run_chain
     src = write_jsonl(tmp_path / "notes.jsonl", _notes()[:30])

@@ -34,10 +34,10 @@ def test_json_lines_hold_counts_and_times_only(monkeypatch, capsys):
         shown.report((phase - 1, 1), 25)          # a late report of an earlier phase: not counted
         time.sleep(0.2)
         shown.task_done((phase, 0))
-    lines = [json.loads(l) for l in capsys.readouterr().err.splitlines()]
-    assert lines and all(set(l) == {"event", "stage", "phase", "done", "total", "unit", "rate", "elapsed", "eta",
-                                     "workers"} for l in lines)
-    assert {(l["done"], l["total"], l["unit"], l["workers"]) for l in lines[:-1]} == {(10, 60, "doc", 2)}
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert lines and all(set(line) == {"event", "stage", "phase", "done", "total", "unit", "rate", "elapsed", "eta",
+                                        "workers"} for line in lines)
+    assert {(line["done"], line["total"], line["unit"], line["workers"]) for line in lines[:-1]} == {(10, 60, "doc", 2)}
     assert lines[-1]["done"] == 30                 # the last line, at the stage's end
 
 
@@ -60,7 +60,7 @@ def test_worker_processes_report_documents_batch_by_batch(tmp_path, monkeypatch)
                                   "--log-format", "json")
     assert code in (0, None), err
     assert heard and sum(n for _, n in heard) >= 120 and {n for _, n in heard} == {20}
-    end = [json.loads(l) for l in err.splitlines() if '"stage_end"' in l][0]
+    end = [json.loads(line) for line in err.splitlines() if '"stage_end"' in line][0]
     assert end["docs_in"] == 120
 
 

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from conftest import RAW, read_arrow_dir, run_cli, write_config
 from pipeline.config import InputConfig
 from pipeline.readers import read_documents
-from conftest import RAW, read_arrow_dir, run_cli, write_config
 
 
 def _read(paths, **kw):
@@ -48,7 +48,11 @@ def test_compressed_jsonl_parquet_text_and_hf(tmp_path):
         docs, aside = _read([tmp_path / name])
         assert [d["text"] for d in docs] == [r["text"] for r in rows] and not aside
     docs, aside = _read([tmp_path / "c.parquet"])
-    assert len(docs) == 5 and docs[0]["year"] == 0 and aside == [(f"{tmp_path / 'c.parquet'}:row5", "malformed_missing_text")]
+    assert (
+        len(docs) == 5
+        and docs[0]["year"] == 0
+        and aside == [(f"{tmp_path / 'c.parquet'}:row5", "malformed_missing_text")]
+    )
     docs, _ = _read([tmp_path / "d.txt"])
     assert docs == [{"id": str(tmp_path / "d.txt"), "text": "one\n\ntwo\n"}]
     docs, _ = _read([tmp_path / "d.txt"], text_unit="line")
@@ -72,17 +76,21 @@ def test_pubmed_xml_sections_languages_and_other_abstracts():
 
 def test_malformed_input_survives_a_run_and_is_counted(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_bytes(b'{"id": "a", "text": "A perfectly fine document about the heart."}\n{"id": "b", "text": \n'
-                     b'{"id": "c", "text": "   "}\n{"id": "d", "text": "caf\xe9"}\n')
-    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{path}]}}\noutput_dir: {tmp_path / 'run'}\n"
-                                            "stages: [normalize, dedup_exact]\n")
+    path.write_bytes(
+        b'{"id": "a", "text": "A perfectly fine document about the heart."}\n{"id": "b", "text": \n'
+        b'{"id": "c", "text": "   "}\n{"id": "d", "text": "caf\xe9"}\n'
+    )
+    cfg = write_config(
+        tmp_path / "c.yaml",
+        f"input: {{paths: [{path}]}}\noutput_dir: {tmp_path / 'run'}\nstages: [normalize, dedup_exact]\n",
+    )
     run_cli("-m", "pipeline.stage", "normalize", "--config", str(cfg))
     stats = json.loads((tmp_path / "run/stages/01_normalize/stats.json").read_text())
     assert stats["docs_in"] == 4 and stats["docs_out"] == 1
     assert stats["removed"] == {"empty_text": 1, "malformed_bad_json": 1, "malformed_undecodable": 1}
     removed = read_arrow_dir(tmp_path / "run/stages/01_normalize/removed").to_pylist()
     assert {r["id"] for r in removed} == {f"{path}:2", "c", f"{path}:4"}
-    assert "text" not in removed[0]                      # no text in removed/ unless asked
+    assert "text" not in removed[0]  # no text in removed/ unless asked
 
 
 # ---- PubMed XML: the citation cut and the incremental parser give the same documents -------
@@ -94,6 +102,7 @@ def _pubmed(path):
     from pathlib import Path
 
     from pipeline.readers import pubmed_xml
+
     docs, aside = [], []
     for b in pubmed_xml.read(Path(path), None, 100):
         docs.extend(b.table.to_pylist())
@@ -106,6 +115,7 @@ def _pubmed_parsed(path):
     from pathlib import Path
 
     from pipeline.readers import pubmed_xml
+
     batcher = pubmed_xml.RowBatcher(pubmed_xml.SCHEMA, 100)
     docs = []
     for elem in pubmed_xml._citations_parsed(Path(path), batcher):
@@ -121,6 +131,7 @@ def _cut_count(path):
     from pathlib import Path
 
     from pipeline.readers import pubmed_xml
+
     done = [0]
     try:
         for _ in pubmed_xml._citations_cut(Path(path), done):
@@ -144,9 +155,10 @@ def test_pubmed_citation_cut_gives_the_parsers_documents(tmp_path):
     # markup, a processing instruction, CRLF line ends, attributes in single quotes.
     first = xml.index(b"<AbstractText")
     first = xml.index(b">", first) + 1
-    xml = (xml[:first] + b"&lt;5 &amp; &#x3b1;-<i>beta</i>\r\n<sup>2</sup><?pmcsd ?> " + xml[first:])
-    xml = xml.replace(b'<MedlineCitation Status="MEDLINE" Owner="NLM">',
-                      b"<MedlineCitation Status='MEDLINE' Owner='NLM'\n>", 3)
+    xml = xml[:first] + b"&lt;5 &amp; &#x3b1;-<i>beta</i>\r\n<sup>2</sup><?pmcsd ?> " + xml[first:]
+    xml = xml.replace(
+        b'<MedlineCitation Status="MEDLINE" Owner="NLM">', b"<MedlineCitation Status='MEDLINE' Owner='NLM'\n>", 3
+    )
     for name in ("plain.xml.gz", "plain.xml"):
         path = _write_xml(tmp_path / name, xml)
         assert _cut_count(path) == (xml.count(b"</MedlineCitation>"), True)
@@ -162,15 +174,16 @@ def test_pubmed_unusual_xml_goes_to_the_parser_from_where_the_cut_stopped(tmp_pa
         "comment": xml[:middle] + b"<!-- <MedlineCitation><PMID>1</PMID></MedlineCitation> -->" + xml[middle:],
         "cdata": xml[:middle] + b"<X><![CDATA[</MedlineCitation>]]></X>" + xml[middle:],
         "latin1": xml.replace(b'encoding="utf-8"', b'encoding="ISO-8859-1"', 1),
-        "entity": re.sub(rb"<!DOCTYPE[^>]*>", b"<!DOCTYPE PubmedArticleSet [<!ENTITY nlm 'NLM'>]>", xml, count=1)
-                    .replace(b"<AbstractText>", b"<AbstractText>&nlm; ", 1),
+        "entity": re.sub(
+            rb"<!DOCTYPE[^>]*>", b"<!DOCTYPE PubmedArticleSet [<!ENTITY nlm 'NLM'>]>", xml, count=1
+        ).replace(b"<AbstractText>", b"<AbstractText>&nlm; ", 1),
     }
     for name, data in variants.items():
         path = _write_xml(tmp_path / f"{name}.xml.gz", data)
         done, whole = _cut_count(path)
         assert not whole, name
         assert _pubmed(path) == _pubmed_parsed(path), name
-    assert _cut_count(tmp_path / "comment.xml.gz")[0] > 100      # it stopped midway, not at the start
+    assert _cut_count(tmp_path / "comment.xml.gz")[0] > 100  # it stopped midway, not at the start
 
 
 def test_pubmed_broken_and_truncated_xml_keep_every_citation_before_the_fault(tmp_path):
@@ -180,10 +193,10 @@ def test_pubmed_broken_and_truncated_xml_keep_every_citation_before_the_fault(tm
     before = xml[:cut] + b"</PubmedArticleSet>\n"
     kept, _ = _pubmed_parsed(_write_xml(tmp_path / "before.xml", before))
     # A broken tag in citation 201: the 200 before it are kept, the fault named by its line.
-    broken = xml[:cut] + xml[cut:].replace(b"<PMID Version=\"1\">", b"<PMID Version=\"1\"", 1)
+    broken = xml[:cut] + xml[cut:].replace(b'<PMID Version="1">', b'<PMID Version="1"', 1)
     path = _write_xml(tmp_path / "broken.xml.gz", broken)
     docs, aside = _pubmed(path)
-    line = broken[:broken.index(b"<PMID Version=\"1\"", cut)].count(b"\n") + 1
+    line = broken[: broken.index(b'<PMID Version="1"', cut)].count(b"\n") + 1
     assert docs == kept
     assert aside[-1] == (f"{path}:{line}", "malformed_bad_xml")
     assert aside[-1] == _pubmed_parsed(path)[1][-1]
@@ -199,9 +212,11 @@ def test_pubmed_broken_and_truncated_xml_keep_every_citation_before_the_fault(tm
 
 # ---- PubMed XML cut here, parsed elsewhere: the same documents, batches and faults -----------
 
+
 def _up(executor):
     """The executor with its worker processes started and up."""
     import time
+
     executor.prestart(None)
     deadline = time.monotonic() + 120
     while not executor.ready() and time.monotonic() < deadline:
@@ -216,6 +231,7 @@ class _StartsLate:
 
     def __init__(self, calls: int):
         from pipeline.executor import LocalExecutor
+
         self.executor = _up(LocalExecutor(2))
         self.calls = calls
 
@@ -235,6 +251,7 @@ def _pubmed_chunked(path, executor, folder):
     from pipeline.ingest import ChunkParser
     from pipeline.readers import pubmed_xml
     from pipeline.runpath import RunPath
+
     parser = ChunkParser(executor, RunPath.of(folder), 100)
     docs, aside, sizes = [], [], []
     for b in pubmed_xml.read(Path(path), None, 100, parser):
@@ -249,6 +266,7 @@ def _pubmed_batches(path):
     from pathlib import Path
 
     from pipeline.readers import pubmed_xml
+
     docs, aside, sizes = [], [], []
     for b in pubmed_xml.read(Path(path), None, 100):
         docs.extend(b.table.to_pylist())
@@ -263,11 +281,13 @@ def _fault_variants(tmp_path) -> dict:
     xml = gzip.decompress(TINY.read_bytes())
     middle = xml.index(b"<PubmedArticle>", len(xml) // 2)
     starts = [i for i in range(len(xml)) if xml.startswith(b"<PubmedArticle>", i)]
-    broken = xml[:starts[200]] + xml[starts[200]:].replace(b"<PMID Version=\"1\">", b"<PMID Version=\"1\"", 1)
+    broken = xml[: starts[200]] + xml[starts[200] :].replace(b'<PMID Version="1">', b'<PMID Version="1"', 1)
     whole = gzip.compress(xml, mtime=0)
-    paths = {"plain": _write_xml(tmp_path / "plain.xml.gz", xml),
-             "comment": _write_xml(tmp_path / "comment.xml.gz", xml[:middle] + b"<!-- x -->" + xml[middle:]),
-             "broken": _write_xml(tmp_path / "broken.xml.gz", broken)}
+    paths = {
+        "plain": _write_xml(tmp_path / "plain.xml.gz", xml),
+        "comment": _write_xml(tmp_path / "comment.xml.gz", xml[:middle] + b"<!-- x -->" + xml[middle:]),
+        "broken": _write_xml(tmp_path / "broken.xml.gz", broken),
+    }
     paths["short"] = tmp_path / "short.xml.gz"
     paths["short"].write_bytes(whole[: len(whole) * 2 // 3])
     return paths
@@ -279,6 +299,7 @@ def test_pubmed_citations_parsed_in_chunks_give_the_same_batches_and_faults(tmp_
     chunks are parsed in this process (one worker) or by two worker processes."""
     from pipeline.executor import LocalExecutor
     from pipeline.readers import pubmed_xml
+
     monkeypatch.setattr(pubmed_xml, "CHUNK_CITATIONS", 16)
     paths = _fault_variants(tmp_path)
     one, two = LocalExecutor(1), _up(LocalExecutor(2))
@@ -290,7 +311,7 @@ def test_pubmed_citations_parsed_in_chunks_give_the_same_batches_and_faults(tmp_
             assert tuple(here) == expected and written == 0, name
             *there, written = _pubmed_chunked(path, two, tmp_path / f"{name}-2")
             assert tuple(there) == expected, name
-            assert written > 5, name                  # the workers parsed chunks
+            assert written > 5, name  # the workers parsed chunks
         assert any(r == "malformed_bad_xml" for _, r in _pubmed_batches(paths["broken"])[1])
         assert any(r == "malformed_truncated" for _, r in _pubmed_batches(paths["short"])[1])
     finally:
@@ -305,6 +326,7 @@ def test_pubmed_chunks_cut_while_the_workers_start_wait_or_are_parsed_here(tmp_p
     from pipeline.ingest import ChunkParser
     from pipeline.readers import pubmed_xml, read_documents
     from pipeline.runpath import RunPath
+
     monkeypatch.setattr(pubmed_xml, "CHUNK_CITATIONS", 16)
     paths = _fault_variants(tmp_path)
     late = _StartsLate(calls=6)
@@ -317,7 +339,7 @@ def test_pubmed_chunks_cut_while_the_workers_start_wait_or_are_parsed_here(tmp_p
             late.calls = 10
             *got, written = _pubmed_chunked(paths[name], late, tmp_path / f"{name}-late")
             assert tuple(got) == expected, name
-            assert 0 < written < on_workers, name      # some windows parsed here, the rest on the workers
+            assert 0 < written < on_workers, name  # some windows parsed here, the rest on the workers
         folder = RunPath.of(tmp_path / "limited")
         cfg = InputConfig(paths=[str(paths["plain"])], limit=150)
         parser = ChunkParser(late, folder, 100)

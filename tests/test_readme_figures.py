@@ -69,10 +69,14 @@ def test_every_figures_block_is_on_a_page():
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for name, _ in BLOCK.findall(page.read_text(encoding="utf-8")):
             names[name] = page.name
-    proc = run_cli("-c", "import sys; sys.path.insert(0, 'scripts'); import readme_figures as r; print(' '.join(r.RENDERERS))")
+    proc = run_cli(
+        "-c", "import sys; sys.path.insert(0, 'scripts'); import readme_figures as r; print(' '.join(r.RENDERERS))"
+    )
     assert set(proc.stdout.split()) == set(names), names
-    inline = {p.name: len(re.findall(r"<!-- fig ", p.read_text(encoding="utf-8")))
-              for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]}
+    inline = {
+        p.name: len(re.findall(r"<!-- fig ", p.read_text(encoding="utf-8")))
+        for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    }
     assert inline["README.md"] >= 5 and inline["phi.md"] >= 20 and inline["tokenizer.md"] >= 20, inline
 
 
@@ -98,7 +102,7 @@ def test_readme_is_a_newcomers_page(tmp_path):
     start = next((i for i, line in enumerate(lines) if line.strip() == "```yaml"), None)
     assert start is not None and start < 120, "no ```yaml block starting in README's first 120 lines"
     end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
-    text = "\n".join(lines[start + 1:end])
+    text = "\n".join(lines[start + 1 : end])
     config = yaml.safe_load(text)
     names = [next(iter(entry)) for entry in config["stages"]]
     assert names and all(name in REGISTRY for name in names), names

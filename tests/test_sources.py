@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from conftest import RAW, ROOT, read_arrow_dir, run_in_process, write_config, write_jsonl
-
 from pipeline.config import load_config
 from pipeline.errors import ConfigError
 
@@ -212,8 +209,8 @@ def test_mix_repeats_the_smaller_source_to_its_share(two_sources):
 
 
 def test_mix_epochs_and_impossible_mixes():
+    from pipeline.engines.mixing import plan_epochs
     from pipeline.errors import UserError
-    from pipeline.mixing import plan_epochs
     epochs = plan_epochs({"pubmed": 8_000, "notes": 500}, {"pubmed": {"weight": 0.8, "max_epochs": 1},
                                                            "notes": {"weight": 0.2, "max_epochs": 4}})
     assert epochs == {"pubmed": 1.0, "notes": pytest.approx(4.0)}
@@ -224,7 +221,7 @@ def test_mix_epochs_and_impossible_mixes():
 
 
 def test_window_shares_over_every_window_of_rows():
-    from pipeline.mixing import sliding_window_shares
+    from pipeline.engines.mixing import sliding_window_shares
     # Rows of 10 tokens: source 0, 1, 0, 0, then 1 (two documents of 5); windows of 2 rows.
     shares = sliding_window_shares(np.array([10, 10, 10, 10, 5, 5]), np.array([0, 1, 0, 0, 1, 1]), 2, 10, 2)
     assert shares.tolist() == [[0.5, 0.5], [0.5, 0.5], [1.0, 0.0], [0.5, 0.5]]
@@ -255,7 +252,7 @@ def test_tokenizer_learns_from_a_sample_drawn_by_the_mix(two_sources):
 def test_megatron_files_per_source_and_the_blend_that_reproduces_the_mix(two_sources):
     """With formats: [megatron], each source's own documents (unrepeated) in its own indexed
     dataset, in packing order, and the --data-path value weighting them by the mix."""
-    from pipeline.writers import read_megatron
+    from pipeline.stages.pack.writers import read_megatron
     run = two_sources["run"]
     manifest = json.loads((run / "manifest.json").read_text())
     megatron, mix = manifest["megatron"], manifest["mix"]
@@ -344,3 +341,86 @@ def test_two_sources_give_the_same_bytes_under_local_and_ray(ray_instance, tmp_p
             "stages/02_dedup_exact/removed/pubmed.00000.arrow"} <= set(runs["local"])
     manifest = json.loads((tmp_path / "ray/manifest.json").read_text())
     assert manifest["executor"]["kind"] == "ray" and manifest["mix"]["sources"]["reports"]["repeated_tokens"] > 0
+
+
+@pytest.fixture(scope="module")
+def medbot_run(tmp_path_factory):
+    """configs/medbot.yaml's chains (abstracts with the literature profile; private clinical
+    notes with the clinical one; the shared tail) on 150 records and 12 notes."""
+    import yaml
+    tmp = tmp_path_factory.mktemp("medbot")
+    raw = yaml.safe_load((ROOT / "configs/medbot.yaml").read_text())
+    raw["output_dir"] = str(tmp / "run")
+    raw["progress"] = False
+    raw["sources"]["pubmed"]["input"] = {"paths": [str(RAW)], "limit": 150}
+    raw["sources"]["notes"]["input"] = {"paths": [str(ROOT / "data/deid-dev/notes.jsonl")], "limit": 12}
+    for entry in raw["stages"]:
+        (name, options), = entry.items()
+        if name == "tokenizer":
+            options.update(vocab_size=600, compare=[])
+        elif name == "pack":
+            options.update(seq_len=128, batch_size=4, formats=["datasets"])
+        elif name == "decontaminate":
+            for bench in options["benchmarks"]:
+                bench["path"] = str(ROOT / bench["path"])
+    # Short notes leave at heuristics: documents removed in the private chain, before its phi.
+    raw["sources"]["notes"]["stages"][1]["heuristics"]["min_words"] = 150
+    raw["sources"]["pubmed"]["stages"][2]["perplexity"]["model_path"] = str(ROOT / "data/models/pubmed_lm.binary")
+    config = tmp / "medbot.yaml"
+    config.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, _, err = run_in_process("run", "--config", config)
+    assert code == 0, err
+    return tmp / "run"
+
+
+@pytest.mark.slow            # the medbot-shaped run: ~30 s of chain, shared by the tests below
+def test_inspect_names_a_multi_source_runs_stages_by_source(medbot_run):
+    from pipeline.errors import UserError
+    from pipeline.inspect import removed_documents, summary
+    manifest = json.loads((medbot_run / "manifest.json").read_text())
+    data = summary(medbot_run)
+    # Both sources' documents are read (not the first chain's alone).
+    assert data["docs_read"] == manifest["docs_read"] == sum(f["docs_read"] for f in manifest["sources"].values())
+    labels = [s["stage"] for s in data["stages"]]
+    assert labels[:2] == ["pubmed.normalize", "pubmed.langid"] and "notes.heuristics" in labels
+    assert data["docs_kept"] == manifest["stages"][-1]["docs_out"]
+    # A source's stage by SOURCE.STAGE, by its name alone, and its folder.
+    by_label = removed_documents(medbot_run, "pubmed.normalize", limit=3)
+    assert by_label["matching"] == manifest["sources"]["pubmed"]["stages"][0]["removed"]["no_abstract"] > 0
+    assert {d["stage"] for d in by_label["documents"]} == {"pubmed.normalize"}
+    assert removed_documents(medbot_run, "langid")["matching"] == sum(
+        manifest["sources"]["pubmed"]["stages"][1]["removed"].values())
+    assert removed_documents(medbot_run, "01_pubmed.normalize", limit=1)["matching"] == by_label["matching"]
+    # The notes' chain up to its clinical phi is private; the abstracts' (literature) is not.
+    with pytest.raises(UserError, match="notes.heuristics' runs at or before its chain's clinical de-identification"):
+        removed_documents(medbot_run, "notes.heuristics")
+    with pytest.raises(UserError, match="no stage 'web.langid'.*pubmed.langid"):
+        removed_documents(medbot_run, "web.langid")
+    both = removed_documents(medbot_run, "heuristics", limit=50)
+    assert {d["stage"] for d in both["documents"]} <= {"pubmed.heuristics"}
+    assert manifest["sources"]["notes"]["stages"][1]["removed"]["too_few_words"] > 0
+    assert any("notes.heuristics" in n for n in both["notes"])
+    everything = removed_documents(medbot_run, limit=500)
+    assert not any(d["stage"].startswith("notes.") for d in everything["documents"])
+    assert everything["shown"] == sum(sum(s["removed"].values()) for s in manifest["stages"]
+                                      if s.get("source") != "notes")
+
+
+@pytest.mark.slow
+def test_report_and_card_read_the_same_record_of_a_multi_source_run(medbot_run):
+    from pipeline.finished_run import FinishedRun
+    run = FinishedRun(medbot_run)
+    assert [s.label for s in run.stages][:2] == ["pubmed.normalize", "pubmed.langid"]
+    assert [[s.label for s in chain][-1] for chain in run.chains()] == ["pubmed.phi", "notes.phi", "pack"]
+    tail = next(s for s in run.stages if s.label == "dedup_exact")
+    assert [p.label for p in run.previous(tail)] == ["pubmed.phi", "notes.phi"]
+    assert run.stages[0].options == {} and run.stages[1].options == {"keep": ["en"], "min_score": 0.65}
+    report = (medbot_run / "report.html").read_text()
+    card = (medbot_run / "final/README.md").read_text()
+    for s in run.stages:
+        assert s.label in report
+        assert f"{s.position:02d} {s.label} | {s.stats['docs_in']:,} |" in card
+    # Every stage of the notes' chain up to phi is listed without a command; the others with one.
+    assert "inspect " + str(run.dir) + " --stage notes.heuristics" not in report
+    assert "--stage pubmed.normalize --reason no_abstract" in report
+    assert f"{run.docs_read:,} input documents" in card

@@ -15,7 +15,7 @@ from pipeline.phi.placeholders import placeholder_tokens
 from pipeline.shards import StageOutput
 from pipeline.stages.base import RunContext
 from pipeline.stages.tokenizer import TOKENIZER_FILE, TokenizerConfig, TrainTokenizer
-from pipeline.tokenizer_compare import gpt2_tokenizer
+from pipeline.stages.tokenizer.compare import gpt2_tokenizer
 
 
 def run_tokenizer(tmp_path: Path, texts: list[str], splits: list[str] | None = None, cache: dict | None = None,
@@ -210,7 +210,7 @@ def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_te
 def test_reference_figures_come_from_the_cache_only_for_the_same_validation_texts(tmp_path, english_texts):
     """A retune retrains the tokenizer on a changed train split; the general tokenizers' figures
     on an unchanged validation split are read from the run's cache, equal to computing them."""
-    import pipeline.tokenizer_compare as tc
+    import pipeline.stages.tokenizer.compare as tc
 
     texts = english_texts[:180]
     splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
@@ -233,13 +233,15 @@ def test_reference_figures_come_from_the_cache_only_for_the_same_validation_text
         tc.Reference.load = real_load
     assert again["comparison_cache"] == {"hits": 4, "misses": 0}
     assert loads == ["gpt2", "cl100k", "o200k"]          # the uncached run only
-    assert again["comparison"] == uncached["comparison"] and again["comparison_examples"] == uncached["comparison_examples"]
+    assert again["comparison"] == uncached["comparison"]
+    assert again["comparison_examples"] == uncached["comparison_examples"]
     assert again["comparison_corpus"] == uncached["comparison_corpus"]
     assert list(again["comparison"]) == list(uncached["comparison"]) == ["trained", "gpt2", "cl100k", "o200k"]
     # A validation document fewer: every reference is measured again.
     keep = [i for i in range(len(texts)) if i != 6]
-    changed, _ = run_tokenizer(tmp_path / "d", [texts[i] for i in keep], [splits[i] for i in keep],
-                               cache=cache, vocab_size=2000)
+    changed, _ = run_tokenizer(
+        tmp_path / "d", [texts[i] for i in keep], [splits[i] for i in keep], cache=cache, vocab_size=2000
+    )
     assert changed["comparison_cache"] == {"hits": 0, "misses": 4}
     assert changed["comparison_corpus"]["documents"] == first["comparison_corpus"]["documents"] - 1
 
@@ -258,8 +260,12 @@ def test_mode_options_are_checked():
 
     assert TokenizerConfig(tokenizer_path="x.json").mode == "load"
     assert TokenizerConfig().mode == "train"
-    for bad in ({"mode": "extend"}, {"mode": "train", "tokenizer_path": "x.json"},
-                {"compare_files": {"gpt2": "x.json"}}, {"compare": ["gpt5"]}):
+    for bad in (
+        {"mode": "extend"},
+        {"mode": "train", "tokenizer_path": "x.json"},
+        {"compare_files": {"gpt2": "x.json"}},
+        {"compare": ["gpt5"]},
+    ):
         with pytest.raises(ValidationError):
             TokenizerConfig(**bad)
 
@@ -274,16 +280,20 @@ def test_a_mix_weights_the_sample_the_tokenizer_learns_from(tmp_path, english_te
     from pipeline.runpath import RunPath
     from pipeline.shards import ShardWriter
     from pipeline.tasks import InputShard
-    notes = ["pt afebrile overnight, hemodynamically stable, tolerating tube feeds, foley draining",
-             "afebrile, hemodynamically stable on room air, tube feeds at goal, foley removed",
-             "remains afebrile and hemodynamically stable; tube feeds held for procedure"]
+
+    notes = [
+        "pt afebrile overnight, hemodynamically stable, tolerating tube feeds, foley draining",
+        "afebrile, hemodynamically stable on room air, tube feeds at goal, foley removed",
+        "remains afebrile and hemodynamically stable; tube feeds held for procedure",
+    ]
     sources = {"abstracts": english_texts[:200], "notes": notes}
     shards = []
     for name, texts in sources.items():
         folder = tmp_path / "input" / name
         writer = ShardWriter(folder, None, len(texts))
-        writer.write(pa.table({"id": [f"{name}-{i}" for i in range(len(texts))], "text": texts,
-                               "split": ["train"] * len(texts)}))
+        writer.write(
+            pa.table({"id": [f"{name}-{i}" for i in range(len(texts))], "text": texts, "split": ["train"] * len(texts)})
+        )
         writer.close()
         shards.append(InputShard(f"{name}.00000", RunPath.of(folder / "00000.arrow"), len(texts)))
 
@@ -291,10 +301,12 @@ def test_a_mix_weights_the_sample_the_tokenizer_learns_from(tmp_path, english_te
         inputs = StageInputs(shards, batch_size=100)
         output = StageOutput(tmp_path / folder, keep_removed_text=False)
         inputs.bind(output)
-        stats = TrainTokenizer(TokenizerConfig(vocab_size=600, compare=[]),
-                               RunContext(run_dir=tmp_path, seed=1, mix=mix)).run(inputs, output)
+        stats = TrainTokenizer(
+            TokenizerConfig(vocab_size=600, compare=[]), RunContext(run_dir=tmp_path, seed=1, mix=mix)
+        ).run(inputs, output)
         output.commit({"stage": "tokenizer", "position": 10, "seconds": 1.0, **stats}, input_shards=inputs.names())
         return stats, Tokenizer.from_file(str(tmp_path / folder / TOKENIZER_FILE))
+
     mix = {"abstracts": {"weight": 0.5, "max_epochs": 1}, "notes": {"weight": 0.5, "max_epochs": 1}}
     mixed, mixed_tok = train(mix, "mixed")
     plain, plain_tok = train(None, "plain")
@@ -307,34 +319,43 @@ def test_a_mix_weights_the_sample_the_tokenizer_learns_from(tmp_path, english_te
 
 
 def test_training_from_the_workers_word_counts_is_training_on_the_texts(english_texts):
-    """The stage trains from the words its tasks count (pipeline/word_counts.py): the same
+    """The stage trains from the words its tasks count (pipeline/stages/tokenizer/word_counts.py): the same
     tokenizer.json as HF tokenizers trained on the texts, on real abstracts with text that
     puts the two pre-tokenizers apart (letters of a recent Unicode version, which Oniguruma
     and `regex` classify differently), odd white space, contractions, digits and emoji. A
     text counted `times` times is that many copies of it."""
     from pipeline.stages.tokenizer import build_trainer
-    from pipeline.word_counts import WordCounter, merge_counts, train_from_counts
-    odd = ["The patient\u0558s label \u0558\u0559 read 12,5\u00a0mg\u2009/\u2009kg.", "We're done; they'll see \U00010940\U00010941.",
-           "Tabs\tand\r\nnew\n\n  lines \u3000 ideographic space, \u2028 separator", "Emoji 🧬🧪 and µg/mL ≥ 3·10⁻⁵ (p<0.05)"]
+    from pipeline.stages.tokenizer.word_counts import WordCounter, merge_counts, train_from_counts
+
+    odd = [
+        "The patient\u0558s label \u0558\u0559 read 12,5\u00a0mg\u2009/\u2009kg.",
+        "We're done; they'll see \U00010940\U00010941.",
+        "Tabs\tand\r\nnew\n\n  lines \u3000 ideographic space, \u2028 separator",
+        "Emoji 🧬🧪 and µg/mL ≥ 3·10⁻⁵ (p<0.05)",
+    ]
     texts = english_texts[:300] + odd * 3
     cfg = TokenizerConfig(vocab_size=2000)
     reference, trainer = build_trainer(cfg)
-    reference.train_from_iterator([texts[i:i + 50] for i in range(0, len(texts), 50)], trainer=trainer)
+    reference.train_from_iterator([texts[i : i + 50] for i in range(0, len(texts), 50)], trainer=trainer)
 
     first, second = WordCounter(), WordCounter()
     first.add(texts[:150])
     second.add(texts[150:])
-    from pipeline.word_counts import _agrees                       # what this process checked
+    from pipeline.stages.tokenizer.word_counts import _agrees  # what this process checked
+
     assert {c for c, agrees in _agrees.items() if not agrees} >= {"\u0558", "\U00010940"}
     ours, trainer = build_trainer(cfg)
     train_from_counts(ours, trainer, merge_counts([first.table(), second.table()]))
     assert ours.to_str() == reference.to_str()
-    assert ours.pre_tokenizer.__class__.__name__ == "ByteLevel"           # set back after training
+    assert ours.pre_tokenizer.__class__.__name__ == "ByteLevel"  # set back after training
 
     thrice, copies = WordCounter(), WordCounter()
     thrice.add(texts[:40], 3)
     copies.add(texts[:40] * 3)
-    by_word = lambda t: sorted(zip(t["word"].to_pylist(), t["count"].to_pylist()))
+
+    def by_word(t):
+        return sorted(zip(t["word"].to_pylist(), t["count"].to_pylist()))
+
     assert by_word(thrice.table()) == by_word(copies.table()) and thrice.docs == copies.docs == 120
 
 
@@ -346,11 +367,11 @@ def test_a_retune_counts_again_only_the_shards_whose_training_texts_changed(tmp_
     cache = {"root": str(tmp_path / "run"), "direct": False, "max_mb": 100, "namespace": "test"}
     run_tokenizer(tmp_path / "first", texts, cache=cache, shard_rows=100, vocab_size=2000)
     entries = sorted((tmp_path / "run/cache/tokenizer_words/test").glob("*.arrow"))
-    assert len(entries) == 3                                  # one per input shard of 100
+    assert len(entries) == 3  # one per input shard of 100
     fewer = texts[:150] + texts[151:]
     stats, retuned = run_tokenizer(tmp_path / "retune", fewer, cache=cache, shard_rows=100, vocab_size=2000)
     after = sorted((tmp_path / "run/cache/tokenizer_words/test").glob("*.arrow"))
-    assert set(entries) < set(after) and len(after) == 5      # shards 2 and 3 changed; shard 1 did not
+    assert set(entries) < set(after) and len(after) == 5  # shards 2 and 3 changed; shard 1 did not
     assert "cache/tokenizer_words/test" in stats["cache_keys"] and stats["trained_on_docs"] == 299
     _, fresh = run_tokenizer(tmp_path / "fresh", fewer, shard_rows=100, vocab_size=2000)
     assert retuned.to_str() == fresh.to_str()

@@ -19,8 +19,11 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from pipeline.phi.lexicon import DATA, Lexicon
-from pipeline.phi.lexicon import detector_lexicon   # the lists the committed model was trained on
+from pipeline.phi.lexicon import (
+    DATA,
+    Lexicon,
+    detector_lexicon,  # the lists the committed model was trained on
+)
 from pipeline.resources import resource
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"

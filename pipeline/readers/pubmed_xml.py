@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import gzip
 import re
-import zlib
 import xml.etree.ElementTree as ET
-from xml.parsers import expat
+import zlib
 from pathlib import Path
+from xml.parsers import expat
 
 import pyarrow as pa
 

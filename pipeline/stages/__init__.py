@@ -13,20 +13,27 @@ import importlib
 
 from pipeline.errors import ConfigError
 
-CHAIN_ORDER = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi",
-               "dedup_exact", "dedup_minhash", "decontaminate", "split", "tokenizer", "pack"]
-GROUPS = {
-    "dedup": ["dedup_exact", "dedup_minhash"],
-    "filters": ["langid", "perplexity", "heuristics", "toxicity"],
-}
-_MODULES = {
-    "normalize": "normalize.Normalize", "langid": "langid.LanguageId",
-    "perplexity": "perplexity.Perplexity", "heuristics": "heuristics.Heuristics",
-    "toxicity": "toxicity.Toxicity", "phi": "phi.PhiDeidentify",
-    "dedup_exact": "dedup_exact.ExactDedup", "dedup_minhash": "dedup_minhash.MinHashDedup",
-    "decontaminate": "decontaminate.Decontaminate",
-    "split": "split.Split", "tokenizer": "tokenizer.TrainTokenizer", "pack": "pack.Pack",
-}
+# The built-in stages in chain order (a config lists stages in this order): each one's name, its
+# module and class under pipeline/stages/ (imported on first use, so a run loads only the engines
+# it needs) and the groups it belongs to (`python -m pipeline.stage filters`). One line per stage.
+STAGES = [
+    ("normalize", "normalize.Normalize", ()),
+    ("langid", "langid.LanguageId", ("filters",)),
+    ("perplexity", "perplexity.Perplexity", ("filters",)),
+    ("heuristics", "heuristics.Heuristics", ("filters",)),
+    ("toxicity", "toxicity.Toxicity", ("filters",)),
+    ("phi", "phi.PhiDeidentify", ()),
+    ("dedup_exact", "dedup_exact.ExactDedup", ("dedup",)),
+    ("dedup_minhash", "dedup_minhash.MinHashDedup", ("dedup",)),
+    ("decontaminate", "decontaminate.Decontaminate", ()),
+    ("split", "split.Split", ()),
+    ("tokenizer", "tokenizer.TrainTokenizer", ()),
+    ("pack", "pack.Pack", ()),
+]
+CHAIN_ORDER = [name for name, _, _ in STAGES]
+_MODULES = {name: where for name, where, _ in STAGES}
+GROUPS = {group: [name for name, _, groups in STAGES if group in groups]
+          for group in dict.fromkeys(g for _, _, groups in STAGES for g in groups)}
 ENTRY_POINT_GROUP = "medprep.stages"
 _PLUGINS = None
 

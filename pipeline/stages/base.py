@@ -26,15 +26,20 @@ the registry (pipeline/stages/__init__.py); a stage in another package registers
 `medprep.stages` entry point group and says which built-in stage it comes `after`."""
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.tasks import ShardTask, rewrite_shard
+from pipeline.tasks import ShardTask, rewrite_shard, shard_task
+
+if TYPE_CHECKING:
+    from pipeline.sections import Section
 
 
 class StageConfig(BaseModel):
@@ -59,6 +64,20 @@ class RunContext:
     annotation_columns: tuple[str, ...] = ()
     # A multi-source run's `mix` ({source: {weight, max_epochs}}), for the stage that applies it.
     mix: dict | None = None
+    # How the run's lines name the stage (its folder: 02_langid).
+    label: str = ""
+    # A filter stage's stored score columns (StoredScores), set by the runner before run().
+    stored_scores: "StoredScores | None" = None
+
+
+@dataclass(frozen=True)
+class StoredScores:
+    """Where a filter stage stores its score columns for every input row: outside its folder
+    (which a rerun replaces), under a fingerprint without its thresholds, so retuning them,
+    back and forth, finds them. `reuse`: whether a rerun may decide from them (not --force)."""
+    key: str                          # cache/scores/STAGE/FINGERPRINT, as the stats name it
+    folder: object                    # that folder (a RunPath) in the run folder or cache.folder
+    reuse: bool = True
 
 
 class Stage:
@@ -80,11 +99,6 @@ class Stage:
     # Whether the stage changes documents' text (normalize, phi): such a stage writes the texts;
     # any other refers to where they already are (shards.py).
     rewrites_text: ClassVar[bool] = False
-    # Task methods that need no model: workers running them skip setup().
-    methods_without_setup: ClassVar[frozenset[str]] = frozenset()
-    # What progress calls each task method's phase (pipeline/progress.py): a method not named
-    # here is its name without `_shard` (tokenize_shard: "tokenize"); None: no phase name.
-    phase_names: ClassVar[dict[str, str | None]] = {}
     # A stage from another package (entry point group `medprep.stages`): the built-in stage
     # it comes right after in the chain order. Built-in stages are ordered by the registry.
     after: ClassVar[str | None] = None
@@ -107,12 +121,12 @@ class Stage:
         """Whether setup() loads anything: a class of its own defines it (this one does nothing)."""
         return cls.setup is not Stage.setup
 
-    def runs_without_models(self, method: str, task) -> bool:
-        """Whether `method` on `task` loads no model in the process that runs it: the local
-        executor's driver runs such tasks itself while its workers start (a retune's stages
-        after the threshold). A method that needs no setup, or a stage whose setup() loads
-        nothing; phi: a shard that its cache answers whole."""
-        return method in self.methods_without_setup or not self.loads_models()
+    def runs_without_models(self, method, task) -> bool:
+        """Whether the bound task method on `task` loads no model in the process that runs it:
+        the local executor's driver runs such tasks itself while its workers start (a retune's
+        stages after the threshold). A task marked loads_models=False, or a stage whose setup()
+        loads nothing; phi: a shard that its cache answers whole."""
+        return not method.shard_task.loads_models or not self.loads_models()
 
     # -- what the stage's output depends on, besides its options, input, code and engines --
     def fingerprint_files(self) -> list[Path]:
@@ -239,9 +253,6 @@ class DocumentStage(Stage):
     threshold_options: ClassVar[tuple[str, ...]] = ()
     # The columns `score` adds (declared in output_fields): what is stored per input shard.
     score_columns: ClassVar[tuple[str, ...]] = ()
-    methods_without_setup: ClassVar[frozenset[str]] = frozenset({"redecide_shard"})
-    phase_names: ClassVar[dict[str, str | None]] = {"process_shard": None, "score_shard": None,
-                                                     "redecide_shard": "from stored scores"}
 
     def process(self, table: pa.Table) -> pa.Table:
         """Annotate the batch and set REASON on rows to remove."""
@@ -260,11 +271,48 @@ class DocumentStage(Stage):
         batch_stats (`inputs`, for what needs the whole input: phi's crosswalk)."""
         return totals
 
+    def run(self, inputs, output) -> dict:
+        """Each input shard not finished before (an interrupted run resumes) becomes a task that
+        writes its own output shard. A filter stage (ctx.stored_scores) also stores each shard's
+        score columns; when every shard has them already, its tasks decide from them, without
+        the model."""
+        done = output.done_shards()
+        if done:
+            print(
+                f"[{self.ctx.label or self.name}] resuming: {len(done & set(inputs.names()))} of {len(inputs.shards)} "
+                "shards finished before",
+                file=sys.stderr,
+            )
+        method, folder, extra = self.process_shard, None, {}
+        stored = self.ctx.stored_scores if self.ctx is not None else None
+        if stored is not None:
+            folder = stored.folder
+            present = {f.stem for f in folder.glob("*.arrow")}
+            redecide = stored.reuse and all(shard.name in present for shard in inputs.shards)
+            method = self.redecide_shard if redecide else self.score_shard
+            extra = {"decided_from_stored_scores": redecide, "cache_keys": [stored.key]}
+            if redecide:
+                print(
+                    f"[{self.ctx.label or self.name}] only thresholds changed: deciding from the scores in "
+                    f"{stored.key}, "
+                    "without the model",
+                    file=sys.stderr,
+                )
+        tasks = inputs.shard_tasks(skip=done, scores=folder)
+        for task, marker in zip(tasks, inputs.run_tasks(method, tasks)):
+            output.note_marker(task.shard.name, marker)
+        totals: Counter = Counter()
+        for name in sorted(output.done_shards()):
+            totals.update(output.marker(name)["stats"])
+        return {**self.finish_stats(dict(totals), inputs), **extra}
+
     # -- shard tasks (run by the executor's workers) --
+    @shard_task(phase=None)
     def process_shard(self, task: ShardTask) -> dict:
         """`process` on each batch of one shard."""
         return rewrite_shard(self, task, lambda table, row0: self.process(table))
 
+    @shard_task(phase=None)
     def score_shard(self, task: ShardTask) -> dict:
         """`process` on each batch of one shard, and the batches' score columns, in input row
         order, to the shard's score file for later threshold-only reruns."""
@@ -274,6 +322,7 @@ class DocumentStage(Stage):
             table = self.score(table)
             parts.append(table.select(list(self.score_columns)))
             return self.decide(table)
+
         marker = rewrite_shard(self, task, score_and_decide)
         # After the shard's marker: a shard without its score file only means the next
         # threshold-only rerun scores again.
@@ -285,11 +334,13 @@ class DocumentStage(Stage):
         scores_file(task).write_bytes(sink.getvalue().to_pybytes())
         return marker
 
+    @shard_task(phase="from stored scores", loads_models=False)
     def redecide_shard(self, task: ShardTask) -> dict:
         """`decide` on each batch of one shard with its stored score columns attached: the
         shard's output as `process` gives it, without setup() (the executor skips it)."""
         from pipeline.documents import set_column
         from pipeline.runpath import ipc_stream_reader
+
         path = scores_file(task)
         stored = ipc_stream_reader(path).read_all()
         if task.shard.rows is not None and task.shard.rows != stored.num_rows:
@@ -303,6 +354,7 @@ class DocumentStage(Stage):
             for name in self.score_columns:
                 table = set_column(table, name, part[name].combine_chunks())
             return self.decide(table)
+
         return rewrite_shard(self, task, attach_and_decide)
 
     def score_schema(self) -> pa.Schema:
@@ -319,35 +371,39 @@ def scores_file(task: ShardTask):
 class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
+
     placement: ClassVar[str] = "shared"
-    phase_names: ClassVar[dict[str, str | None]] = {"copy_shard": "write", "apply_marks": "write",
-                                                     "ids_of_rows": "ids"}
 
     def run(self, inputs, output) -> dict:
         """See the whole input (pipeline/inputs.py); return extra stats. The work that is per
         shard (hashing, signatures, tokenizing, writing the output shards) goes to the
-        executor through `inputs.map(self, method)`; the driver combines the small results.
+        executor through `inputs.map(self.method)` (a method marked @shard_task); the driver combines the small results.
         Every input shard gets its output shard from a task."""
         raise NotImplementedError
 
     # -- shard tasks global stages share (run by the executor's workers) --
+    @shard_task(phase="write")
     def copy_shard(self, task: ShardTask) -> dict:
         """The input shard, unchanged, as this stage's output shard."""
         return rewrite_shard(self, task, lambda table, row0: table)
 
+    @shard_task(phase="ids")
     def ids_of_rows(self, task: ShardTask) -> dict:
         """Ids of the given rows (task.params["rows"], shard-local numbers) of the input shard."""
         from pipeline.shards import read_shard
+
         wanted = np.asarray(task.params["rows"], np.int64)
         if not len(wanted):
             return {"ids": []}
         ids = pa.chunked_array([t["id"] for t in read_shard(task.shard.path, None, ["id"])], pa.string())
         return {"ids": ids.take(pa.array(wanted)).to_pylist()}
 
+    @shard_task(phase="write")
     def apply_marks(self, task: ShardTask) -> dict:
         """The input shard with the given rows (shard-local) removed with `reason` and
         `duplicate_of`: the last step of a deduplication."""
         from pipeline.documents import DUPLICATE_OF, DUPLICATE_OF_SOURCE, REASON
+
         rows = np.asarray(task.params["removed_rows"], np.int64)
         dup_of = np.asarray(task.params["duplicate_of"], object)
         dup_source = task.params.get("duplicate_of_source")
@@ -370,4 +426,5 @@ class GlobalStage(Stage):
                 src[rows[sel] - lo] = dup_source[sel]
                 table = table.append_column(DUPLICATE_OF_SOURCE, pa.array(src, pa.string()))
             return table
+
         return rewrite_shard(self, task, mark)

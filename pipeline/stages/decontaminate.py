@@ -33,13 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.ccnet_norm import _string_buffers, letter_or_digit_bytes
 from pipeline.documents import DUPLICATE_OF, with_reason
+from pipeline.engines.ccnet_norm import _string_buffers, letter_or_digit_bytes
+from pipeline.engines.text_normalize import NormalizeOptions, normalize_text, tidy_whitespace
 from pipeline.errors import InputError
 from pipeline.runpath import load_npy, read_json, save_npy, write_json
 from pipeline.stages.base import GlobalStage, StageConfig
-from pipeline.stages.normalize import NormalizeConfig, normalize_text, tidy_whitespace
-from pipeline.tasks import rewrite_shard
+from pipeline.tasks import rewrite_shard, shard_task
 
 CONTAMINATED = "contaminated"
 SOURCE = "source"
@@ -248,7 +248,7 @@ class BenchmarkSet:
     cache_key: str | None = None          # cache/benchmarks/<key>, where the run's cache holds it
 
     @classmethod
-    def build(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeConfig) -> "BenchmarkSet":
+    def build(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeOptions) -> "BenchmarkSet":
         t0 = time.perf_counter()
         ids, passages, item_of = load_benchmark(spec)
         hashes, items, short = [], [], 0
@@ -292,7 +292,7 @@ class BenchmarkSet:
         write_json(folder / f"{self.name}.ids.json", self.ids)
 
     @classmethod
-    def cached(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeConfig, cache: dict) -> "BenchmarkSet":
+    def cached(cls, spec: BenchmarkConfig, n: int, normalize: NormalizeOptions, cache: dict) -> "BenchmarkSet":
         """`build`, or what an earlier run of the same benchmark file, options and code built,
         from the run's cache (cache/benchmarks/<key>/; ctx.cache): a retune that reruns this
         stage reads the set instead of normalizing and hashing every item again. Benchmarks
@@ -316,17 +316,23 @@ class BenchmarkSet:
             for a in ("ngrams", "first_item", "items", "starts"):
                 save_npy(folder / f"{a}.npy", getattr(built, a))
             # Last: the set is whole. Without its build time, so reruns write the same bytes.
-            write_json(done, {"ids": built.ids, "stats": {k: v for k, v in built.stats.items() if k != "build_seconds"}})
+            stats = {k: v for k, v in built.stats.items() if k != "build_seconds"}
+            write_json(done, {"ids": built.ids, "stats": stats})
             built.cache_key = cache_key
         return built
 
     @classmethod
     def load(cls, folder, name: str) -> "BenchmarkSet":
-        return cls(name, read_json(folder / f"{name}.ids.json"), load_npy(folder / f"{name}.ngrams.npy", mmap=True),
-                   load_npy(folder / f"{name}.first_item.npy", mmap=True))
+        return cls(
+            name,
+            read_json(folder / f"{name}.ids.json"),
+            load_npy(folder / f"{name}.ngrams.npy", mmap=True),
+            load_npy(folder / f"{name}.first_item.npy", mmap=True),
+        )
 
 
 # ---- the stage --------------------------------------------------------------------------------
+
 
 class Decontaminate(GlobalStage):
     name = "decontaminate"
@@ -343,11 +349,12 @@ class Decontaminate(GlobalStage):
     def fingerprint_files(self) -> list[Path]:
         return super().fingerprint_files() + [Path(b.path) for b in self.config.benchmarks]
 
-    def normalize_config(self) -> NormalizeConfig:
+    def normalize_config(self) -> NormalizeOptions:
         upstream = self.ctx.upstream.get("normalize") if self.ctx is not None else None
-        return upstream if upstream is not None else NormalizeConfig()
+        return upstream if upstream is not None else NormalizeOptions()
 
     # -- the shard task --
+    @shard_task
     def decontaminate_shard(self, task) -> dict:
         work = task.folder / "work"
         key = str(work)
@@ -359,9 +366,12 @@ class Decontaminate(GlobalStage):
 
         def transform(table: pa.Table, row0: int) -> pa.Table:
             return self.decontaminate_batch(table, tally, found)
+
         marker = rewrite_shard(self, task, transform)
-        hits = {b: {s: np.unique(np.concatenate(parts)).tolist() for s, parts in by_source.items()}
-                for b, by_source in found.items()}
+        hits = {
+            b: {s: np.unique(np.concatenate(parts)).tolist() for s, parts in by_source.items()}
+            for b, by_source in found.items()
+        }
         return {**marker, "tally": dict(tally), "found": hits}
 
     def decontaminate_batch(self, table: pa.Table, tally: Counter, found) -> pa.Table:
@@ -369,12 +379,15 @@ class Decontaminate(GlobalStage):
         (remove) or their overlapping passages cut (cut). `tally` counts per source,
         `found[benchmark][source]` collects the n-grams found (indices into the set)."""
         n, D = self.config.ngram, table.num_rows
-        sources = (np.asarray(pc.fill_null(table[SOURCE], ONE_SOURCE).to_numpy(zero_copy_only=False), object)
-                   if SOURCE in table.column_names else np.full(D, ONE_SOURCE, object))
+        sources = (
+            np.asarray(pc.fill_null(table[SOURCE], ONE_SOURCE).to_numpy(zero_copy_only=False), object)
+            if SOURCE in table.column_names
+            else np.full(D, ONE_SOURCE, object)
+        )
         words = Words.of(table["text"])
         hashes, first_word, doc = words.ngrams(n)
         hit_any = np.zeros(len(hashes), bool)
-        label = np.full(D, None, object)           # the first benchmark:item each document shares
+        label = np.full(D, None, object)  # the first benchmark:item each document shares
         for source, count in zip(*np.unique(sources, return_counts=True)):
             tally[f"{source}\tdocs_in"] += int(count)
         for bench in self._sets:
@@ -390,7 +403,7 @@ class Decontaminate(GlobalStage):
                 tally[f"{source}\t{bench.name}\tdocuments"] += int(count)
             for source in np.unique(sources[doc[hit]]):
                 found[bench.name][source].append(at[hit][sources[doc[hit]] == source])
-        contaminated = label != None                   # noqa: E711 (elementwise)
+        contaminated = label != None  # noqa: E711 (elementwise)
         if not contaminated.any():
             return table
         if self.config.mode == "cut":
@@ -424,16 +437,23 @@ class Decontaminate(GlobalStage):
         before = np.searchsorted(space, lo) - 1
         lo = np.maximum(np.where(before >= 0, space[np.maximum(before, 0)] + 1, 0), words.offsets[run_doc])
         after = np.searchsorted(space, hi)
-        hi = np.minimum(np.where(after < len(space), space[np.minimum(after, len(space) - 1)], size),
-                        words.offsets[run_doc + 1])
+        hi = np.minimum(
+            np.where(after < len(space), space[np.minimum(after, len(space) - 1)], size), words.offsets[run_doc + 1]
+        )
         cut = np.cumsum(np.bincount(lo, minlength=size + 1) - np.bincount(hi, minlength=size + 1))[:size] > 0
         keep = ~cut
         kept_before = np.concatenate([[0], np.cumsum(keep)])
         offsets = kept_before[words.offsets]
         large = offsets[-1] >= 2**31
-        text = pa.Array.from_buffers(pa.large_string() if large else pa.string(), D,
-                                     [None, pa.py_buffer(offsets.astype(np.int64 if large else np.int32)),
-                                      pa.py_buffer(np.ascontiguousarray(words.data[keep]))])
+        text = pa.Array.from_buffers(
+            pa.large_string() if large else pa.string(),
+            D,
+            [
+                None,
+                pa.py_buffer(offsets.astype(np.int64 if large else np.int32)),
+                pa.py_buffer(np.ascontiguousarray(words.data[keep])),
+            ],
+        )
         words_cut = np.bincount(word_doc[cover], minlength=D)
         was_cut = words_cut > 0
         too_little = was_cut & (words.counts - words_cut < n)
@@ -441,8 +461,11 @@ class Decontaminate(GlobalStage):
         rewritten = pa.array(was_cut & ~too_little)
         tidied = tidy_whitespace(text.filter(rewritten), self.normalize_config().max_blank_lines)
         original = table["text"].combine_chunks()
-        text = pc.replace_with_mask(pc.cast(original, text.type), rewritten, tidied.combine_chunks()
-                                    if isinstance(tidied, pa.ChunkedArray) else tidied)
+        text = pc.replace_with_mask(
+            pc.cast(original, text.type),
+            rewritten,
+            tidied.combine_chunks() if isinstance(tidied, pa.ChunkedArray) else tidied,
+        )
         table = table.set_column(table.column_names.index("text"), "text", pc.cast(text, original.type))
         for source in np.unique(sources[was_cut]):
             mine = was_cut & (sources == source)
@@ -454,11 +477,13 @@ class Decontaminate(GlobalStage):
     def run(self, inputs, output) -> dict:
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        sets = [BenchmarkSet.cached(b, self.config.ngram, self.normalize_config(), self.ctx.cache or {})
-                for b in self.config.benchmarks]
+        sets = [
+            BenchmarkSet.cached(b, self.config.ngram, self.normalize_config(), self.ctx.cache or {})
+            for b in self.config.benchmarks
+        ]
         for bench in sets:
             bench.save(work)
-        results = inputs.map(self, "decontaminate_shard")
+        results = inputs.map(self.decontaminate_shard)
         tally: Counter = Counter()
         found: dict = defaultdict(lambda: defaultdict(list))
         for r in results:
@@ -473,14 +498,28 @@ class Decontaminate(GlobalStage):
             hits = {s: np.unique(np.concatenate(parts)) for s, parts in found[bench.name].items()}
             every = np.unique(np.concatenate(list(hits.values()))) if hits else np.zeros(0, np.int64)
             benchmarks[bench.name] = {
-                **bench.stats, "ngrams_found": int(len(every)), "items_found": int(len(bench.items_holding(every))),
+                **bench.stats,
+                "ngrams_found": int(len(every)),
+                "items_found": int(len(bench.items_holding(every))),
                 "documents": sum(tally[f"{s}\t{bench.name}\tdocuments"] for s in sources),
-                "by_source": {s: {"items_found": int(len(bench.items_holding(hits[s]))) if s in hits else 0,
-                                  "documents": tally[f"{s}\t{bench.name}\tdocuments"]} for s in sources}}
-        by_source = {s: {k: tally[f"{s}\t{k}"] for k in ("docs_in", "removed", "cut_documents", "words_cut")}
-                     for s in sources}
-        out = {"ngram": self.config.ngram, "mode": self.config.mode, "benchmarks": benchmarks,
-               "by_source": by_source, "bytes_per_ngram": BYTES_PER_NGRAM}
+                "by_source": {
+                    s: {
+                        "items_found": int(len(bench.items_holding(hits[s]))) if s in hits else 0,
+                        "documents": tally[f"{s}\t{bench.name}\tdocuments"],
+                    }
+                    for s in sources
+                },
+            }
+        by_source = {
+            s: {k: tally[f"{s}\t{k}"] for k in ("docs_in", "removed", "cut_documents", "words_cut")} for s in sources
+        }
+        out = {
+            "ngram": self.config.ngram,
+            "mode": self.config.mode,
+            "benchmarks": benchmarks,
+            "by_source": by_source,
+            "bytes_per_ngram": BYTES_PER_NGRAM,
+        }
         if any(b.cache_key for b in sets):
             out["cache_keys"] = [b.cache_key for b in sets if b.cache_key]
         return out
@@ -489,14 +528,18 @@ class Decontaminate(GlobalStage):
     def manifest_fields(self, stats: dict) -> dict:
         if "benchmarks" not in stats:
             return {}
-        return {"decontamination": {
-            "ngram": stats["ngram"], "mode": stats["mode"],
-            "benchmarks": {name: {k: b[k] for k in MANIFEST_KEYS}
-                           for name, b in stats["benchmarks"].items()},
-            "by_source": stats["by_source"]}}
+        return {
+            "decontamination": {
+                "ngram": stats["ngram"],
+                "mode": stats["mode"],
+                "benchmarks": {name: {k: b[k] for k in MANIFEST_KEYS} for name, b in stats["benchmarks"].items()},
+                "by_source": stats["by_source"],
+            }
+        }
 
     def report_section(self, stats: dict, run):
         from pipeline.sections import Section, table
+
         if "benchmarks" not in stats:
             return None
         rows = []
@@ -504,14 +547,25 @@ class Decontaminate(GlobalStage):
             for source, s in b["by_source"].items():
                 rows.append([name, source, b["items"], b["items_too_short"], s["items_found"], s["documents"]])
         verb = "removed" if stats["mode"] == "remove" else "cut out of"
-        body = (f"<p>A document sharing a {stats['ngram']}-word n-gram with a benchmark item is {verb} the corpus "
-                f"(mode: {stats['mode']}). Items with no passage of {stats['ngram']} words cannot be detected "
-                "(too short).</p>")
+        body = (
+            f"<p>A document sharing a {stats['ngram']}-word n-gram with a benchmark item is {verb} the corpus "
+            f"(mode: {stats['mode']}). Items with no passage of {stats['ngram']} words cannot be detected "
+            "(too short).</p>"
+        )
         body += table(["benchmark", "source", "items", "too short", "items found", "documents"], rows)
         cut = {s: v for s, v in stats["by_source"].items() if v["cut_documents"]}
         if cut:
-            body += table(["source", "documents cut", "words cut", "removed (too little left)"],
-                          [[s, v["cut_documents"], v["words_cut"], v["removed"]] for s, v in cut.items()])
-        return Section("Benchmark decontamination", body,
-                       figures={"decontamination": {n: {"items_found": b["items_found"], "documents": b["documents"]}
-                                                    for n, b in stats["benchmarks"].items()}})
+            body += table(
+                ["source", "documents cut", "words cut", "removed (too little left)"],
+                [[s, v["cut_documents"], v["words_cut"], v["removed"]] for s, v in cut.items()],
+            )
+        return Section(
+            "Benchmark decontamination",
+            body,
+            figures={
+                "decontamination": {
+                    n: {"items_found": b["items_found"], "documents": b["documents"]}
+                    for n, b in stats["benchmarks"].items()
+                }
+            },
+        )

@@ -15,6 +15,7 @@ import xxhash
 from pipeline.documents import by_priority, mark_duplicates, priority_problems
 from pipeline.runpath import load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.tasks import shard_task
 
 
 class ExactDedupConfig(StageConfig):
@@ -43,6 +44,7 @@ class ExactDedup(GlobalStage):
 
     engines = ("xxhash",)
 
+    @shard_task
     def hash_shard(self, task) -> dict:
         from pipeline.shards import read_shard
         parts = [text_hashes(t["text"].to_pylist(), self.config.lowercase)
@@ -63,7 +65,7 @@ class ExactDedup(GlobalStage):
     def run(self, inputs, output) -> dict:
         work = output.folder / "work"
         work.mkdir(exist_ok=True)
-        inputs.map(self, "hash_shard")
+        inputs.map(self.hash_shard)
         parts = [load_npy(work / f"hash-{name}.npy") for name in inputs.names()]
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
         keyed = np.ascontiguousarray(hashes).view([("hi", np.uint64), ("lo", np.uint64)]).ravel()

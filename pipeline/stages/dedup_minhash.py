@@ -25,18 +25,17 @@ import numpy as np
 from pydantic import Field
 
 from pipeline.documents import by_priority, mark_duplicates, priority_problems
-from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
-from pipeline.minhash import MinHasher, band_keys, lsh_params
+from pipeline.engines.band_partitions import (
+    candidate_pairs,
+    partition_spans,
+    partitions_for,
+    read_partition,
+    write_band_partitions,
+)
+from pipeline.engines.minhash import MinHasher, band_keys, lsh_params
+from pipeline.runpath import as_run_path, load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
-
-PAIR = np.dtype([("key", "<u8"), ("row", "<u4")])
-# Bucket partitions per reduce task (at most).
-PARTITIONS_PER_TASK = 16
-# A partition's records, at least, before the input is cut into more partitions (up to the
-# config's `partitions`): a small input gets a few partitions, not 256 files of a few records
-# each and 16 tasks whose start-up is most of their time. The default 256 are all used from
-# about 1.6 M documents (14 bands x 12 bytes a record).
-MIN_PARTITION_BYTES = 1 << 20
+from pipeline.tasks import shard_task
 
 
 class MinHashConfig(StageConfig):
@@ -85,8 +84,8 @@ class MinHashDedup(GlobalStage):
         return priority_problems(config.priority, sources)
 
     engines = ("datasketch", "xxhash", "numpy", "scipy")
-    phase_names = {**GlobalStage.phase_names, "signature_shard": "signatures", "partition_pairs": "partitions"}
 
+    @shard_task(phase="signatures")
     def signature_shard(self, task) -> dict:
         """Map: one shard's signatures (work/sig-NAME.npy) and band keys, by partition; returns
         where each partition starts in the shard's band file, so reduce tasks read no index."""
@@ -103,6 +102,7 @@ class MinHashDedup(GlobalStage):
                                       task.params["partitions"])
         return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": _peak_rss_mb()}
 
+    @shard_task(phase="partitions")
     def partition_pairs(self, task) -> dict:
         """Reduce, per bucket partition of the task's range: candidate pairs (first member of a
         bucket, other member), verified by estimated Jaccard; written to work/pairs-P.npy."""
@@ -142,14 +142,14 @@ class MinHashDedup(GlobalStage):
         work.mkdir(exist_ok=True)
         n = sum(s.rows for s in inputs.shards)
         partitions = partitions_for(n, bands, cfg.partitions)
-        signed = inputs.map(self, "signature_shard", partitions=partitions)
+        signed = inputs.map(self.signature_shard, partitions=partitions)
         index = [r["partition_index"] for r in signed]
         phase("signatures", signed)
         names = inputs.names()
         offsets = inputs.row_offsets()
         # Each reduce task maps every shard's signatures once for all of its partitions.
         spans = partition_spans(partitions)
-        results = inputs.map_tasks(self, "partition_pairs", [{"partitions": span, "names": names, "offsets": offsets,
+        results = inputs.map_tasks(self.partition_pairs, [{"partitions": span, "names": names, "offsets": offsets,
                                                               "index": index} for span in spans])
         phase("partitions", results)
         candidates = sum(r["candidates"] for r in results)
@@ -222,69 +222,9 @@ class MinHashDedup(GlobalStage):
         return Section("Near-duplicate clusters", body, figures={"cluster_sizes": sizes})
 
 
-def partitions_for(docs: int, bands: int, most: int) -> int:
-    """Bucket partitions for `docs` documents: one per MIN_PARTITION_BYTES of band records, at
-    least 1 and at most `most` (the config's). Which partition a bucket falls in never changes
-    the pairs found (tests/test_minhash.py)."""
-    return int(min(most, max(1, -(-docs * bands * PAIR.itemsize // MIN_PARTITION_BYTES))))
-
-
-def partition_spans(partitions: int) -> list[tuple[int, int]]:
-    """[first, end) partitions of each reduce task: at most PARTITIONS_PER_TASK each, as even
-    as can be."""
-    n_tasks = -(-partitions // PARTITIONS_PER_TASK)
-    cuts = [partitions * k // n_tasks for k in range(n_tasks + 1)]
-    return list(zip(cuts[:-1], cuts[1:]))
-
-
 def _peak_rss_mb() -> int:
     import resource
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-
-
-def write_band_partitions(stem: RunPath, keys: np.ndarray, row0: int, partitions: int) -> np.ndarray:
-    """A shard's (band key, global row) records, grouped by bucket partition (the key's top
-    bits), in row order inside each: STEM.bin, and STEM.idx.npy with each partition's start
-    (returned too)."""
-    n, bands = keys.shape if keys.ndim == 2 else (0, 0)
-    pairs = np.empty(keys.size, PAIR)
-    pairs["key"] = keys.ravel()
-    pairs["row"] = np.repeat(np.arange(row0, row0 + n, dtype=np.uint32), bands)
-    if partitions > 1:
-        shift = np.uint64(64 - max(1, int(np.ceil(np.log2(partitions)))))
-        part_of = (pairs["key"] >> shift).astype(np.int64) % partitions
-    else:
-        part_of = np.zeros(len(pairs), np.int64)
-    order = np.argsort(part_of, kind="stable")
-    stem.with_name(stem.name + ".bin").write_bytes(pairs[order].tobytes())
-    index = np.searchsorted(part_of[order], np.arange(partitions + 1))
-    save_npy(stem.with_name(stem.name + ".idx.npy"), index)
-    return index
-
-
-def read_partition(work: RunPath, names: list[str], partition: int, index: list | None = None) -> np.ndarray:
-    """One partition's records from every shard, in shard (= row) order (a range read of each);
-    `index`: each shard's partition starts, as write_band_partitions returned them (else read)."""
-    parts = []
-    for k, name in enumerate(names):
-        idx = index[k] if index is not None else load_npy(work / f"bands-{name}.idx.npy")
-        lo, hi = int(idx[partition]), int(idx[partition + 1])
-        if hi > lo:
-            with (work / f"bands-{name}.bin").open_input() as f:
-                f.seek(lo * PAIR.itemsize)
-                parts.append(np.frombuffer(f.read((hi - lo) * PAIR.itemsize), PAIR))
-    return np.concatenate(parts) if parts else np.zeros(0, PAIR)
-
-
-def candidate_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first member of a bucket, other member) for every bucket of a partition's records."""
-    if len(pairs) < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pairs = pairs[np.argsort(pairs["key"], kind="stable")]
-    new = np.concatenate([[True], pairs["key"][1:] != pairs["key"][:-1]])
-    first_row = pairs["row"][np.flatnonzero(new)][np.cumsum(new) - 1]     # first member of each row's bucket
-    other = pairs["row"] != first_row
-    return first_row[other].astype(np.int64), pairs["row"][other].astype(np.int64)
 
 
 class ShardSignatures:

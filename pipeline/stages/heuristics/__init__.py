@@ -6,7 +6,7 @@ What the rules measure (`compat`):
 
 - `compat: datatrove` measures as datatrove 0.10's GopherQualityFilter, GopherRepetitionFilter,
   C4QualityFilter and FineWebQualityFilter do, so a recipe moved from datatrove decides the same
-  at the same thresholds. Words are spaCy's English tokens (pipeline/spacy_words.py reproduces
+  at the same thresholds. Words are spaCy's English tokens (pipeline/stages/heuristics/spacy_words.py reproduces
   spaCy's tokenizer over the batch: "cross - sectional", "study 's", "( n=12 )"); a word counts for
   the word limits and mean length unless all its characters are datatrove punctuation; the
   alphabetic ratio is over all tokens; stop words count as distinct, case-sensitive words; '#'
@@ -41,9 +41,17 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.documents import first_reason, set_column, split_words
-from pipeline.spacy_words import (ALPHA, DT_PUNCT, DT_TERMINAL_PUNCTUATION, RE2_SPACE, SPACE, Words, english_words,
-                                  string_hash)
 from pipeline.stages.base import DocumentStage, StageConfig
+from pipeline.stages.heuristics.spacy_words import (
+    ALPHA,
+    DT_PUNCT,
+    DT_TERMINAL_PUNCTUATION,
+    RE2_SPACE,
+    SPACE,
+    Words,
+    english_words,
+    string_hash,
+)
 
 STOP_WORDS = ["the", "be", "to", "of", "and", "that", "have", "with"]   # Gopher's
 BULLETS = "•‣⁃◦▪▫●○■□➢➤►*\\-"
@@ -117,12 +125,17 @@ class HeuristicsConfig(StageConfig):
 
 class Heuristics(DocumentStage):
     name = "heuristics"
-    summary = "seeds' length/punctuation rules, Gopher quality and repetition, C4 and FineWeb rules (compat: medprep | datatrove)"
+    summary = ("seeds' length/punctuation rules, Gopher quality and repetition, C4 and FineWeb rules "
+               "(compat: medprep | datatrove)")
     Config = HeuristicsConfig
 
     def output_fields(self):
-        fields = [pa.field("n_words", pa.int32()), pa.field("punct_fraction", pa.float32()),
-                  pa.field("alpha_words_ratio", pa.float32()), pa.field("avg_word_length", pa.float32())]
+        fields = [
+            pa.field("n_words", pa.int32()),
+            pa.field("punct_fraction", pa.float32()),
+            pa.field("alpha_words_ratio", pa.float32()),
+            pa.field("avg_word_length", pa.float32()),
+        ]
         if self.config.c4_lines or self.config.c4_min_sentences:
             fields.append(pa.field("c4_sentences", pa.int32()))
         if self.config.c4_lines:
@@ -143,7 +156,7 @@ class Heuristics(DocumentStage):
 
     def setup(self) -> None:
         if self.config.compat == "datatrove":
-            english_words()                      # spaCy's rules, compiled once per worker
+            english_words()  # spaCy's rules, compiled once per worker
 
     def evaluate(self, text: pa.Array) -> tuple[list[tuple[str, np.ndarray]], dict[str, pa.Array], dict | None]:
         """Every enabled rule's mask (in the order reasons are given), the signal columns, and
@@ -154,7 +167,7 @@ class Heuristics(DocumentStage):
         punct = pc.count_substring_regex(text, _PUNCT_OR_SYMBOL).to_numpy(zero_copy_only=False)
         if cfg.compat == "datatrove":
             words = english_words().split(text)
-            spaces = words.count_in_docs(RE2_SPACE)           # what RE2's \s matches, counted in numpy
+            spaces = words.count_in_docs(RE2_SPACE)  # what RE2's \s matches, counted in numpy
             rules, signals, n_tokens = _datatrove_gopher(text, words, chars, cfg)
         else:
             spaces = pc.count_substring_regex(text, r"\s").to_numpy(zero_copy_only=False)
@@ -164,34 +177,57 @@ class Heuristics(DocumentStage):
         lowered_text = pc.utf8_lower(text)
         c4 = _c4_lines(text, n, cfg, words if cfg.compat == "datatrove" else None) if cfg.c4_lines else None
         if cfg.c4_lorem_ipsum:
-            rules.append(("c4_lorem_ipsum", c4["lorem"] if c4 else
-                          pc.match_substring(lowered_text, "lorem ipsum").to_numpy(zero_copy_only=False)))
+            rules.append(
+                (
+                    "c4_lorem_ipsum",
+                    c4["lorem"]
+                    if c4
+                    else pc.match_substring(lowered_text, "lorem ipsum").to_numpy(zero_copy_only=False),
+                )
+            )
         if cfg.c4_curly_braces:
-            rules.append(("c4_curly_braces", c4["curly"] if c4 else
-                          pc.match_substring_regex(text, "[{}]").to_numpy(zero_copy_only=False)))
+            rules.append(
+                (
+                    "c4_curly_braces",
+                    c4["curly"] if c4 else pc.match_substring_regex(text, "[{}]").to_numpy(zero_copy_only=False),
+                )
+            )
         sentences = None
         if c4:
             sentences = c4["sentences"]
             rules.append(("c4_no_lines_left", c4["kept_per_doc"] == 0))
         elif cfg.c4_min_sentences:
             lines = pc.split_pattern(text, "\n")
-            doc_of_line = np.repeat(np.arange(n), pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64))
+            doc_of_line = np.repeat(
+                np.arange(n), pc.list_value_length(lines).to_numpy(zero_copy_only=False).astype(np.int64)
+            )
             if cfg.compat == "datatrove":
-                sentences = np.bincount(doc_of_line, english_words().sentences(pc.utf8_trim_whitespace(pc.list_flatten(lines))), n)
+                sentences = np.bincount(
+                    doc_of_line, english_words().sentences(pc.utf8_trim_whitespace(pc.list_flatten(lines))), n
+                )
             else:
                 sentences = _sentence_counts(split_words(pc.list_flatten(lines)), doc_of_line, n)
         if cfg.c4_min_sentences:
             rules.append(("c4_too_few_sentences", sentences < cfg.c4_min_sentences))
         if cfg.c4_boilerplate_lines:
-            js = pc.match_substring_regex(lowered_text, r"(?m)^.*javascript.*(enable|browser|disabled|required).*$|(?m)^.*(enable|browser).*javascript.*$")
-            cookie = pc.match_substring_regex(lowered_text, r"cookie (policy|settings|preferences)|(uses|use of|accept( all)?) cookies")
+            js = pc.match_substring_regex(
+                lowered_text,
+                r"(?m)^.*javascript.*(enable|browser|disabled|required).*$|(?m)^.*(enable|browser).*javascript.*$",
+            )
+            cookie = pc.match_substring_regex(
+                lowered_text, r"cookie (policy|settings|preferences)|(uses|use of|accept( all)?) cookies"
+            )
             rules.append(("c4_javascript_notice", js.to_numpy(zero_copy_only=False)))
             rules.append(("c4_cookie_notice", cookie.to_numpy(zero_copy_only=False)))
 
         if cfg.fineweb:
             rules.extend(_fineweb_rules(text, chars, n_tokens, cfg))
-        signals = {"n_words": signals["n_words"], "punct_fraction": pa.array(punct_frac.astype(np.float32)),
-                   "alpha_words_ratio": signals["alpha_words_ratio"], "avg_word_length": signals["avg_word_length"]}
+        signals = {
+            "n_words": signals["n_words"],
+            "punct_fraction": pa.array(punct_frac.astype(np.float32)),
+            "alpha_words_ratio": signals["alpha_words_ratio"],
+            "avg_word_length": signals["avg_word_length"],
+        }
         if sentences is not None:
             signals["c4_sentences"] = pa.array(sentences.astype(np.int32))
         return rules, signals, c4
@@ -219,15 +255,17 @@ def _medprep_gopher(text: pa.Array, chars: np.ndarray, cfg: HeuristicsConfig):
         return np.bincount(doc_of_word, weights=values, minlength=n)
 
     n_words_all = counts.astype(np.float64)
-    n_words = per_doc(has_word_char)                 # words that are not pure symbols
+    n_words = per_doc(has_word_char)  # words that are not pure symbols
     safe_words = np.maximum(n_words_all, 1)
     avg_len = per_doc(word_len * has_word_char) / np.maximum(n_words, 1)
     alpha_ratio = per_doc(has_alpha) / safe_words
     stop_count = per_doc(is_stop)
     # '#', '...' and '…' together, per word.
-    hashes = (pc.count_substring(text, "#").to_numpy(zero_copy_only=False)
-              + pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
-              + pc.count_substring(text, "…").to_numpy(zero_copy_only=False))
+    hashes = (
+        pc.count_substring(text, "#").to_numpy(zero_copy_only=False)
+        + pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
+        + pc.count_substring(text, "…").to_numpy(zero_copy_only=False)
+    )
     symbol_ratio = hashes / safe_words
 
     # Lines split on "\n" and stripped; a bullet is any of BULLETS; empty lines do not count
@@ -245,8 +283,9 @@ def _medprep_gopher(text: pa.Array, chars: np.ndarray, cfg: HeuristicsConfig):
     dup_line_frac, dup_line_chars = _duplicate_units(flat_lines, doc_of_line, n)
     paras = pc.list_flatten(pc.split_pattern_regex(text, r"\n{2,}"))
     para_counts = pc.list_value_length(pc.split_pattern_regex(text, r"\n{2,}")).to_numpy(zero_copy_only=False)
-    dup_para_frac, dup_para_chars = _duplicate_units(pc.utf8_trim_whitespace(paras),
-                                                     np.repeat(np.arange(n), para_counts), n)
+    dup_para_frac, dup_para_chars = _duplicate_units(
+        pc.utf8_trim_whitespace(paras), np.repeat(np.arange(n), para_counts), n
+    )
 
     # Top n-gram: the largest count x length of any n-gram; duplicate n-grams: every word a
     # repeated n-gram covers.
@@ -263,18 +302,46 @@ def _medprep_gopher(text: pa.Array, chars: np.ndarray, cfg: HeuristicsConfig):
         ngram_rules.append((f"gopher_dup_{k}gram", dup / safe_chars > limit))
         candidates = dup > 0 if candidates is None else candidates & (dup > 0)
 
-    rules = _gopher_rules(cfg, n_words, avg_len, symbol_ratio > cfg.max_symbol_word_ratio, bullet_ratio,
-                          ellipsis_ratio, alpha_ratio, stop_count, dup_line_frac, dup_para_frac,
-                          dup_line_chars / safe_chars, dup_para_chars / safe_chars, ngram_rules)
-    signals = {"n_words": pa.array(n_words.astype(np.int32)), "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
-               "avg_word_length": pa.array(avg_len.astype(np.float32))}
+    rules = _gopher_rules(
+        cfg,
+        n_words,
+        avg_len,
+        symbol_ratio > cfg.max_symbol_word_ratio,
+        bullet_ratio,
+        ellipsis_ratio,
+        alpha_ratio,
+        stop_count,
+        dup_line_frac,
+        dup_para_frac,
+        dup_line_chars / safe_chars,
+        dup_para_chars / safe_chars,
+        ngram_rules,
+    )
+    signals = {
+        "n_words": pa.array(n_words.astype(np.int32)),
+        "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
+        "avg_word_length": pa.array(avg_len.astype(np.float32)),
+    }
     return rules, signals, n_words_all
 
 
-def _gopher_rules(cfg, n_words, avg_len, symbol_fails, bullet_ratio, ellipsis_ratio, alpha_ratio, stop_count,
-                  dup_line_frac, dup_para_frac, dup_line_char_frac, dup_para_char_frac, ngram_rules):
+def _gopher_rules(
+    cfg,
+    n_words,
+    avg_len,
+    symbol_fails,
+    bullet_ratio,
+    ellipsis_ratio,
+    alpha_ratio,
+    stop_count,
+    dup_line_frac,
+    dup_para_frac,
+    dup_line_char_frac,
+    dup_para_char_frac,
+    ngram_rules,
+):
     """The seeds' word minimum, then Gopher quality and repetition, in the stage's order."""
-    with np.errstate(invalid="ignore"):           # datatrove's mean word length is NaN without words
+    with np.errstate(invalid="ignore"):  # datatrove's mean word length is NaN without words
         avg_fails = (avg_len < cfg.min_avg_word_length) | (avg_len > cfg.max_avg_word_length)
     return [
         ("too_few_words", n_words < cfg.min_words),
@@ -303,7 +370,7 @@ def _per_doc(values, owner: np.ndarray, n: int) -> np.ndarray:
 
 def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: HeuristicsConfig):
     """compat: datatrove. Every measure as datatrove 0.10's GopherQualityFilter and
-    GopherRepetitionFilter compute it, on spaCy's English tokens (pipeline/spacy_words.py)."""
+    GopherRepetitionFilter compute it, on spaCy's English tokens (pipeline/stages/heuristics/spacy_words.py)."""
     n = len(text)
     safe_chars = np.maximum(chars, 1)
     doc = words.doc
@@ -314,7 +381,7 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
     word = ~words.all_flag(DT_PUNCT)
     n_words = _per_doc(word, doc, n)
     with np.errstate(invalid="ignore", divide="ignore"):
-        avg_len = _per_doc(lengths * word, doc, n) / n_words          # NaN without words, as np.mean
+        avg_len = _per_doc(lengths * word, doc, n) / n_words  # NaN without words, as np.mean
     alpha_ratio = _per_doc(words.any_flag(ALPHA), doc, n) / safe_tokens
     # Stop words: how many of the (case-sensitive) stop words occur.
     token_hash = words.hashes()
@@ -325,8 +392,9 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
     stop_count = np.bincount(np.unique(doc[hit] * len(STOP_WORDS) + stop_id[hit]) // len(STOP_WORDS), minlength=n)
     # '#' per word and '...'/'…' per word, each against the threshold.
     hash_ratio = pc.count_substring(text, "#").to_numpy(zero_copy_only=False) / safe_tokens
-    ellipsis_count = (pc.count_substring(text, "...").to_numpy(zero_copy_only=False)
-                      + pc.count_substring(text, "…").to_numpy(zero_copy_only=False))
+    ellipsis_count = pc.count_substring(text, "...").to_numpy(zero_copy_only=False) + pc.count_substring(
+        text, "…"
+    ).to_numpy(zero_copy_only=False)
     symbol_fails = (hash_ratio > cfg.max_symbol_word_ratio) | (ellipsis_count / safe_tokens > cfg.max_symbol_word_ratio)
     # str.splitlines(): a line break at the very end opens no line.
     lines_list = pc.split_pattern_regex(text, _LINE_BREAK)
@@ -341,15 +409,17 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
     ellipsis_ratio = np.bincount(doc_of_line, ellipsis, n) / np.maximum(n_lines, 1)
     # Repetition: paragraphs of the stripped text split on 2+ newlines, lines split on 1+, kept
     # as they are (empty ones too); the character fractions are of the whole text.
-    stripped = pc.utf8_trim_whitespace(text)             # Arrow's whitespace is str.isspace
+    stripped = pc.utf8_trim_whitespace(text)  # Arrow's whitespace is str.isspace
     paras_list = pc.split_pattern_regex(stripped, r"\n{2,}")
     para_counts = pc.list_value_length(paras_list).to_numpy(zero_copy_only=False).astype(np.int64)
-    dup_para_frac, dup_para_chars = _duplicate_units(pc.list_flatten(paras_list), np.repeat(np.arange(n), para_counts),
-                                                     n, skip_empty=False)
+    dup_para_frac, dup_para_chars = _duplicate_units(
+        pc.list_flatten(paras_list), np.repeat(np.arange(n), para_counts), n, skip_empty=False
+    )
     rep_lines = pc.split_pattern_regex(text, r"\n+")
     rep_counts = pc.list_value_length(rep_lines).to_numpy(zero_copy_only=False).astype(np.int64)
-    dup_line_frac, dup_line_chars = _duplicate_units(pc.list_flatten(rep_lines), np.repeat(np.arange(n), rep_counts),
-                                                     n, skip_empty=False)
+    dup_line_frac, dup_line_chars = _duplicate_units(
+        pc.list_flatten(rep_lines), np.repeat(np.arange(n), rep_counts), n, skip_empty=False
+    )
     ngram_rules = []
     # Only the decisions are kept, so a document is measured only where a bound says the rule
     # could fire: a k-gram occurs at most as often as its first k-1 words do, and is at most
@@ -372,10 +442,25 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
             # a repeat only as joined text, with other word boundaries, is not looked for).
             candidates, covered = dup > 0, cover
     rules = [("empty", chars == 0)] + _gopher_rules(
-        cfg, n_words, avg_len, symbol_fails, bullet_ratio, ellipsis_ratio, alpha_ratio, stop_count,
-        dup_line_frac, dup_para_frac, dup_line_chars / safe_chars, dup_para_chars / safe_chars, ngram_rules)
-    signals = {"n_words": pa.array(n_words.astype(np.int32)), "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
-               "avg_word_length": pa.array(avg_len.astype(np.float32))}
+        cfg,
+        n_words,
+        avg_len,
+        symbol_fails,
+        bullet_ratio,
+        ellipsis_ratio,
+        alpha_ratio,
+        stop_count,
+        dup_line_frac,
+        dup_para_frac,
+        dup_line_chars / safe_chars,
+        dup_para_chars / safe_chars,
+        ngram_rules,
+    )
+    signals = {
+        "n_words": pa.array(n_words.astype(np.int32)),
+        "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
+        "avg_word_length": pa.array(avg_len.astype(np.float32)),
+    }
     return rules, signals, n_tokens
 
 
@@ -394,8 +479,13 @@ def _fineweb_rules(text: pa.Array, chars: np.ndarray, n_words: np.ndarray, cfg: 
     n_lines = np.bincount(owner, minlength=n)
     safe = np.maximum(n_lines, 1)
     stop = cfg.fineweb_stop_chars if cfg.fineweb_stop_chars is not None else sorted(DT_TERMINAL_PUNCTUATION)
-    ends = (pc.match_substring_regex(lines, "[" + "".join(f"\\x{{{ord(c):x}}}" for c in stop) + "]$")
-            .to_numpy(zero_copy_only=False) if stop else np.zeros(len(lines), bool))
+    ends = (
+        pc.match_substring_regex(lines, "[" + "".join(f"\\x{{{ord(c):x}}}" for c in stop) + "]$").to_numpy(
+            zero_copy_only=False
+        )
+        if stop
+        else np.zeros(len(lines), bool)
+    )
     punct_ratio = np.bincount(owner, ends, n) / safe
     low_punct = punct_ratio < cfg.fineweb_line_punct_thr
     if cfg.fineweb_line_punct_exclude_zero:
@@ -420,18 +510,93 @@ _POLICY = ["terms of use", "privacy policy", "cookie policy", "uses cookies", "u
 _LINE_BREAK = r"\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x{85}\x{2028}\x{2029}]"
 # compat: medprep counts C4's sentences close to how spaCy's sentencizer (what datatrove uses for
 # English) finds them (compat: datatrove runs the sentencizer's rule on spaCy's tokens, from
-# pipeline/spacy_words.py): a token ".", "!" or "?" followed by a token that is not punctuation. Tokens here are
+# pipeline/stages/heuristics/spacy_words.py): a token ".", "!" or "?" followed by a token that is
+# not punctuation. Tokens here are
 # whitespace-separated chunks with opening/closing punctuation stripped; a chunk ending in a
 # period is not a sentence end when spaCy keeps the period inside an abbreviation token
 # (initials such as "e.g." or "U.S.", and spaCy's English abbreviation exceptions below).
 _TERMINAL = r"[.!?\x{0589}\x{061F}\x{06D4}\x{0964}\x{0965}\x{3002}\x{FF01}\x{FF1F}\x{203C}\x{203D}]"
 _ABBREVIATIONS = [
-    "Mt.", "Ak.", "Ala.", "Apr.", "Ariz.", "Ark.", "Aug.", "Calif.", "Colo.", "Conn.", "Dec.", "Del.", "Feb.", "Fla.",
-    "Ga.", "Ia.", "Id.", "Ill.", "Ind.", "Jan.", "Jul.", "Jun.", "Kan.", "Kans.", "Ky.", "La.", "Mar.", "Mass.",
-    "Mich.", "Minn.", "Miss.", "Neb.", "Nebr.", "Nev.", "Nov.", "Oct.", "Okla.", "Ore.", "Pa.", "Sep.", "Sept.",
-    "Tenn.", "Va.", "Wash.", "Wis.", "Adm.", "Bros.", "co.", "Co.", "Corp.", "Dr.", "Gen.", "Gov.", "Inc.", "Jr.",
-    "Ltd.", "Md.", "Messrs.", "Mo.", "Mont.", "Mr.", "Mrs.", "Ms.", "Ph.D.", "Prof.", "Rep.", "Rev.", "Sen.", "St.",
-    "vs.", "v.s.", "a.m.", "p.m.", "°c.", "°f.", "°k.", "°C.", "°F.", "°K."]
+    "Mt.",
+    "Ak.",
+    "Ala.",
+    "Apr.",
+    "Ariz.",
+    "Ark.",
+    "Aug.",
+    "Calif.",
+    "Colo.",
+    "Conn.",
+    "Dec.",
+    "Del.",
+    "Feb.",
+    "Fla.",
+    "Ga.",
+    "Ia.",
+    "Id.",
+    "Ill.",
+    "Ind.",
+    "Jan.",
+    "Jul.",
+    "Jun.",
+    "Kan.",
+    "Kans.",
+    "Ky.",
+    "La.",
+    "Mar.",
+    "Mass.",
+    "Mich.",
+    "Minn.",
+    "Miss.",
+    "Neb.",
+    "Nebr.",
+    "Nev.",
+    "Nov.",
+    "Oct.",
+    "Okla.",
+    "Ore.",
+    "Pa.",
+    "Sep.",
+    "Sept.",
+    "Tenn.",
+    "Va.",
+    "Wash.",
+    "Wis.",
+    "Adm.",
+    "Bros.",
+    "co.",
+    "Co.",
+    "Corp.",
+    "Dr.",
+    "Gen.",
+    "Gov.",
+    "Inc.",
+    "Jr.",
+    "Ltd.",
+    "Md.",
+    "Messrs.",
+    "Mo.",
+    "Mont.",
+    "Mr.",
+    "Mrs.",
+    "Ms.",
+    "Ph.D.",
+    "Prof.",
+    "Rep.",
+    "Rev.",
+    "Sen.",
+    "St.",
+    "vs.",
+    "v.s.",
+    "a.m.",
+    "p.m.",
+    "°c.",
+    "°f.",
+    "°k.",
+    "°C.",
+    "°F.",
+    "°K.",
+]
 
 
 def _per_item(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
@@ -452,8 +617,9 @@ def _sentence_counts(chunks_list: pa.Array, doc_of_line: np.ndarray, n: int) -> 
     sub = chunks.take(pa.array(cand))
     core = pc.replace_substring_regex(sub, r"^[(\[{\"'“‘«]+|[)\]}\"'”’»,;:]+$", "")
     ends = pc.match_substring_regex(core, _TERMINAL + "$").to_numpy(zero_copy_only=False)
-    abbrev = (pc.is_in(core, pa.array(_ABBREVIATIONS, core.type)).to_numpy(zero_copy_only=False)
-              | pc.match_substring_regex(core, r"^(?:\p{L}\.)+$|\.\.$").to_numpy(zero_copy_only=False))
+    abbrev = pc.is_in(core, pa.array(_ABBREVIATIONS, core.type)).to_numpy(
+        zero_copy_only=False
+    ) | pc.match_substring_regex(core, r"^(?:\p{L}\.)+$|\.\.$").to_numpy(zero_copy_only=False)
     # A boundary needs a non-punctuation token after it in the same line.
     last_wordy = np.full(n_lines, -1, np.int64)
     wordy_idx = np.flatnonzero(wordy)
@@ -462,8 +628,9 @@ def _sentence_counts(chunks_list: pa.Array, doc_of_line: np.ndarray, n: int) -> 
     # spaCy also splits a period between a lowercase and an uppercase letter ("end.Next").
     infix = pc.count_substring_regex(sub, r"\p{Ll}\.\p{Lu}").to_numpy(zero_copy_only=False)
     line_of_cand = line_of_chunk[cand]
-    per_line_sent = (np.bincount(line_of_cand, boundary + infix, n_lines)
-                     + (np.bincount(line_of_chunk, nonempty, n_lines) > 0))
+    per_line_sent = np.bincount(line_of_cand, boundary + infix, n_lines) + (
+        np.bincount(line_of_chunk, nonempty, n_lines) > 0
+    )
     return np.bincount(doc_of_line, per_line_sent, n)
 
 
@@ -493,9 +660,12 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig, words: Words | None
         # Only a line with a "[" can hold a citation: the regex runs on those.
         bracket = pc.match_substring(lines, "[")
         if pc.any(bracket).as_py():
-            lines = pc.replace_with_mask(lines, bracket, pc.replace_substring_regex(lines.filter(bracket), _CITATION, ""))
-    terminal = (pc.match_substring_regex(lines, r"[.?!\"']$").to_numpy(zero_copy_only=False)
-                & ~pc.ends_with(lines, "...").to_numpy(zero_copy_only=False))
+            lines = pc.replace_with_mask(
+                lines, bracket, pc.replace_substring_regex(lines.filter(bracket), _CITATION, "")
+            )
+    terminal = pc.match_substring_regex(lines, r"[.?!\"']$").to_numpy(zero_copy_only=False) & ~pc.ends_with(
+        lines, "..."
+    ).to_numpy(zero_copy_only=False)
     lowered = pc.utf8_lower(lines)
     reaches_content = ~long_word & terminal & enough_words
     lorem = reaches_content & pc.match_substring(lowered, "lorem ipsum").to_numpy(zero_copy_only=False)
@@ -507,12 +677,24 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig, words: Words | None
     kept_lines = lines.filter(pa.array(kept))
     offsets = pa.array(np.concatenate([[0], np.cumsum(kept_per_doc)]).astype(np.int32))
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
-    return {"lorem": _per_item(lorem, doc_of_line, n) > 0, "curly": _per_item(curly, doc_of_line, n) > 0,
-            "text": new_text, "kept_per_doc": kept_per_doc, "dropped_per_doc": line_counts - kept_per_doc,
-            "sentences": (np.bincount(doc_of_line[kept], english_words().sentences(kept_lines) if words is None else
-                                      _kept_line_sentences(words, untrimmed, lines, kept, bracket), n)
-                          if cfg.compat == "datatrove" else
-                          _sentence_counts(split_words(original_lines.filter(pa.array(kept))), doc_of_line[kept], n))}
+    return {
+        "lorem": _per_item(lorem, doc_of_line, n) > 0,
+        "curly": _per_item(curly, doc_of_line, n) > 0,
+        "text": new_text,
+        "kept_per_doc": kept_per_doc,
+        "dropped_per_doc": line_counts - kept_per_doc,
+        "sentences": (
+            np.bincount(
+                doc_of_line[kept],
+                english_words().sentences(kept_lines)
+                if words is None
+                else _kept_line_sentences(words, untrimmed, lines, kept, bracket),
+                n,
+            )
+            if cfg.compat == "datatrove"
+            else _sentence_counts(split_words(original_lines.filter(pa.array(kept))), doc_of_line[kept], n)
+        ),
+    }
 
 
 _LINE_BREAK_CHARS = np.array([0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029], np.uint32)
@@ -524,9 +706,9 @@ def _line_starts(cps: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
     crlf = np.zeros(len(cps), bool)
     crlf[1:] = (cps[1:] == 0x0A) & (cps[:-1] == 0x0D)
     starts = doc_offsets[:-1]
-    crlf[starts[starts < len(cps)]] = False                # no pair across two documents
+    crlf[starts[starts < len(cps)]] = False  # no pair across two documents
     breaks = np.flatnonzero(np.isin(cps, _LINE_BREAK_CHARS) & ~crlf)
-    after = breaks + 1                                      # "\r\n": one byte more
+    after = breaks + 1  # "\r\n": one byte more
     inside = after < len(cps)
     after[inside] += crlf[after[inside]]
     doc = np.concatenate([np.arange(len(starts)), np.searchsorted(doc_offsets, breaks, side="right") - 1])
@@ -534,21 +716,24 @@ def _line_starts(cps: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
     return at[np.lexsort((at, doc))]
 
 
-def _kept_line_sentences(words: Words, untrimmed: pa.Array, lines: pa.Array, kept: np.ndarray,
-                         bracket: pa.Array | None) -> np.ndarray:
+def _kept_line_sentences(
+    words: Words, untrimmed: pa.Array, lines: pa.Array, kept: np.ndarray, bracket: pa.Array | None
+) -> np.ndarray:
     """spaCy's sentences in each kept line, from the documents' tokens (Words.sentences_in_spans)
     where the line is a span of its document: its text unchanged by the citation rule, and its
     trimmed ends non-space to spaCy too (Arrow's trim and str.isspace may differ on a
     character). Any other kept line is tokenized again, alone."""
     kept_idx = np.flatnonzero(kept)
     starts = _line_starts(words.raw_cps, words.doc_offsets)
-    if len(starts) != len(untrimmed):                    # not the split Arrow made: every line alone
+    if len(starts) != len(untrimmed):  # not the split Arrow made: every line alone
         return english_words().sentences(lines.filter(pa.array(kept)))
     raw = untrimmed.take(pa.array(kept_idx))
     trimmed = lines.take(pa.array(kept_idx))
     length = pc.utf8_length(trimmed).to_numpy(zero_copy_only=False).astype(np.int64)
-    lead = (pc.utf8_length(raw).to_numpy(zero_copy_only=False)
-            - pc.utf8_length(pc.utf8_ltrim_whitespace(raw)).to_numpy(zero_copy_only=False)).astype(np.int64)
+    lead = (
+        pc.utf8_length(raw).to_numpy(zero_copy_only=False)
+        - pc.utf8_length(pc.utf8_ltrim_whitespace(raw)).to_numpy(zero_copy_only=False)
+    ).astype(np.int64)
     a = starts[kept_idx] + lead
     b = a + length
     space = (words.raw_flags & SPACE) != 0
@@ -624,12 +809,12 @@ class _NgramHashes:
         with np.errstate(over="ignore"):
             while self.k < k:
                 j = self.k
-                self.h = (self.h[:total - j] ^ self.word_ids[j:]) * _MIX + np.uint64(j + 1)
+                self.h = (self.h[: total - j] ^ self.word_ids[j:]) * _MIX + np.uint64(j + 1)
                 self.k += 1
         doc = self.doc_of_word
-        fits = doc[:total - k + 1] == doc[k - 1:]
+        fits = doc[: total - k + 1] == doc[k - 1 :]
         if docs is not None:
-            fits &= docs[doc[:total - k + 1]]
+            fits &= docs[doc[: total - k + 1]]
         pos = np.flatnonzero(fits)
         key = _doc_major(doc[pos], self.h[pos], self.doc_bits)
         return pos, key
@@ -672,7 +857,7 @@ def _top_ngram_chars(ngrams: _NgramHashes, word_len, k, n):
     first_pos = pos[order[run_start]]
     cum = np.concatenate([[0], np.cumsum(word_len)])
     score = run_len * (cum[first_pos + k] - cum[first_pos] + (k - 1))
-    doc = doc_of_word[first_pos]                 # non-decreasing: keys are doc-major
+    doc = doc_of_word[first_pos]  # non-decreasing: keys are doc-major
     doc_start = np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))
     out[doc[doc_start]] = np.maximum.reduceat(score, doc_start)
     return out
@@ -706,10 +891,10 @@ def _top_ngram_chars_dt(ngrams: _NgramHashes, word_len, k, n, docs=None):
     out, most = np.zeros(n), np.zeros(n, np.int64)
     if not len(pos):
         return out, most
-    order = np.argsort(key, kind="stable")          # stable: a group's first entry occurs first
+    order = np.argsort(key, kind="stable")  # stable: a group's first entry occurs first
     run_start, run_len = _runs(key[order])
     first_pos = pos[order[run_start]]
-    doc = ngrams.doc_of_word[first_pos]             # non-decreasing: keys are doc-major
+    doc = ngrams.doc_of_word[first_pos]  # non-decreasing: keys are doc-major
     span = len(ngrams.doc_of_word) + 1
     # The largest count, then the earliest first occurrence, as one number to maximize.
     score = run_len.astype(np.int64) * span - first_pos
@@ -734,7 +919,7 @@ def _longest_ngram(word_len, doc, k, n):
     width = np.where(doc[p] == doc[p + k - 1], cum[p + k] - cum[p] + (k - 1), 0)
     counts = np.bincount(doc, minlength=n)
     first = np.cumsum(counts) - counts
-    has = counts >= k                    # then the document's k-grams start at first, first + 1, ...
+    has = counts >= k  # then the document's k-grams start at first, first + 1, ...
     out[has] = np.maximum.reduceat(width, np.minimum(first, len(width) - 1))[has]
     return out
 
@@ -773,7 +958,7 @@ def _duplicate_ngram_chars_dt(words: Words, k, n, docs=None):
     if not multi.any():
         return out, cover
     g_start, g_len = run_start[multi], run_len[multi]
-    g_first = np.cumsum(g_len) - g_len                          # each group's first, in occ order
+    g_first = np.cumsum(g_len) - g_len  # each group's first, in occ order
     occ = order[np.repeat(g_start, g_len) + np.arange(g_len.sum()) - np.repeat(g_first, g_len)]
     occ_pos, occ_len = pos[occ], (b - a)[occ]
     occ_group = np.repeat(np.arange(len(g_len)), g_len)
@@ -784,7 +969,7 @@ def _duplicate_ngram_chars_dt(words: Words, k, n, docs=None):
         first_visited = np.minimum.reduceat(np.where(visited, occ_pos, never), g_first)
         cand = np.sort(occ_pos[occ_pos > first_visited[occ_group]])
         picks = _greedy_chain(cand, doc[cand], k)
-        i = np.searchsorted(picks, occ_pos) - 1                 # the last repeat before each one
+        i = np.searchsorted(picks, occ_pos) - 1  # the last repeat before each one
         now = ~((i >= 0) & (occ_pos < picks[np.maximum(i, 0)] + k)) if len(picks) else np.ones(len(occ_pos), bool)
         if np.array_equal(now, visited):
             break
@@ -803,7 +988,7 @@ def _greedy_chain(cand: np.ndarray, doc: np.ndarray, k: int) -> np.ndarray:
     m = len(cand)
     if not m:
         return cand
-    jump = np.append(np.searchsorted(cand, cand + k), m)       # next candidate >= c + k (m: none)
+    jump = np.append(np.searchsorted(cand, cand + k), m)  # next candidate >= c + k (m: none)
     reach = np.zeros(m + 1, bool)
     reach[np.flatnonzero(np.concatenate([[True], doc[1:] != doc[:-1]]))] = True
     while True:

@@ -482,22 +482,37 @@ class _Matcher:
         for key, table in strings.items():
             *around, n = key
             hashes = sorted(table)
-            firsts = [a.body[0] for a in alts if a.literal and len(a.body) == n and (a.behind, a.ahead, a.ahead_negated) == tuple(around)]
-            lasts = [a.body[-1] for a in alts if a.literal and len(a.body) == n and (a.behind, a.ahead, a.ahead_negated) == tuple(around)]
-            self.tests.append(_Test(*around, length=n, keys=np.array(hashes, np.uint64),
-                                    key_orders=np.array([table[h] for h in hashes], np.int64),
-                                    edge_first=Charset.of([(c.single, c.single) for c in firsts]),
-                                    edge_last=Charset.of([(c.single, c.single) for c in lasts])))
-        self.tests.sort(key=lambda t: min(t.orders.min() if t.orders is not None else np.inf,
-                                          t.key_orders.min() if t.key_orders is not None else np.inf,
-                                          t.alt.order if t.alt is not None else np.inf))
-        for test in self.tests:                # register every set the tests use
+            firsts = [a.body[0] for a in alts if a.literal and len(a.body) == n
+                      and (a.behind, a.ahead, a.ahead_negated) == tuple(around)]
+            lasts = [
+                a.body[-1]
+                for a in alts
+                if a.literal and len(a.body) == n and (a.behind, a.ahead, a.ahead_negated) == tuple(around)
+            ]
+            self.tests.append(
+                _Test(
+                    *around,
+                    length=n,
+                    keys=np.array(hashes, np.uint64),
+                    key_orders=np.array([table[h] for h in hashes], np.int64),
+                    edge_first=Charset.of([(c.single, c.single) for c in firsts]),
+                    edge_last=Charset.of([(c.single, c.single) for c in lasts]),
+                )
+            )
+        self.tests.sort(
+            key=lambda t: min(
+                t.orders.min() if t.orders is not None else np.inf,
+                t.key_orders.min() if t.key_orders is not None else np.inf,
+                t.alt.order if t.alt is not None else np.inf,
+            )
+        )
+        for test in self.tests:  # register every set the tests use
             for cs in (*test.behind, *test.ahead, test.chars, test.edge_first, test.edge_last):
                 if cs is not None:
                     classes.bit(cs)
             if test.alt is not None:
                 body = test.alt.body
-                for cs in ((body.chars,) if isinstance(body, Run) else body):
+                for cs in (body.chars,) if isinstance(body, Run) else body:
                     classes.bit(cs)
 
     def _seq(self, t: _Text, charsets, start: np.ndarray, ok: np.ndarray) -> np.ndarray:
@@ -545,9 +560,12 @@ class _Matcher:
                 order = np.full(len(at), never)
                 idx = np.flatnonzero(ok)
                 order[idx] = test.orders[np.searchsorted(test.cps, t.cps[start[idx]])]
-            else:                    # literal strings: their edge character, then their hash
-                ok = self._seq(t, (test.edge_first,), start, ok) if forward else \
-                    self._seq(t, (test.edge_last,), start + n - 1, ok)
+            else:  # literal strings: their edge character, then their hash
+                ok = (
+                    self._seq(t, (test.edge_first,), start, ok)
+                    if forward
+                    else self._seq(t, (test.edge_last,), start + n - 1, ok)
+                )
                 order = np.full(len(at), never)
                 idx = np.flatnonzero(ok)
                 h = t.hash(start[idx], start[idx] + test.length)
@@ -592,6 +610,7 @@ def _rarest_charset(alt: Alt) -> Charset:
     def score(cs: Charset):
         cps = cs.codepoints()
         return int(np.isin(cps, _ASCII_ALNUM).sum()), len(cps)
+
     return min(alt.body, key=score)
 
 
@@ -605,6 +624,7 @@ _ASCII_ALNUM = np.array([ord(c) for c in "0123456789abcdefghijklmnopqrstuvwxyzAB
 class Words:
     """A batch's tokens: [start, end) in `text` (the batch's non-space codepoints), the document
     of each, and tokens per document."""
+
     text: _Text
     start: np.ndarray
     end: np.ndarray
@@ -682,6 +702,7 @@ class Words:
 class SpacyRules:
     """What spaCy's English tokenizer is built from (spacy/language.py create_tokenizer, from
     English.Defaults): what `spacy.blank("en")` tokenizes with, without building a pipeline."""
+
     prefix_pattern: str
     suffix_pattern: str
     infix_pattern: str
@@ -708,9 +729,15 @@ def spacy_english_rules() -> SpacyRules:
     from spacy.util import compile_infix_regex, compile_prefix_regex, compile_suffix_regex
 
     d = English.Defaults
-    return SpacyRules(compile_prefix_regex(d.prefixes).pattern, compile_suffix_regex(d.suffixes).pattern,
-                      compile_infix_regex(d.infixes).pattern, dict(d.tokenizer_exceptions), d.url_match,
-                      d.token_match, ORTH)
+    return SpacyRules(
+        compile_prefix_regex(d.prefixes).pattern,
+        compile_suffix_regex(d.suffixes).pattern,
+        compile_infix_regex(d.infixes).pattern,
+        dict(d.tokenizer_exceptions),
+        d.url_match,
+        d.token_match,
+        ORTH,
+    )
 
 
 class EnglishWords:
@@ -747,8 +774,13 @@ class EnglishWords:
         # A cheap first test: first character, last character and length, hashed into a table.
         self.special_max_len = int(self.special_lens.max())
         self.special_filter = np.zeros(1 << 16, bool)
-        self.special_filter[_special_slot(np.array([ord(k[0]) for k in tok.rules]), np.array([ord(k[-1]) for k in tok.rules]),
-                                          np.array([len(k) for k in tok.rules]))] = True
+        self.special_filter[
+            _special_slot(
+                np.array([ord(k[0]) for k in tok.rules]),
+                np.array([ord(k[-1]) for k in tok.rules]),
+                np.array([len(k) for k in tok.rules]),
+            )
+        ] = True
         self.flags = self._flags(infix_alts)
         self._pw = np.ones(1, np.uint64)
         self._ipw = np.ones(1, np.uint64)
@@ -758,8 +790,11 @@ class EnglishWords:
     def _span_patterns(self, tok) -> None:
         """The second pass's patterns: exceptions that hold a prefix, suffix or infix (what
         spaCy's tokenizer puts in its special-case matcher), each as the rules alone split it."""
-        keys = [k for k in sorted(tok.rules) if not any(ch.isspace() for ch in k)
-                and (tok.find_prefix(k) or tok.find_suffix(k) or tok.find_infix(k))]
+        keys = [
+            k
+            for k in sorted(tok.rules)
+            if not any(ch.isspace() for ch in k) and (tok.find_prefix(k) or tok.find_suffix(k) or tok.find_infix(k))
+        ]
         self.span_patterns: dict[int, tuple] = {}
         self.span_piece_lens: list[list[int]] = []
         self.span_special_cuts: list[list[int]] = []
@@ -778,23 +813,28 @@ class EnglishWords:
             self.span_special_cuts.append(np.cumsum(pieces)[:-1].tolist())
             h = string_hash(key)
             by_k.setdefault(len(lens), []).append((h, len(key), idx))
-        self.span_first_keys = np.unique(np.array(
-            [string_hash(key[:lens[0]]) for key, lens in zip(keys, self.span_piece_lens)], np.uint64))
+        self.span_first_keys = np.unique(
+            np.array([string_hash(key[: lens[0]]) for key, lens in zip(keys, self.span_piece_lens)], np.uint64)
+        )
         for k, rows in by_k.items():
             rows.sort()
-            self.span_patterns[k] = (np.array([r[0] for r in rows], np.uint64), np.array([r[1] for r in rows], np.int64),
-                                     np.array([r[2] for r in rows], np.int64))
+            self.span_patterns[k] = (
+                np.array([r[0] for r in rows], np.uint64),
+                np.array([r[1] for r in rows], np.int64),
+                np.array([r[2] for r in rows], np.int64),
+            )
 
     def _flags(self, infix_alts) -> np.ndarray:
         chars = "".join(map(chr, range(_NCP)))
         import unicodedata
+
         from spacy.pipeline import Sentencizer
 
         flags = np.zeros(_NCP, np.uint16)
         flags[np.fromiter(map(str.isspace, chars), bool, _NCP)] |= SPACE
         flags[np.fromiter(map(str.isalpha, chars), bool, _NCP)] |= ALPHA
         flags[[ord(c) for c in set(DT_PUNCTUATION) | DT_TERMINAL_PUNCTUATION]] |= DT_PUNCT
-        flags[ord("0"):ord("9") + 1] |= DIGIT
+        flags[ord("0") : ord("9") + 1] |= DIGIT
         flags[ord(".")] |= DOT
         flags[np.fromiter((c[0] == "P" for c in map(unicodedata.category, chars)), bool, _NCP)] |= PUNCT_CATEGORY
         flags[[ord(c) for c in Sentencizer.default_punct_chars if len(c) == 1]] |= SENT_END
@@ -942,7 +982,7 @@ class EnglishWords:
         chunk_end = np.append(chunk_start[1:], total).astype(np.int64)
         # Tokens of the chunks the rules split (only those can hold a multi-token match).
         first = np.searchsorted(bounds, chunk_start[changed])
-        last = np.searchsorted(bounds, chunk_end[changed])        # one past the chunk's last token
+        last = np.searchsorted(bounds, chunk_end[changed])  # one past the chunk's last token
         n_tok = last - first
         multi = n_tok >= 2
         if not multi.any():
@@ -956,7 +996,7 @@ class EnglishWords:
         j = np.clip(np.searchsorted(self.span_first_keys, h), 0, len(self.span_first_keys) - 1)
         starts = self.span_first_keys[j] == h
         tok, tok_chunk_last = tok[starts], tok_chunk_last[starts]
-        found = []                       # (start token, k, pattern index)
+        found = []  # (start token, k, pattern index)
         for k, (keys, lens, index) in self.span_patterns.items():
             ok = tok + k - 1 <= tok_chunk_last
             i = tok[ok]
@@ -968,7 +1008,7 @@ class EnglishWords:
             hit = (keys[j] == h) & (lens[j] == b - a)
             for pos, pat in zip(i[hit].tolist(), index[j[hit]].tolist()):
                 want = self.span_piece_lens[pat]
-                if [int(x) for x in (ends[pos:pos + k] - bounds[pos:pos + k])] == want:
+                if [int(x) for x in (ends[pos : pos + k] - bounds[pos : pos + k])] == want:
                     found.append((pos, k, pat))
         if not found:
             return bounds
@@ -1041,14 +1081,13 @@ class EnglishWords:
             s = "".join(map(chr, t.cps[np.concatenate([np.arange(fa[i], fb[i]) for i in maybe_url])].tolist()))
             lens = (fb[maybe_url] - fa[maybe_url]).tolist()
             offs = np.concatenate([[0], np.cumsum(lens)]).tolist()
-            url = np.array([self.url_match(s[offs[i]:offs[i + 1]]) is not None for i in range(len(lens))], bool)
+            url = np.array([self.url_match(s[offs[i] : offs[i + 1]]) is not None for i in range(len(lens))], bool)
             if url.any():
                 keep = ~np.isin(owner, maybe_url[url])
                 pos, ends = pos[keep], ends[keep]
         out.append(pos)
         out.append(ends)
         return out
-
 
 
 def _run_starts(member: np.ndarray, doc_offsets: np.ndarray) -> np.ndarray:
@@ -1085,9 +1124,9 @@ def _sorted_unique(parts: list[np.ndarray], total: int) -> np.ndarray:
     return np.flatnonzero(mark[:total])
 
 
-
-def _sentences(w: Words, tokens: np.ndarray, token_unit: np.ndarray, gap: np.ndarray, gap_unit: np.ndarray,
-               n: int) -> np.ndarray:
+def _sentences(
+    w: Words, tokens: np.ndarray, token_unit: np.ndarray, gap: np.ndarray, gap_unit: np.ndarray, n: int
+) -> np.ndarray:
     """EnglishWords.sentences of n units (documents, or spans of them), given the tokens of
     `w` (indices) and whitespace tokens (positions) of each unit."""
     # Tokens and whitespace tokens in order: by unit, then position (a whitespace token goes

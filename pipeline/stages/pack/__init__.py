@@ -1,7 +1,7 @@
 """pack: tokenize (encode_batch), shuffle documents (seeded, in bounded memory), EOS after every
 document, concatenate, cut into seq_len sequences of int32 input_ids, saved per split in the
 `save_to_disk` layout as final/<split>; optionally also as Megatron-LM indexed datasets and
-flat nanoGPT-style token files (pipeline/writers.py). Tokens left over after the last full
+flat nanoGPT-style token files (pipeline/stages/pack/writers.py). Tokens left over after the last full
 sequence are counted, not packed into final/<split> (the Megatron and flat files hold every
 token).
 
@@ -28,15 +28,16 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import source_of_shard
-from pipeline import hf_arrow
+from pipeline.engines.bpe import TOKENIZER_FILE, tokenizer_from_json, tokenizers_threads
+from pipeline.engines.mixing import shuffle_keys
+from pipeline.engines.splits import SPLITS
 from pipeline.errors import UserError
-from pipeline.mixing import shuffle_keys
-from pipeline.stages.base import GlobalStage, StageConfig
-from pipeline.stages.split import SPLITS
-from pipeline.stages.tokenizer import TOKENIZER_FILE, tokenizer_from_json, tokenizers_threads
 from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
 from pipeline.shards import WRITE_CHUNK
-from pipeline.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
+from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.stages.pack import hf_arrow
+from pipeline.stages.pack.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
+from pipeline.tasks import shard_task
 
 FORMATS = ("datasets", "megatron", "flat")
 # Key bins (the shuffle key's top 10 bits): buckets are runs of consecutive bins. A bin holds
@@ -163,6 +164,7 @@ class Pack(GlobalStage):
         return tokenizer_from_json(as_run_path(path).read_text())
 
     # -- 1. map: tokenize one input shard ----------------------------------------------------
+    @shard_task
     def tokenize_shard(self, task) -> dict:
         """One shard's documents tokenized into work/tokens/NAME.arrow (an Arrow IPC file of
         (key, global position, split, ids), in key-bin order, WRITE_CHUNK rows per batch) and
@@ -198,12 +200,13 @@ class Pack(GlobalStage):
         _write_tokens(task.folder / "work" / "tokens", task.shard.name, docs, shuffle)
         return marker
 
+    @shard_task
     def repeat_shard(self, task) -> dict:
         """A mix's repetitions of one shard's train documents: copy K (params `copies`: [K,
         cutoff]) with its own shuffle keys, all of them (cutoff 1) or, for the partial last, those
         whose seeded draw is below the cutoff, as the token file NAME~K like a shard's own;
         positions after every original row."""
-        from pipeline.mixing import copy_keys, partial_draws
+        from pipeline.engines.mixing import copy_keys, partial_draws
         p = task.params
         folder = task.folder / "work" / "tokens"
         with (folder / f"{p['name']}.arrow").open_input() as f:
@@ -222,6 +225,7 @@ class Pack(GlobalStage):
         return {"names": out}
 
     # -- 3. map: one bucket in packing order ---------------------------------------------------
+    @shard_task
     def order_bucket(self, task) -> dict:
         """A bucket's documents from every shard (row ranges of their token files), sorted by
         (key, position), EOS after each: work/stream/<split>/K.bin (int32) and K.len.npy
@@ -257,10 +261,11 @@ class Pack(GlobalStage):
         return {"bytes": int(table.nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
+    @shard_task
     def write_sequences(self, task) -> dict:
         """Rows [r0, r1) of final/<split>, cut from the split's token stream at their global
         offsets, written as datasets' save_to_disk writes a shard (the same schema and record
-        batches: pipeline/hf_arrow.py), so the bytes are those of one sequential save_to_disk.
+        batches: pipeline/stages/pack/hf_arrow.py), so the bytes are those of one sequential save_to_disk.
         The split's first shard also writes its state.json and dataset_info.json."""
         p = task.params
         seq_len, split = p["seq_len"], p["split"]
@@ -301,7 +306,7 @@ class Pack(GlobalStage):
         # With workers, each encodes on two threads: two workers on two cores lose nothing to
         # it, and the last shards, once the other workers are done, take half the time.
         encode_threads = min(2, inputs.driver_threads(self))
-        inputs.map(self, "tokenize_shard", shuffle=cfg.shuffle, encode_threads=encode_threads,
+        inputs.map(self.tokenize_shard, shuffle=cfg.shuffle, encode_threads=encode_threads,
                    **({"sources": sorted(mix)} if mix else {}))
         names = inputs.names()
         mix_plan = self._repeat(inputs, work, names) if mix else None
@@ -312,7 +317,7 @@ class Pack(GlobalStage):
         tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos)
         if mix:
             tasks = [{**t, "mix": True, "original_rows": original_rows} for t in tasks]
-        sizes = inputs.map_tasks(self, "order_bucket", tasks)
+        sizes = inputs.map_tasks(self.order_bucket, tasks)
         # Where each bucket's tokens start in its split's stream: the global offsets.
         offsets = {s: np.concatenate([[0], np.cumsum(bucket_counts[:, 3 + i])]).astype(np.int64)
                    for i, s in enumerate(SPLITS)}
@@ -354,13 +359,13 @@ class Pack(GlobalStage):
         return [self.ctx.mix] if self.ctx is not None and self.ctx.mix else []
 
     def _repeat(self, inputs, work: RunPath, names: list[str]) -> dict:
-        """A mix applied: each source's epochs (pipeline/mixing.py), its repeated train documents
+        """A mix applied: each source's epochs (pipeline/engines/mixing.py), its repeated train documents
         written as extra token files (tasks on the executor), and the tokens per source before
         and after. Returns the stats' `mix`, with `copies`: the extra token files' names."""
         import math
 
         from pipeline.documents import source_of_shard
-        from pipeline.mixing import plan_epochs
+        from pipeline.engines.mixing import plan_epochs
         mix = self.ctx.mix
         counts = {name: load_npy(work / "tokens" / f"{name}.counts.npy") for name in names}
         source = {name: source_of_shard(name) for name in names}
@@ -377,7 +382,7 @@ class Pack(GlobalStage):
             copies = [[k, 1.0 if k < last or e % 1 <= 1e-9 else cutoffs[source[name]]] for k in range(1, last + 1)]
             if copies:
                 tasks.append({"name": name, "copies": copies, "rows": rows})
-        made = [n for r in inputs.map_tasks(self, "repeat_shard", tasks) for n in r["names"]]
+        made = [n for r in inputs.map_tasks(self.repeat_shard, tasks) for n in r["names"]]
         after = dict(train)
         for name in made:
             after[source[name.split("~")[0]]] += int(load_npy(work / "tokens" / f"{name}.counts.npy")[:, 3].sum())
@@ -395,7 +400,7 @@ class Pack(GlobalStage):
         of the source's train documents, 16 bytes each)."""
         import math
 
-        from pipeline.mixing import draw_cutoff, partial_draws
+        from pipeline.engines.mixing import draw_cutoff, partial_draws
         keys, lengths = [], []
         for name in names:
             with (work / "tokens" / f"{name}.arrow").open_input() as f:
@@ -412,7 +417,7 @@ class Pack(GlobalStage):
         """For each size in `window_sizes`: each source's share of the train tokens in every window
         of that many consecutive packed sequences (moved one sequence at a time; all of them, one
         window, when the split is shorter), the lowest and highest. The streams are read once."""
-        from pipeline.mixing import sliding_window_shares
+        from pipeline.engines.mixing import sliding_window_shares
         stems = [work / "stream" / "train" / f"{k:05d}" for k in range(n_buckets)]
         lengths = np.concatenate([load_npy(st.with_name(st.name + ".len.npy")) for st in stems]) if stems else \
             np.zeros(0, np.int64)
@@ -550,7 +555,7 @@ class Pack(GlobalStage):
                        "buckets": n_buckets, "offsets": offsets[split].tolist(),
                        "writer_batch_size": hf_arrow.writer_batch_size(n, nbytes)}
                       for i, (r0, r1) in enumerate(contiguous_shards(n, k))]
-        inputs.map_tasks(self, "write_sequences", tasks)
+        inputs.map_tasks(self.write_sequences, tasks)
         return num_shards
 
     def _write_token_files(self, work: RunPath, final: RunPath, n_buckets: int, vocab_size: int, eos: int) -> None:
@@ -576,16 +581,24 @@ class Pack(GlobalStage):
             for w in writers[s]:
                 w.close()
         if "flat" in cfg.formats:
-            FlatWriter.write_meta(final / "flat", {s: w for s in SPLITS for w in writers[s] if isinstance(w, FlatWriter)},
-                                  vocab_size=vocab_size, eos_id=eos, seq_len=cfg.seq_len)
+            FlatWriter.write_meta(
+                final / "flat",
+                {s: w for s in SPLITS for w in writers[s] if isinstance(w, FlatWriter)},
+                vocab_size=vocab_size,
+                eos_id=eos,
+                seq_len=cfg.seq_len,
+            )
 
 
 def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> None:
     """A shard's tokenized documents as work/tokens/NAME.arrow, in key-bin order, and
     NAME.counts.npy (per bin: rows, documents and tokens by split)."""
     n_bins = BINS if shuffle else 1
-    bins = (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64) if shuffle \
+    bins = (
+        (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64)
+        if shuffle
         else np.zeros(docs.num_rows, np.int64)
+    )
     order = np.argsort(bins, kind="stable")
     docs, bins = docs.take(pa.array(order)), bins[order]
     counts = np.zeros((n_bins, len(COUNTS)), np.int64)
