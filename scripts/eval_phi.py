@@ -69,6 +69,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+from eval_phi_formats import rate as _rate  # noqa: E402  (scripts/ on sys.path, above)
 
 DEV_NOTES = ROOT / "data/deid-dev/notes.jsonl"
 DEV_GOLD = ROOT / "data/deid-dev/gold.json"
@@ -118,10 +119,6 @@ def tokens_left_in_place(original: str, output: str) -> tuple[list[tuple[int, in
 
 def value_survives(value: str, output: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", output, re.IGNORECASE) is not None
-
-
-def _rate(n: int, k: int, key: str = "leaked") -> dict:
-    return {"n": n, key: k, "rate": round(k / n, 5) if n else 0.0}
 
 
 def score(
@@ -1076,8 +1073,9 @@ def formats_sets(args, systems: list[str], report: dict, work: Path) -> None:
             ),
         }
     for flag, key, run in (
-        ("planted_abstracts", "planted_abstracts", lambda n: planted_abstracts(n, args.seed, work)),
-        ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work)),
+        ("planted_abstracts", "planted_abstracts",
+         lambda n: planted_abstracts(n, args.seed, work, run_stage, real_abstracts, ABSTRACTS_CONFIG)),
+        ("legal_ids", "legal_ids", lambda n: legal_ids(n, args.seed, args.config, work, run_stage)),
     ):
         n = getattr(args, flag)
         if n:

@@ -203,6 +203,10 @@ def make_legal_documents(n: int, seed: int = 0) -> list[dict]:
     return docs
 
 
+def rate(n: int, k: int, key: str = "leaked") -> dict:
+    return {"n": n, key: k, "rate": round(k / n, 5) if n else 0.0}
+
+
 def _occurrences(value: str, text: str) -> int:
     return len(re.findall(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", text, re.IGNORECASE))
 
@@ -211,7 +215,6 @@ def value_leaks(docs: list[dict], outputs: dict) -> dict:
     """Planted values that survive verbatim (case-insensitive, as a whole token run), by type. A
     value that the rest of the text also holds ("Long", "case") leaks when the output holds it
     more often than the text without the planted values does."""
-    from eval_phi import _rate
     total, leaked = Counter(), Counter()
     for doc in docs:
         rest, last = "", 0
@@ -222,26 +225,25 @@ def value_leaks(docs: list[dict], outputs: dict) -> dict:
         for e in doc["gold"]:
             total[e["type"]] += 1
             leaked[e["type"]] += _occurrences(e["value"], outputs[doc["id"]]) > _occurrences(e["value"], rest)
-    return {"gold_values": sum(total.values()), "value_leak": _rate(sum(total.values()), sum(leaked.values())),
-            "value_leak_by_type": {t: _rate(total[t], leaked[t]) for t in sorted(total)}}
+    return {"gold_values": sum(total.values()), "value_leak": rate(sum(total.values()), sum(leaked.values())),
+            "value_leak_by_type": {t: rate(total[t], leaked[t]) for t in sorted(total)}}
 
 
-def planted_abstracts(n: int, seed: int, work) -> dict:
-    from eval_phi import ABSTRACTS_CONFIG, real_abstracts, run_stage
+def planted_abstracts(n: int, seed: int, work, run_stage, real_abstracts, config: str) -> dict:
+    """`run_stage(docs, config, work, name)` and `real_abstracts(n)`: eval_phi.py's."""
     texts = real_abstracts(ABSTRACTS_OFFSET + n)[ABSTRACTS_OFFSET:]
     docs = make_planted_abstracts(texts, seed)
-    outputs, meta = run_stage(docs, ABSTRACTS_CONFIG, work, "planted_abstracts")
+    outputs, meta = run_stage(docs, config, work, "planted_abstracts")
     leaks = value_leaks(docs, outputs)
     structured = [leaks["value_leak_by_type"][t] for t in STRUCTURED if t in leaks["value_leak_by_type"]]
     n, left = sum(r["n"] for r in structured), sum(r["leaked"] for r in structured)
-    return {"docs": len(docs), "seed": seed, "config": ABSTRACTS_CONFIG, "source": "data/raw/pubmed21n1298.xml.gz",
+    return {"docs": len(docs), "seed": seed, "config": config, "source": "data/raw/pubmed21n1298.xml.gz",
             "offset": ABSTRACTS_OFFSET, **leaks, "structured_types": list(STRUCTURED),
             "structured_value_leak": {"n": n, "leaked": left, "rate": round(left / n, 5) if n else 0.0}, **meta,
             "docs_per_cpu_second": round(len(docs) / meta["cpu_seconds"], 2)}
 
 
-def legal_ids(n: int, seed: int, config: str, work) -> dict:
-    from eval_phi import run_stage
+def legal_ids(n: int, seed: int, config: str, work, run_stage) -> dict:
     docs = make_legal_documents(n, seed)
     outputs, meta = run_stage(docs, config, work, "legal_ids")
     return {"docs": len(docs), "seed": seed, "config": config, **value_leaks(docs, outputs), **meta}
