@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 from pipeline.config import CONFIG_HELP
 from pipeline.errors import UserError
+from pipeline.progress import run_line
 
 RUN_HELP = """medprep run|stage|stages|init|fetch|report|inspect|cache (or python -m pipeline ...)
 
@@ -30,16 +31,17 @@ def user_errors():
     try:
         yield
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        run_line(f"error: {exc}", "error")
         sys.exit(2)
     except OSError as exc:
         from pipeline.diskspace import disk_full_line, is_disk_full
         if not is_disk_full(exc):
             raise
-        print(f"error: {disk_full_line(exc)}", file=sys.stderr)
+        run_line(f"error: {disk_full_line(exc)}", "error")
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted: unfinished stages will restart from scratch on the next run", file=sys.stderr)
+        run_line("interrupted: the same command again skips the finished stages, resumes a per-document stage "
+                 "from its finished shards and starts a whole-corpus stage over", "interrupted")
         sys.exit(130)
 
 
@@ -188,8 +190,9 @@ def run(args) -> None:
     config = load_config(args.config, input_paths=args.input, output_dir=args.output,
                          text_unit=args.text_unit, executor=args.executor)
     manifest = run_chain(config, force=args.force)
-    print(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
-          f"{manifest.get('tokens', 0)} tokens)", file=sys.stderr)
+    run_line(f"done: {config.output_dir} ({manifest.get('sequences', 0)} sequences, "
+             f"{manifest.get('tokens', 0)} tokens)", "run_end", run=str(config.output_dir),
+             sequences=manifest.get("sequences", 0), tokens=manifest.get("tokens", 0))
 
 
 def cache(args) -> None:

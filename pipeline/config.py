@@ -30,7 +30,7 @@ class Strict(BaseModel):
 class InputConfig(Strict):
     # Files, folders or glob patterns; a folder means every supported file in it.
     paths: list[str] = Field(min_length=1)
-    format: Literal["auto", "jsonl", "parquet", "text", "pubmed_xml", "hf"] = "auto"
+    format: Literal["auto", "jsonl", "json", "csv", "tsv", "parquet", "text", "pubmed_xml", "hf"] = "auto"
     id_field: str = "id"
     text_field: str = "text"
     # Plain text: one document per file, or one per non-empty line.

@@ -183,6 +183,11 @@ _worker = WorkerStage()
 def _init_worker(reports=None):
     logging.basicConfig(level=logging.WARNING)
     import atexit
+    import signal
+
+    # Ctrl-C reaches the whole process group: the driver alone answers it (one line, its pool
+    # shut down); a worker would print a traceback of wherever it was.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     # A worker leaves once the pool is shut down, its tasks done and their results sent (the
     # progress queue flushed by multiprocessing before this runs): tearing down the engines'

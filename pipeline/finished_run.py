@@ -165,11 +165,12 @@ class FinishedRun:
 
     def is_private(self, stage: FinishedStage) -> bool:
         """Whether the stage's documents are never shown: it, or a stage after it in its own
-        chain, says its documents and those before it are private (`private_documents`: the
+        chain, says its documents and those before it are private (its `privacy()`'s `private_documents`: the
         clinical de-identification). A shared tail comes after every source's chain."""
         own = [s for s in self.stages if s.source == stage.source]
         later = own[own.index(stage):]
-        return any(s.stage is not None and s.stage.private_documents() for s in later)
+        duties = [s.stage.privacy() for s in later if s.stage is not None]
+        return any(p is not None and p.private_documents() for p in duties)
 
     def sample(self) -> pa.Table | None:
         """Up to SAMPLE documents kept by the last stage that still holds its documents."""

@@ -17,6 +17,11 @@ from pipeline.errors import ConfigError, InputError
 SAMPLE_ROWS = 200
 ID_NAMES = ("id", "doc_id", "document_id", "note_id", "row_id", "uuid", "pmid", "key", "_id")
 TEXT_NAMES = ("text", "content", "body", "note", "note_text", "abstract", "document", "raw_content")
+# Fields that say what the records are, when --profile is not given: a literature record (its
+# identifiers are public) or a clinical note (a patient's: PHI removed with recall first).
+LITERATURE_FIELDS = ("pmid", "pmcid", "doi", "journal", "abstract", "mesh", "mesh_terms", "authors", "pub_date")
+CLINICAL_FIELDS = ("patient_id", "patient", "mrn", "subject_id", "hadm_id", "encounter_id", "visit_id",
+                   "admission_id", "note_id", "note_text", "note_type", "discharge_summary")
 
 # The chain of each profile, with why, as comments in the config it writes. The literature chain
 # is configs/pubmed.yaml's without decontaminate (its benchmark is the user's choice); the clinical
@@ -74,13 +79,28 @@ PROFILES = {
 
 
 def _first_rows(path: Path, fmt: str) -> list[dict]:
-    """Up to SAMPLE_ROWS rows of a JSON Lines or Parquet file, as the file has them."""
+    """Up to SAMPLE_ROWS rows of a JSON Lines, JSON, CSV/TSV or Parquet file, as the file has them."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
         reader = pq.ParquetFile(path)
         batch = next(reader.iter_batches(batch_size=SAMPLE_ROWS), None)
         return batch.to_pylist() if batch is not None else []
+    if fmt in ("csv", "tsv"):
+        import pyarrow.csv as pacsv
+        parse = pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=True,
+                                   invalid_row_handler=lambda row: "skip")    # the run counts them
+        batch = next(iter(pacsv.open_csv(str(path), parse_options=parse)), None)
+        return batch.slice(0, SAMPLE_ROWS).to_pylist() if batch is not None else []
     from pipeline.readers.jsonl import open_binary
+    if fmt == "json":
+        with open_binary(path) as fh:
+            body = fh.read()
+        if body.lstrip().startswith(b"["):
+            try:
+                items = json.loads(body.decode("utf-8"))
+            except ValueError as exc:
+                raise InputError(f"{path}: not a JSON array of objects ({exc})") from None
+            return [r for r in items[:SAMPLE_ROWS] if isinstance(r, dict)]
     rows = []
     with open_binary(path) as fh:
         for number, line in enumerate(fh, 1):
@@ -108,7 +128,7 @@ def _pick(rows: list[dict], names: tuple[str, ...], kind) -> str | None:
 
 
 def detect_fields(path: Path, fmt: str) -> dict:
-    """{"id_field", "text_field", "fields", "rows", "notes"} for JSON Lines and Parquet."""
+    """{"id_field", "text_field", "fields", "rows", "notes"} for JSON Lines, JSON, CSV/TSV and Parquet."""
     rows = _first_rows(path, fmt)
     if not rows:
         raise InputError(f"{path}: no rows to look at")
@@ -133,6 +153,27 @@ def detect_fields(path: Path, fmt: str) -> dict:
     return {"id_field": ids, "text_field": text, "fields": fields, "rows": len(rows), "notes": notes}
 
 
+FIELDED = ("jsonl", "json", "csv", "tsv", "parquet")
+
+
+def choose_profile(path: Path, fmt: str, fields: list[str]) -> tuple[str, str]:
+    """(profile, why) from what the input says it is; refused when it cannot tell (one line
+    asking for --profile): a wrong guess either alters the literature or leaves PHI in notes."""
+    if fmt == "pubmed_xml":
+        return "literature", "MEDLINE/PubMed XML"
+    names = {f.lower() for f in fields}
+    literature = [f for f in LITERATURE_FIELDS if f in names]
+    clinical = [f for f in CLINICAL_FIELDS if f in names]
+    if clinical and not literature:
+        return "clinical", f"fields {', '.join(clinical)}: clinical notes"
+    if literature and not clinical:
+        return "literature", f"fields {', '.join(literature)}: literature records"
+    seen = f"fields {', '.join(fields)}" if fields else f"format {fmt}"
+    raise ConfigError(f"{path}: cannot tell clinical notes from literature or web text ({seen}); pass "
+                      "--profile clinical (notes: PHI removed, recall first), literature (abstracts, papers: "
+                      "patient identifiers only) or web")
+
+
 def starter_config(inputs: list[str], config_path: Path, profile: str | None = None) -> tuple[dict, list[str]]:
     """(the config, what to check) for these input files."""
     from pipeline.readers import detect_format, expand_paths
@@ -144,8 +185,6 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
         raise InputError(f"--input: not found: {', '.join(missing)}")
     first = files[0]
     fmt = detect_format(first)
-    if profile is None:
-        profile = "literature" if fmt == "pubmed_xml" else "clinical"
     base = config_path.parent.resolve()
 
     def relative(p: str) -> str:
@@ -157,7 +196,7 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
 
     input_cfg: dict = {"paths": [relative(p) for p in inputs], "format": fmt}
     checks = [f"input: {len(files)} file(s), format {fmt} (from {first.name})"]
-    if fmt in ("jsonl", "parquet"):
+    if fmt in FIELDED:
         found = detect_fields(first, fmt)
         if found["id_field"]:
             input_cfg["id_field"] = found["id_field"]
@@ -168,6 +207,9 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
     elif fmt == "text":
         input_cfg["text_unit"] = "file"
         checks.append("plain text: one document per file (input.text_unit: line for one per non-empty line)")
+    if profile is None:
+        profile, why = choose_profile(first, fmt, found["fields"] if fmt in FIELDED else [])
+        checks.append(f"profile {profile} chosen: {why} (--profile clinical | literature | web to choose another)")
     chain = PROFILES[profile]
     name = config_path.stem
     config = {"input": input_cfg, "output_dir": f"runs/{name}", "seed": 1234, "num_proc": os.cpu_count() or 1,

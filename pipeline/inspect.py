@@ -11,10 +11,10 @@ declares annotation columns (a rule filter) has them recomputed for the listed d
 with the stage's own code and the run's options. Texts: removed/ holds them with
 keep_removed_text; otherwise the stage's input shard, while the run folder keeps it (keep: all).
 
-Privacy: the documents of a stage that says they are private (`private_documents`: a de-identification stage
-with the clinical profile) and of every stage before it are never shown (their texts, ids and
-fields are raw PHI, or pseudonyms of them): asking for them is refused with one line;
-`--summary` gives their counts.
+Privacy: the documents of a stage that says they are private (its `privacy()`'s
+`private_documents`: a de-identification stage with the clinical profile) and of every stage
+before it in its chain are never shown (their texts, ids and fields are raw PHI, or pseudonyms
+of them): asking for them is refused with one line; `--summary` gives their counts.
 """
 from __future__ import annotations
 

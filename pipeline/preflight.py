@@ -4,7 +4,6 @@ stage output written by another medprep version."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pipeline
@@ -60,9 +59,10 @@ def note_other_version(run_dir) -> None:
     except ValueError:
         return
     if before and before != pipeline.__version__:
-        print(f"[run] {run_dir} was written by medprep {before}; this is {pipeline.__version__}: every stage "
-              "reruns (the version is part of each stage's fingerprint); pass --output NEW to keep that folder "
-              "as it is", file=sys.stderr)
+        from pipeline.progress import stage_line
+        stage_line("run", f"{run_dir} was written by medprep {before}; this is {pipeline.__version__}: every stage "
+                   "reruns (the version is part of each stage's fingerprint); pass --output NEW to keep that folder "
+                   "as it is", event="warning")
 
 
 def check_input_version(stage: str, prev: str, prev_dir, prev_stats: dict, config_source: str) -> None:

@@ -54,13 +54,27 @@ def _on_tty() -> bool:
     return SETTINGS.tty if SETTINGS.tty is not None else sys.stderr.isatty()
 
 
+def _now() -> str:
+    from datetime import datetime, timezone
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
 def stage_line(label: str, text: str, **fields) -> None:
-    """One of the runner's lines about a stage (running, skipped, its counts): text, or a JSON
-    line with `fields` under --log-format json."""
+    """One of the lines about a stage (running, skipped, resuming, a warning, its counts): text,
+    or a JSON line with a timestamp and `fields` (its `event`) under --log-format json."""
     if SETTINGS.log_format == "json":
-        print(json.dumps({"stage": label, **fields, "message": text}), file=sys.stderr, flush=True)
+        print(json.dumps({"time": _now(), "stage": label, **fields, "message": text}), file=sys.stderr, flush=True)
     else:
         print(f"[{label}] {text}", file=sys.stderr, flush=True)
+
+
+def run_line(text: str, event: str, **fields) -> None:
+    """A line about the whole command (done, an error, an interrupt): the text as it is, or a
+    JSON line with a timestamp, the event and `fields` under --log-format json."""
+    if SETTINGS.log_format == "json":
+        print(json.dumps({"time": _now(), "event": event, **fields, "message": text}), file=sys.stderr, flush=True)
+    else:
+        print(text, file=sys.stderr, flush=True)
 
 
 # ---- worker side ------------------------------------------------------------------------------
@@ -215,7 +229,7 @@ class StageProgress:
         s = self.snapshot()
         self.last_line = time.monotonic()
         if SETTINGS.log_format == "json":
-            print(json.dumps({"event": "progress", **s}), file=sys.stderr, flush=True)
+            print(json.dumps({"time": _now(), "event": "progress", **s}), file=sys.stderr, flush=True)
             return
         where = f" {s['phase']}:" if s["phase"] else ""
         if s["total"]:

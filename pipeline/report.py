@@ -3,8 +3,8 @@
 The page holds the documents through the stages (a funnel and its table), then each stage's
 own section (`report_section`, pipeline/sections.py) in chain order, their plots together
 under "Scores and lengths", then a few removed documents per reason. Removed examples are
-shown only through the redactor a stage of the chain provides (`report_redactor`), under the
-ids a stage gives the documents it reads (`report_ids`): documents removed before such a
+shown only through the redactor a stage of the chain provides (its `privacy()`'s
+`report_redactor`), under the ids a stage gives the documents it reads (`report_ids`): documents removed before such a
 stage still carry identifiers. A chain without a redactor shows ids and reasons only. The
 numbers the page shows are also embedded as JSON (id="figures")."""
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _texts_of(folder: RunPath, ids: set[str], id_map=None) -> dict[str, str]:
 def _renamer(chain: list[FinishedStage]):
     """(position of the first stage that renames the ids it reads, its renaming), or (None, None)."""
     for s in chain:
-        rename = s.stage.report_ids(s.stats) if s.stage is not None else None
+        privacy = s.stage.privacy() if s.stage is not None else None
+        rename = privacy.report_ids(s.stats) if privacy is not None else None
         if rename is not None:
             return s.position, rename
     return None, None
@@ -60,7 +61,8 @@ def _examples(run: FinishedRun) -> list[tuple[str, str, str, str]]:
     texts = [text for *_, text, _ in picks if text]
     redact = None
     if texts:
-        redact = next((r for r in (s.stage.report_redactor() for s in run.stages if s.stage is not None) if r), None)
+        duties = [p for p in (s.stage.privacy() for s in run.stages if s.stage is not None) if p is not None]
+        redact = next((r for r in (p.report_redactor() for p in duties) if r), None)
     # Redact the whole text, then cut: a value on the cut would otherwise show in part.
     redacted = iter(t[:EXAMPLE_CHARS] for t in redact(texts)) if redact is not None else None
     unredacted = "(text not shown: no stage of the chain redacts the report's examples)"

@@ -8,14 +8,13 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pipeline
 from pipeline.cache import cache_root, run_cache
-from pipeline.config import Config, StageSpec, expand_paths
+from pipeline.config import Config, InputConfig, StageSpec, expand_paths
 from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
 from pipeline.documents import SOURCE
 from pipeline.errors import UserError
@@ -110,7 +109,8 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     run = config.run
     previous = config.previous(spec)
     if input_paths is not None or not previous:
-        input_cfg = config.inputs[spec.source]
+        # A shared tail's stage run alone on given files has no source of its own: the input's defaults.
+        input_cfg = config.inputs.get(spec.source) or InputConfig(paths=list(input_paths))
         if input_paths is not None:
             input_cfg = input_cfg.model_copy(update={"paths": list(input_paths), "format": "auto"})
             missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
@@ -172,7 +172,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     stage_dirs = stage_dirs or stage_dirs_for(config)
     folder = RunPath.of(output_dir, direct=config.output_dir.direct) if output_dir else stage_dirs[spec.key]
     stage = make_stage(config, spec, stage_dirs)
-    stage.check_private_files(_where(config, spec), [config.output_dir, folder])
+    if (privacy := stage.privacy()) is not None:
+        privacy.check_private_files(_where(config, spec), [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
     reads_source = input_paths is not None or not config.previous(spec)     # the driver ingests first
     fingerprint = stage_fingerprint(stage, spec, input_fp, config)
@@ -196,7 +197,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
         if reads_source and hasattr(executor, "prestart"):
-            inputs = _ingest_while_starting(executor, stage, open_inputs, output, config.inputs[spec.source],
+            inputs = _ingest_while_starting(executor, stage, open_inputs, output, config.inputs.get(spec.source),
                                             input_paths is not None)
         else:
             inputs = open_inputs(output, executor)
@@ -296,9 +297,10 @@ def _driver_stats(spec: StageSpec, inputs: StageInputs, seconds: float, document
     if duplicate_ids is not None:
         out["duplicate_ids"] = duplicate_ids
         if duplicate_ids["documents"]:
-            print(f"[{spec.folder}] warning: {duplicate_ids['documents']} documents reuse the id of an earlier "
-                  f"document ({duplicate_ids['ids']} distinct ids); removed/ and duplicate_of name documents "
-                  "by id, so give every document its own id", file=sys.stderr)
+            stage_line(spec.folder, f"warning: {duplicate_ids['documents']} documents reuse the id of an earlier "
+                       f"document ({duplicate_ids['ids']} distinct ids); removed/ and duplicate_of name documents "
+                       "by id, so give every document its own id", event="warning",
+                       documents=duplicate_ids["documents"], ids=duplicate_ids["ids"])
     return out
 
 
@@ -390,7 +392,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     stage_dirs = stage_dirs_for(config)
     stages = [bare_stage(spec) for spec in config.stages]
     for spec, stage in zip(config.stages, stages):
-        stage.check_private_files(_where(config, spec), [config.output_dir])
+        if (privacy := stage.privacy()) is not None:
+            privacy.check_private_files(_where(config, spec), [config.output_dir])
     reusable = {} if force else purged_but_current(config, stage_dirs)
     all_stats = []
     t0 = time.perf_counter()
@@ -402,7 +405,7 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
                 purger = reusable[spec.key]
                 why = "done with the same config and input" if spec.key == purger else \
                     f"purged after the last run, and {purger} is done with the same config and input"
-                print(f"[{spec.folder}] skipped: {why}", file=sys.stderr)
+                stage_line(spec.folder, f"skipped: {why}", event="stage_skipped")
                 all_stats.append(read_json(stage_dirs[spec.key] / STATS))
                 continue
             stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs, executor=executor)
@@ -420,7 +423,10 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         from pipeline.report import write_report
         write_report(config.output_dir)
     for spec, stage in zip(config.stages, stages):
-        fields = stage.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)])
+        privacy = stage.privacy()
+        if privacy is None:
+            continue
+        fields = privacy.after_chain([(s.folder, stage_dirs[s.key]) for s in config.before(spec)])
         # A source's stage reports on its source: its fields go under manifest.sources.SOURCE.
         (manifest["sources"][spec.source] if spec.source else manifest).update(fields)
     if config.run.keep == "final":
@@ -450,7 +456,8 @@ def purged_but_current(config: Config, stage_dirs: dict[str, RunPath]) -> dict[s
     a multi-source run's sources each have theirs."""
     out: dict[str, str] = {}
     for source, chain in config.chains().items():
-        purger = next((s for s in reversed(chain) if bare_stage(s).purges_earlier_stages()), None)
+        purger = next((s for s in reversed(chain) if (privacy := bare_stage(s).privacy()) is not None
+                       and privacy.purges_earlier_stages()), None)
         if purger is None:
             continue
         before = chain[:chain.index(purger)]

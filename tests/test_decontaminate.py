@@ -239,3 +239,25 @@ def test_a_bad_benchmark_is_refused_with_its_key(entry, message):
     with pytest.raises(ConfigError) as err:
         validate_config(raw, check_inputs=False)
     assert "stages[0].decontaminate." in str(err.value) and message in str(err.value)
+
+
+def test_a_document_named_by_an_items_id_is_removed_whatever_its_text(tmp_path):
+    """PubMedQA's items are PubMed articles named by PMID: with `match_column: pmid` an abstract
+    whose PMID is an item is removed even when no 13-word n-gram of it matches (its text here
+    is another abstract's); the stats count documents found by id apart from those by n-grams."""
+    items = _items()
+    real = _real_abstracts(6)
+    docs = [{"id": f"d{i}", "pmid": str(900000000 + i), "text": r["text"]} for i, r in enumerate(real)]
+    docs[2]["pmid"] = items[10][0]                   # an item's PMID, none of its words
+    pq.write_table(pa.Table.from_pylist(docs), tmp_path / "corpus.parquet")
+    cfg = write_config(tmp_path / "c.yaml", CHAIN.format(src=tmp_path / "corpus.parquet", out=tmp_path / "run",
+                                                          num_proc=1, kind="local", mode="remove", bench=PUBMEDQA)
+                       .replace("fields: [QUESTION, CONTEXTS, LONG_ANSWER]}",
+                                "fields: [QUESTION, CONTEXTS, LONG_ANSWER], match_column: pmid}"))
+    code, _, err = run_in_process("run", "--config", cfg)
+    assert code == 0, err[-3000:]
+    removed = read_arrow_dir(_stage(tmp_path / "run") / "removed")
+    assert removed.select(["id", "reason", "duplicate_of"]).to_pylist() == [
+        {"id": "d2", "reason": "contaminated", "duplicate_of": f"pubmedqa:{items[10][0]}"}]
+    stats = json.loads((_stage(tmp_path / "run") / "stats.json").read_text())["benchmarks"]["pubmedqa"]
+    assert (stats["documents"], stats["documents_by_id"], stats["match_column"]) == (0, 1, "pmid")

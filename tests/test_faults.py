@@ -158,6 +158,42 @@ def test_workers_leave_when_the_driver_is_killed(tmp_path):
     assert not left, f"workers {left} outlived their driver"
 
 
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) while two workers run
+    a stage: one line that says what a rerun does, no traceback from the driver or a worker, exit
+    130; the same command then finishes the run, resuming the stage from its finished shards."""
+    import signal
+    import time
+    notes = [json.loads(line) for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines()[:200]]
+    write_jsonl(tmp_path / "notes.jsonl", notes)
+    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{tmp_path / 'notes.jsonl'}]}}\n"
+                                            f"output_dir: {tmp_path / 'run'}\nnum_proc: 2\nshard_size: 10\n"
+                                            "batch_size: 10\nprogress: false\n"
+                                            "stages: [normalize, {phi: {profile: clinical}}]\n")
+    command = [sys.executable, "-m", "pipeline", "run", "--config", str(cfg)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "[02_phi] running" in line:
+            break
+    markers = tmp_path / "run/stages/02_phi.tmp/shards"
+    deadline = time.monotonic() + 120
+    while not (markers.is_dir() and any(markers.glob("*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    lines += proc.stderr.readlines()
+    assert proc.wait(timeout=60) == 130
+    text = "".join(lines)
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-2000:]
+    assert lines[-1].startswith("interrupted: the same command again skips the finished stages, resumes")
+    again = run_cli(*command[1:], cwd=ROOT)
+    assert "[01_normalize] skipped" in again.stderr and "[02_phi] resuming:" in again.stderr
+    stats = json.loads((tmp_path / "run/stages/02_phi/stats.json").read_text())
+    assert stats["docs_in"] == 200 == stats["docs_out"] + sum(stats["removed"].values())
+
+
 # ---- 8: removed/ does not depend on num_proc ------------------------------------------------
 
 

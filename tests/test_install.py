@@ -101,6 +101,25 @@ def test_init_writes_a_config_that_fits_the_file(tmp_path, monkeypatch):
     assert "phi" not in [next(iter(s)) for s in cfg["stages"]] and "no phi stage" in err
 
 
+def test_init_chooses_the_profile_from_the_fields_or_asks(tmp_path, monkeypatch):
+    """Abstracts (pmid, journal) get the literature profile and notes (patient_id) the clinical
+    one, each saying why; a file that says neither is refused with one line asking for --profile."""
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "abstracts.jsonl", [{"pmid": str(i), "journal": "J", "abstract": f"miR-{i} in cells."}
+                                               for i in range(5)])
+    code, _, err = run_in_process("init", "--input", "abstracts.jsonl", "--config", "a.yaml")
+    assert code in (0, None), err
+    phi = next(s["phi"] for s in yaml.safe_load((tmp_path / "a.yaml").read_text())["stages"] if "phi" in s)
+    assert phi["profile"] == "literature" and "profile literature chosen: fields pmid, journal, abstract" in err
+    write_jsonl(tmp_path / "notes.csv.jsonl", [{"patient_id": "p", "text": "Seen today."}])
+    code, _, err = run_in_process("init", "--input", "notes.csv.jsonl", "--config", "n.yaml")
+    assert code in (0, None) and "profile clinical chosen: fields patient_id" in err
+    write_jsonl(tmp_path / "plain.jsonl", [{"id": "1", "text": "Some words."}])
+    code, _, err = run_in_process("init", "--input", "plain.jsonl", "--config", "p.yaml")
+    assert code == 2 and not (tmp_path / "p.yaml").exists()
+    assert err.count("\n") == 1 and "cannot tell clinical notes from literature" in err and "--profile" in err
+
+
 def test_stage_subcommand_is_the_single_stage_command(tmp_path):
     docs = write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"word {i} " * 30} for i in range(12)])
     code, _, err = run_in_process("stage", "normalize", "--config", "tiny", "--input", docs,

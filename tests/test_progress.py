@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, run_in_process, write_config, write_jsonl
+from conftest import ROOT, run_cli, run_in_process, write_config, write_jsonl
 
 
 def _config(tmp_path, stages: str, num_proc: int = 1, shard_size: int = 60, batch_size: int = 20):
@@ -35,10 +35,30 @@ def test_json_lines_hold_counts_and_times_only(monkeypatch, capsys):
         time.sleep(0.2)
         shown.task_done((phase, 0))
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    assert lines and all(set(line) == {"event", "stage", "phase", "done", "total", "unit", "rate", "elapsed", "eta",
-                                        "workers"} for line in lines)
+    assert lines and all(set(line) == {"time", "event", "stage", "phase", "done", "total", "unit", "rate", "elapsed",
+                                        "eta", "workers"} for line in lines)
     assert {(line["done"], line["total"], line["unit"], line["workers"]) for line in lines[:-1]} == {(10, 60, "doc", 2)}
     assert lines[-1]["done"] == 30                 # the last line, at the stage's end
+
+
+def test_every_line_of_a_run_is_json_with_a_time_and_an_event(tmp_path):
+    """--log-format json: the stage lines, a warning, a skipped stage, the last line and an
+    error, each one JSON with a timestamp and its event (a separate process: its settings)."""
+    from datetime import datetime
+    rows = [{"id": str(i % 15), "text": f"The patient in bed {i} was seen by the team and is to be followed up with "
+             "the results of the tests that were sent this morning."} for i in range(20)]
+    write_jsonl(tmp_path / "docs.jsonl", rows)                   # 5 ids reused: a warning
+    cfg = _config(tmp_path, "  - normalize: {}\n  - heuristics: {min_words: 5, top_ngram_max_fraction: {}}")
+    runs = [run_cli("-m", "pipeline", "run", "--config", str(cfg), "--log-format", "json", cwd=tmp_path)
+            for _ in range(2)]
+    bad = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--input", "missing.jsonl", "--log-format", "json",
+                  cwd=tmp_path, check=False)
+    assert bad.returncode == 2
+    lines = [json.loads(line) for proc in (*runs, bad) for line in proc.stderr.splitlines()]
+    assert all(datetime.fromisoformat(line["time"]) and line["event"] for line in lines)
+    events = [line["event"] for line in lines]
+    assert {"stage_start", "stage_end", "warning", "stage_skipped", "run_end", "error"} <= set(events)
+    assert next(line for line in lines if line["event"] == "warning")["documents"] == 5
 
 
 @pytest.mark.slow

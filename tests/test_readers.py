@@ -5,6 +5,7 @@ import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import zstandard
 
 from conftest import RAW, read_arrow_dir, run_cli, write_config
@@ -32,6 +33,31 @@ def test_jsonl_malformed_records_are_counted_with_file_and_line(tmp_path):
     assert aside == [(f"{path}:2", "malformed_bad_json"), (f"{path}:3", "malformed_not_an_object"),
                      (f"{path}:4", "malformed_missing_text"), (f"{path}:5", "malformed_non_string_text"),
                      (f"{path}:6", "malformed_undecodable")]
+
+
+def test_json_arrays_csv_and_tsv_with_their_fields_and_malformed_rows(tmp_path):
+    rows = [{"pmid": "007", "abstract": f"Abstract {i}, with a comma.\nAnd a second line.", "year": 2020}
+            for i in range(4)]
+    (tmp_path / "a.json").write_text(json.dumps(rows + [["not an object"], {"pmid": "9"}]))
+    docs, aside = _read([tmp_path / "a.json"], id_field="pmid", text_field="abstract")
+    assert [d["text"] for d in docs] == [r["abstract"] for r in rows] and docs[0]["id"] == "007"
+    assert aside == [(f"{tmp_path / 'a.json'}:[4]", "malformed_not_an_object"),
+                     (f"{tmp_path / 'a.json'}:[5]", "malformed_missing_text")]
+    (tmp_path / "lines.json").write_text("\n".join(json.dumps(r) for r in rows))      # JSON Lines named .json
+    assert _read([tmp_path / "lines.json"], id_field="pmid", text_field="abstract")[0] == docs
+    csv_text = "pmid,abstract,year\n" + "".join(f'{r["pmid"]},"{r["abstract"]}",2020\n' for r in rows)
+    (tmp_path / "b.csv").write_text(csv_text + "9,one,field,too,many\n10,,2020\n")
+    got, aside = _read([tmp_path / "b.csv"], id_field="pmid", text_field="abstract")
+    assert [(d["id"], d["text"], d["year"]) for d in got] == [("007", r["abstract"], "2020") for r in rows]
+    assert aside == [(f"{tmp_path / 'b.csv'}:bad-row1", "malformed_csv_row"),
+                     (f"{tmp_path / 'b.csv'}:row4", "malformed_missing_text")]
+    with gzip.open(tmp_path / "c.tsv.gz", "wt") as fh:
+        fh.write("id\ttext\nn1\tfirst note\nn2\tsecond note\n")
+    assert [(d["id"], d["text"]) for d in _read([tmp_path / "c.tsv.gz"])[0]] == [("n1", "first note"),
+                                                                               ("n2", "second note")]
+    from pipeline.errors import InputError
+    with pytest.raises(InputError, match="no column 'body' .*columns: pmid, abstract, year"):
+        _read([tmp_path / "b.csv"], text_field="body")
 
 
 def test_compressed_jsonl_parquet_text_and_hf(tmp_path):

@@ -146,6 +146,11 @@ def test_a_source_stage_runs_alone_by_its_name(two_sources, tmp_path):
     assert [s.key for s in expand_names(cfg, ["dedup"])] == ["dedup_exact", "dedup_minhash"]
     with pytest.raises(UserError, match="no source 'web'"):
         expand_names(cfg, ["web.normalize"])
+    # A shared tail's stage alone on given files (no source of its own: the input's defaults).
+    stage_main(["dedup_exact", "--config", str(config), "--input", str(two_sources["tmp"] / "reports.jsonl"),
+                "--output", str(tmp_path / "tail"), "--force"])
+    tail = json.loads((tmp_path / "tail/stats.json").read_text())
+    assert tail["docs_in"] == 22 and tail["removed"] == {}
 
 
 BASE = """

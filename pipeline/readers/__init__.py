@@ -14,8 +14,8 @@ import pyarrow as pa
 from pipeline.errors import InputError
 from pipeline.readers.batch import ReaderBatch, RowBatcher  # noqa: F401  (the readers' batch types)
 
-SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson", ".parquet",
-                      ".txt", ".xml", ".xml.gz", ".arrow")
+SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".ndjson", ".parquet",
+                      ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".xml", ".xml.gz", ".arrow")
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -26,8 +26,14 @@ def detect_format(path: Path) -> str:
     name = path.name.lower()
     if is_hf_folder(path):
         return "hf"
-    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".ndjson")):
+    if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson")):
         return "jsonl"
+    if name.endswith((".json", ".json.gz")):
+        return "json"
+    if name.endswith((".csv", ".csv.gz")):
+        return "csv"
+    if name.endswith((".tsv", ".tsv.gz")):
+        return "tsv"
     if name.endswith(".parquet"):
         return "parquet"
     if name.endswith(".txt"):
@@ -59,11 +65,11 @@ def expand_paths(paths: list[str]) -> list[Path]:
 def read_documents(input_cfg, batch_size: int, parser=None) -> Iterator[ReaderBatch]:
     """All documents of the configured input, in file order, as batches. `parser`: where a
     PubMed XML file's citations are parsed (pubmed_xml.read; the same batches as without)."""
-    from pipeline.readers import arrow, hf, jsonl, parquet, pubmed_xml, text
+    from pipeline.readers import arrow, csv, hf, jsonl, parquet, pubmed_xml, text
 
     files = expand_paths(input_cfg.paths)
-    readers = {"jsonl": jsonl.read, "parquet": parquet.read, "text": text.read,
-               "pubmed_xml": pubmed_xml.read, "hf": hf.read}
+    readers = {"jsonl": jsonl.read, "json": jsonl.read_json, "csv": csv.read, "tsv": csv.read_tsv,
+               "parquet": parquet.read, "text": text.read, "pubmed_xml": pubmed_xml.read, "hf": hf.read}
     # Consecutive Arrow shards are streamed together through one datasets IterableDataset.
     arrow_files = [f for f in files if input_cfg.format == "auto" and detect_format(f) == "arrow"]
     if arrow_files and len(arrow_files) == len(files):

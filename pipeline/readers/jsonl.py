@@ -1,4 +1,5 @@
-"""JSON Lines (plain, .gz, .zst): one object per line with a string text field."""
+"""JSON Lines (plain, .gz, .zst): one object per line with a string text field; and .json files,
+which hold either JSON Lines or one array of such objects."""
 from __future__ import annotations
 
 import gzip
@@ -93,23 +94,52 @@ def read(path: Path, cfg, batch_size: int):
             except json.JSONDecodeError:
                 batcher.aside(where, "malformed_bad_json")
                 continue
-            if not isinstance(obj, dict):
-                batcher.aside(where, "malformed_not_an_object")
-                continue
-            text = obj.pop(cfg.text_field, None)
-            if text is None:
-                batcher.aside(where, "malformed_missing_text")
-                continue
-            if not isinstance(text, str):
-                batcher.aside(where, "malformed_non_string_text")
-                continue
-            doc_id = obj.pop(cfg.id_field, None)
-            doc_id = str(doc_id) if isinstance(doc_id, (str, int)) and doc_id != "" else f"{stem}:{lineno}"
-            # Other fields ride along as one JSON column, so batches keep one schema.
-            meta = json.dumps(obj, ensure_ascii=False, sort_keys=True) if obj else None
-            out = batcher.add({"id": doc_id, "text": text, "meta": meta})
+            out = _record(batcher, obj, where, f"{stem}:{lineno}", cfg)
             if out:
                 yield out
     out = batcher.flush()
     if out:
         yield out
+
+
+def read_json(path: Path, cfg, batch_size: int):
+    """A .json file: one array of objects (each set aside or kept as a JSON Lines record is,
+    named FILE:[INDEX]), or JSON Lines."""
+    with open_binary(path) as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith(b"["):
+        yield from read(path, cfg, batch_size)
+        return
+    batcher = RowBatcher(SCHEMA, batch_size)
+    with open_binary(path) as fh:
+        try:
+            items = json.loads(fh.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            from pipeline.errors import InputError
+            raise InputError(f"{path}: not a JSON array of objects ({exc})") from None
+    for index, obj in enumerate(items):
+        out = _record(batcher, obj, f"{path}:[{index}]", f"{path.name}:[{index}]", cfg)
+        if out:
+            yield out
+    out = batcher.flush()
+    if out:
+        yield out
+
+
+def _record(batcher: RowBatcher, obj, where: str, fallback_id: str, cfg):
+    """One parsed object as a document row (or set aside with its reason); a full batch or None."""
+    if not isinstance(obj, dict):
+        batcher.aside(where, "malformed_not_an_object")
+        return None
+    text = obj.pop(cfg.text_field, None)
+    if text is None:
+        batcher.aside(where, "malformed_missing_text")
+        return None
+    if not isinstance(text, str):
+        batcher.aside(where, "malformed_non_string_text")
+        return None
+    doc_id = obj.pop(cfg.id_field, None)
+    doc_id = str(doc_id) if isinstance(doc_id, (str, int)) and doc_id != "" else fallback_id
+    # Other fields ride along as one JSON column, so batches keep one schema.
+    meta = json.dumps(obj, ensure_ascii=False, sort_keys=True) if obj else None
+    return batcher.add({"id": doc_id, "text": text, "meta": meta})

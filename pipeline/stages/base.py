@@ -26,7 +26,6 @@ the registry (pipeline/stages/__init__.py); a stage in another package registers
 `medprep.stages` entry point group and says which built-in stage it comes `after`."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,7 +209,18 @@ class Stage:
         than one sequence), or None. The run then ends with that line."""
         return None
 
-    # -- privacy obligations: phi has them; the runner and the report call them for any stage --
+    # -- privacy: a stage that removes PHI returns its duties (a Privacy); every other, None --
+    def privacy(self) -> "Privacy | None":
+        """The stage's privacy duties, which the runner, the report and `inspect` carry out for
+        any stage that has them (phi's: pipeline/stages/phi/privacy.py)."""
+        return None
+
+
+class Privacy:
+    """A stage's privacy duties, in one object: the files it keeps private, what it purges
+    after the run, the names and the redaction the report uses, whether its documents may be
+    listed. The defaults are those of a stage without any."""
+
     def check_private_files(self, where: str, run_dirs: list) -> None:
         """Before any work: the files this stage keeps private (a key, a crosswalk) are
         outside the run folder and its stage folders (`run_dirs`). `where` names the stage's
@@ -228,8 +238,8 @@ class Stage:
         return {}
 
     def report_ids(self, stats: dict) -> Callable[[list[str]], list[str]] | None:
-        """How this stage renames the ids it reads (phi: keyed pseudonyms), or None: the
-        report shows ids of documents removed before it under these names."""
+        """How this stage renames the ids it reads (keyed pseudonyms), or None: the report
+        shows ids of documents removed before it under these names."""
         return None
 
     def report_redactor(self) -> Callable[[list[str]], list[str]] | None:
@@ -276,13 +286,13 @@ class DocumentStage(Stage):
         writes its own output shard. A filter stage (ctx.stored_scores) also stores each shard's
         score columns; when every shard has them already, its tasks decide from them, without
         the model."""
+        from pipeline.progress import stage_line
+        label = self.ctx.label or self.name
         done = output.done_shards()
         if done:
-            print(
-                f"[{self.ctx.label or self.name}] resuming: {len(done & set(inputs.names()))} of {len(inputs.shards)} "
-                "shards finished before",
-                file=sys.stderr,
-            )
+            finished = len(done & set(inputs.names()))
+            stage_line(label, f"resuming: {finished} of {len(inputs.shards)} shards finished before",
+                       event="stage_resume", shards_done=finished, shards=len(inputs.shards))
         method, folder, extra = self.process_shard, None, {}
         stored = self.ctx.stored_scores if self.ctx is not None else None
         if stored is not None:
@@ -292,12 +302,8 @@ class DocumentStage(Stage):
             method = self.redecide_shard if redecide else self.score_shard
             extra = {"decided_from_stored_scores": redecide, "cache_keys": [stored.key]}
             if redecide:
-                print(
-                    f"[{self.ctx.label or self.name}] only thresholds changed: deciding from the scores in "
-                    f"{stored.key}, "
-                    "without the model",
-                    file=sys.stderr,
-                )
+                stage_line(label, f"only thresholds changed: deciding from the scores in {stored.key}, without "
+                           "the model", event="decided_from_stored_scores")
         tasks = inputs.shard_tasks(skip=done, scores=folder)
         for task, marker in zip(tasks, inputs.run_tasks(method, tasks)):
             output.note_marker(task.shard.name, marker)

@@ -18,7 +18,11 @@ passage of n words cannot be detected and is counted as `items_too_short`.
 Map with the set on the side: the driver builds each benchmark's sorted unique n-gram hashes
 (8 bytes each) and the first item holding each (4 bytes), written to work/ once; every shard
 task loads them (once per worker) and looks its n-grams up by binary search. The driver then
-counts, per benchmark and source, the items whose n-grams were found."""
+counts, per benchmark and source, the items whose n-grams were found.
+
+A benchmark whose items are documents named by an id the corpus also carries (PubMedQA: PMIDs;
+`match_column: pmid`) is matched by id too: a document whose column value is an item's id is
+contaminated however much its text was rewritten. The stats count documents found each way."""
 from __future__ import annotations
 
 import json
@@ -63,6 +67,9 @@ class BenchmarkConfig(StageConfig):
     fields: list[str] = Field(min_length=1)
     # The field naming an item; by default a JSON object's keys, else the row number.
     id_field: str | None = None
+    # A corpus column holding the same ids (PubMedQA's items are PubMed articles named by PMID:
+    # `pmid`): a document whose value is an item's id is contaminated whatever its text.
+    match_column: str | None = None
 
     @model_validator(mode="after")
     def _file_has_fields(self):
@@ -363,6 +370,9 @@ class Decontaminate(GlobalStage):
             self._sets_from = key
         tally: Counter = Counter()
         found: dict = defaultdict(lambda: defaultdict(list))
+        if getattr(self, "_ids_from", None) != key:
+            self._item_ids = {b.name: pa.array(b.ids, pa.string()) for b in self._sets}
+            self._ids_from = key
 
         def transform(table: pa.Table, row0: int) -> pa.Table:
             return self.decontaminate_batch(table, tally, found)
@@ -388,8 +398,22 @@ class Decontaminate(GlobalStage):
         hashes, first_word, doc = words.ngrams(n)
         hit_any = np.zeros(len(hashes), bool)
         label = np.full(D, None, object)  # the first benchmark:item each document shares
+        by_id = np.zeros(D, bool)          # documents that are an item, by their id column
         for source, count in zip(*np.unique(sources, return_counts=True)):
             tally[f"{source}\tdocs_in"] += int(count)
+        for spec in self.config.benchmarks:
+            if spec.match_column is None or spec.match_column not in table.column_names:
+                continue
+            values = pc.cast(table[spec.match_column], pa.string())
+            named = np.asarray(pc.fill_null(pc.is_in(values, value_set=self._item_ids[spec.name]), False))
+            if not named.any():
+                continue
+            for d, value in zip(np.flatnonzero(named).tolist(), values.filter(pa.array(named)).to_pylist()):
+                if label[d] is None:
+                    label[d] = f"{spec.name}:{value}"
+            by_id |= named
+            for source, count in zip(*np.unique(sources[named], return_counts=True)):
+                tally[f"{source}\t{spec.name}\tdocuments_by_id"] += int(count)
         for bench in self._sets:
             hit, at = bench.lookup(hashes)
             if not hit.any():
@@ -408,7 +432,7 @@ class Decontaminate(GlobalStage):
             return table
         if self.config.mode == "cut":
             table, too_little = self._cut(table, words, first_word[hit_any], sources, tally)
-            contaminated &= too_little
+            contaminated &= too_little | by_id          # an item itself goes whole
         for source, count in zip(*np.unique(sources[contaminated], return_counts=True)):
             tally[f"{source}\tremoved"] += int(count)
         reason = pa.array(np.where(contaminated, CONTAMINATED, None), pa.string())
@@ -493,6 +517,7 @@ class Decontaminate(GlobalStage):
                     found[b][s].append(np.asarray(at, np.int64))
         work.rmtree()
         sources = sorted({k.split("\t")[0] for k in tally})
+        spec_of = {b.name: b for b in self.config.benchmarks}
         benchmarks = {}
         for bench in sets:
             hits = {s: np.unique(np.concatenate(parts)) for s, parts in found[bench.name].items()}
@@ -510,6 +535,13 @@ class Decontaminate(GlobalStage):
                     for s in sources
                 },
             }
+            if spec_of[bench.name].match_column is not None:
+                benchmarks[bench.name]["match_column"] = spec_of[bench.name].match_column
+                benchmarks[bench.name]["documents_by_id"] = sum(
+                    tally[f"{s}\t{bench.name}\tdocuments_by_id"] for s in sources)
+                for s in sources:
+                    benchmarks[bench.name]["by_source"][s]["documents_by_id"] = tally[
+                        f"{s}\t{bench.name}\tdocuments_by_id"]
         by_source = {
             s: {k: tally[f"{s}\t{k}"] for k in ("docs_in", "removed", "cut_documents", "words_cut")} for s in sources
         }
@@ -532,7 +564,8 @@ class Decontaminate(GlobalStage):
             "decontamination": {
                 "ngram": stats["ngram"],
                 "mode": stats["mode"],
-                "benchmarks": {name: {k: b[k] for k in MANIFEST_KEYS} for name, b in stats["benchmarks"].items()},
+                "benchmarks": {name: {k: b[k] for k in MANIFEST_KEYS + ("documents_by_id",) if k in b}
+                               for name, b in stats["benchmarks"].items()},
                 "by_source": stats["by_source"],
             }
         }
@@ -545,14 +578,17 @@ class Decontaminate(GlobalStage):
         rows = []
         for name, b in stats["benchmarks"].items():
             for source, s in b["by_source"].items():
-                rows.append([name, source, b["items"], b["items_too_short"], s["items_found"], s["documents"]])
+                by_id = f"{s['documents_by_id']:,} ({b['match_column']})" if "match_column" in b else "-"
+                rows.append([name, source, b["items"], b["items_too_short"], s["items_found"], s["documents"], by_id])
         verb = "removed" if stats["mode"] == "remove" else "cut out of"
         body = (
             f"<p>A document sharing a {stats['ngram']}-word n-gram with a benchmark item is {verb} the corpus "
             f"(mode: {stats['mode']}). Items with no passage of {stats['ngram']} words cannot be detected "
-            "(too short).</p>"
+            "(too short). A benchmark matched by id also removes every document whose id column names one of "
+            "its items, whatever its text.</p>"
         )
-        body += table(["benchmark", "source", "items", "too short", "items found", "documents"], rows)
+        body += table(["benchmark", "source", "items", "too short", "items found", "documents (n-grams)",
+                       "documents (by id)"], rows)
         cut = {s: v for s, v in stats["by_source"].items() if v["cut_documents"]}
         if cut:
             body += table(

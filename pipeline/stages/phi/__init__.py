@@ -346,30 +346,9 @@ class PhiDeidentify(DocumentStage):
                       key_ids(self.config))
 
     # -- privacy obligations (the runner and the report call these for any stage) --
-    def check_private_files(self, where: str, run_dirs: list) -> None:
-        from pipeline.stages.phi.identifiers import check_private_files
-        check_private_files(self.config, where, run_dirs)
-
-    def purges_earlier_stages(self) -> bool:
-        return not self.config.keep_raw
-
-    def after_chain(self, earlier: list) -> dict:
-        from pipeline.stages.phi.identifiers import purge_before
-        return {"privacy": purge_before(self.config, earlier)}
-
-    def report_ids(self, stats: dict):
-        from pipeline.stages.phi.identifiers import pseudonyms_of
-        return pseudonyms_of(self.config, stats)
-
-    def private_documents(self) -> bool:
-        # Abstracts' identifiers are public (PMIDs, authors); notes' are not.
-        return self.config.profile != "literature"
-
-    def report_redactor(self):
-        # The clinical profile whatever the run's: the report is read by people, recall first.
-        from pipeline.phi.engine import PhiEngine
-        engine = PhiEngine().setup()
-        return lambda texts: engine.redact_batch(texts)[0]
+    def privacy(self):
+        from pipeline.stages.phi.privacy import PhiPrivacy
+        return PhiPrivacy(self.config)
 
     def report_section(self, stats: dict, run):
         from pipeline.sections import Section, bars
