@@ -37,6 +37,9 @@ class InputConfig(Strict):
     text_unit: Literal["file", "line"] = "file"
     # Read at most this many documents (small runs, tests).
     limit: int | None = Field(default=None, ge=1)
+    # JSON fields read into string columns of their own (a patient id for phi.group_field and
+    # split.by), not into the `meta` column with the other fields.
+    columns: list[str] = Field(default_factory=list)
 
 
 class ExecutorConfig(Strict):

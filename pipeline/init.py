@@ -216,8 +216,9 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
               "stages": chain["stages"]}
     checks.append(f"profile {profile}: {chain['why']}")
     if profile == "clinical":
-        checks.append("phi: ids are pseudonymized and meta fields dropped; set phi.group_field to the patient "
-                      "column so each patient's dates shift together; the PHI key is $MEDPREP_PHI_KEY or "
+        checks.append("phi: ids are pseudonymized and meta fields dropped; with a patient column, set "
+                      "phi.group_field and split.by to it (input.columns for a JSON field) so each patient's notes "
+                      "land in one split under a pseudonym; the PHI key is $MEDPREP_PHI_KEY or "
                       "~/.config/medprep/phi.key (keep it outside the run folder)")
     if profile == "web":
         checks.append("no phi stage: add `- phi: {profile: literature}` after toxicity if the pages may carry "

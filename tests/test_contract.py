@@ -199,3 +199,21 @@ def test_task_methods_are_passed_bound_never_by_name():
         list(LocalExecutor(1).map(stage.process, []))
     with pytest.raises(TypeError, match="not a task method"):
         list(LocalExecutor(1).map("process_shard", []))
+
+
+def test_a_stage_imports_no_other_stage_and_engines_import_no_stage():
+    """What two stages share lives in pipeline/engines/, which knows no stage and no run."""
+    from pipeline.stages import STAGES
+    modules = _modules()
+    owner = {}
+    for name, where, _ in STAGES:
+        module = "pipeline.stages." + where.split(".")[0]
+        owner.update({m: name for m in modules if m == module or m.startswith(module + ".")})
+    crossing = [(m, i) for m, stage in owner.items() for i in _imports(m, modules[m], modules)
+                if i in owner and owner[i] != stage]
+    assert crossing == []
+    engines = [m for m in modules if m.startswith("pipeline.engines")]
+    assert len(engines) >= 7
+    run_side = ("pipeline.stages", "pipeline.runner", "pipeline.shards", "pipeline.inputs", "pipeline.executor",
+                "pipeline.phi")
+    assert [(m, i) for m in engines for i in _imports(m, modules[m], modules) if i.startswith(run_side)] == []

@@ -76,8 +76,15 @@ def lines(fh, path: Path, batcher: RowBatcher):
         log.warning("%s:%d: %s; the %d lines before are kept", path, lineno + 1, exc, lineno)
 
 
+def _schema(cfg) -> pa.Schema:
+    """id, text, the fields the config reads into columns of their own, and meta."""
+    columns = [c for c in getattr(cfg, "columns", []) if c not in ("id", "text", "meta")]
+    return pa.schema([SCHEMA.field("id"), SCHEMA.field("text"), *[(c, pa.string()) for c in columns],
+                      SCHEMA.field("meta")])
+
+
 def read(path: Path, cfg, batch_size: int):
-    batcher = RowBatcher(SCHEMA, batch_size)
+    batcher = RowBatcher(_schema(cfg), batch_size)
     stem = path.name
     with open_binary(path) as fh:
         for lineno, raw in lines(fh, path, batcher):
@@ -110,7 +117,7 @@ def read_json(path: Path, cfg, batch_size: int):
     if not head.startswith(b"["):
         yield from read(path, cfg, batch_size)
         return
-    batcher = RowBatcher(SCHEMA, batch_size)
+    batcher = RowBatcher(_schema(cfg), batch_size)
     with open_binary(path) as fh:
         try:
             items = json.loads(fh.read().decode("utf-8"))
@@ -140,6 +147,10 @@ def _record(batcher: RowBatcher, obj, where: str, fallback_id: str, cfg):
         return None
     doc_id = obj.pop(cfg.id_field, None)
     doc_id = str(doc_id) if isinstance(doc_id, (str, int)) and doc_id != "" else fallback_id
+    row = {"id": doc_id, "text": text}
+    for name in batcher.schema.names[2:-1]:           # the fields read into columns of their own
+        value = obj.pop(name, None)
+        row[name] = None if value is None else str(value)
     # Other fields ride along as one JSON column, so batches keep one schema.
-    meta = json.dumps(obj, ensure_ascii=False, sort_keys=True) if obj else None
-    return batcher.add({"id": doc_id, "text": text, "meta": meta})
+    row["meta"] = json.dumps(obj, ensure_ascii=False, sort_keys=True) if obj else None
+    return batcher.add(row)

@@ -1,5 +1,8 @@
 """split: document-level train/validation split after dedup, from a hash of (seed, id) alone,
-so a document lands in the same split whatever else is in the corpus."""
+so a document lands in the same split whatever else is in the corpus. With `by` (a column naming
+a patient, pseudonymized by phi), each group lands whole in one split: the groups are taken in
+the order of a keyed hash of their value until validation holds as close to validation_fraction
+of the documents as whole groups allow."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,10 +13,13 @@ from pydantic import Field
 from pipeline.documents import set_column
 from pipeline.engines.band_partitions import partition_spans, partitions_for, read_partition, write_band_partitions
 from pipeline.engines.minhash import band_keys
-from pipeline.engines.splits import SPLITS, assign_splits
+from pipeline.engines.splits import SPLITS, assign_splits, group_keys, validation_groups
+from pipeline.errors import UserError
 from pipeline.runpath import load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
 from pipeline.tasks import shard_task
+
+VALIDATION_GROUPS = "validation-groups.npy"
 
 
 class SplitConfig(StageConfig):
@@ -21,6 +27,9 @@ class SplitConfig(StageConfig):
     # After the split, count validation documents that share an LSH bucket with a train
     # document (the MinHash settings of dedup_minhash); 0 means no near-duplicate leak.
     check_near_duplicates: bool = True
+    # A column naming each document's group (a patient: phi.group_field): every group lands whole
+    # in one split. A document without a value is a group of its own.
+    by: str | None = None
 
 
 class Split(GlobalStage):
@@ -46,12 +55,17 @@ class Split(GlobalStage):
         leak = task.params.get("leak")
         keys, flags = [], []
         hasher = None
+        by = self.config.by
+        val_groups = load_npy(task.folder / "work" / VALIDATION_GROUPS) if by else None
         if leak:
             minhash = self.ctx.upstream["dedup_minhash"]         # its options, as the leak check uses them
             hasher, (bands, rows) = minhash.hasher(), minhash.bands()
 
         def assign(table: pa.Table, row0: int) -> pa.Table:
-            is_val = assign_splits(table["id"].to_pylist(), self.ctx.seed, self.config.validation_fraction)
+            if by:
+                is_val = np.isin(self._group_keys(table), val_groups)
+            else:
+                is_val = assign_splits(table["id"].to_pylist(), self.ctx.seed, self.config.validation_fraction)
             if hasher is not None:
                 keys.append(band_keys(hasher.signatures(table["text"].to_pylist()), bands, rows))
                 flags.append(is_val)
@@ -63,6 +77,22 @@ class Split(GlobalStage):
             write_band_partitions(work / f"bands-{task.shard.name}", all_keys, task.row0, task.params["partitions"])
             save_npy(work / f"val-{task.shard.name}.npy", np.concatenate(flags) if flags else np.zeros(0, bool))
         return marker
+
+    def _group_keys(self, table: pa.Table) -> np.ndarray:
+        if self.config.by not in table.column_names:
+            raise UserError(f"split.by: the input has no column {self.config.by!r} (from the input's fields: "
+                            "input.columns; through phi: phi.group_field)")
+        return group_keys(pc.cast(table[self.config.by], pa.string()).to_pylist(), table["id"].to_pylist(),
+                          self.ctx.seed)
+
+    @shard_task
+    def group_sizes_shard(self, task) -> dict:
+        """Map: one shard's groups (keyed hashes) and their documents, to work/groups-NAME.npy."""
+        from pipeline.shards import read_shard
+        keys = [self._group_keys(t) for t in read_shard(task.shard.path, None, ["id", self.config.by])]
+        unique, sizes = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.uint64), return_counts=True)
+        save_npy(task.folder / "work" / f"groups-{task.shard.name}.npy", np.stack([unique, sizes.astype(np.uint64)]))
+        return {"documents": int(sizes.sum())}
 
     @shard_task
     def leak_partitions(self, task) -> dict:
@@ -90,6 +120,10 @@ class Split(GlobalStage):
     def run(self, inputs, output) -> dict:
         leak = self._leak_settings()
         partitions = None
+        grouped = None
+        if self.config.by:
+            (output.folder / "work").mkdir(exist_ok=True)
+            grouped = self._choose_validation_groups(inputs, output.folder / "work")
         if leak is not None:
             (output.folder / "work").mkdir(exist_ok=True)
             # As the MinHash stage cuts its band keys: fewer partitions for a small input.
@@ -98,16 +132,37 @@ class Split(GlobalStage):
         markers = inputs.map(self.split_shard, leak=leak, partitions=partitions)
         counts = {s: sum(m["stats"].get(f"split.{s}", 0) for m in markers) for s in SPLITS}
         stats = {"splits": counts, "validation_fraction": self.config.validation_fraction}
+        if grouped is not None:
+            total = sum(counts.values())
+            stats["by"] = {"column": self.config.by, **grouped,
+                           "validation_share": round(counts["validation"] / total, 5) if total else 0.0}
         if leak is not None:
             names = inputs.names()
             found = inputs.map_tasks(self.leak_partitions, [{"partitions": span, "names": names}
                                                                for span in partition_spans(partitions)])
             stats["validation_near_train"] = len({r for f in found for r in f["rows"]})
+        if (output.folder / "work").exists():
             (output.folder / "work").rmtree()
         return stats
 
+    def _choose_validation_groups(self, inputs, work) -> dict:
+        """The groups that go to validation (work/VALIDATION_GROUPS, for the split tasks), from
+        every shard's group sizes; how many groups went each way."""
+        inputs.map(self.group_sizes_shard)
+        parts = [load_npy(work / f"groups-{name}.npy") for name in inputs.names()]
+        keys = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+        sizes = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
+        unique, inverse = np.unique(keys, return_inverse=True)
+        totals = np.bincount(inverse, weights=sizes.astype(np.float64), minlength=len(unique)).astype(np.int64)
+        chosen = validation_groups(unique, totals, self.config.validation_fraction)
+        save_npy(work / VALIDATION_GROUPS, chosen)
+        return {"groups": {"train": int(len(unique) - len(chosen)), "validation": int(len(chosen))}}
+
     def manifest_fields(self, stats: dict) -> dict:
-        return {"validation_near_train": stats["validation_near_train"]} if "validation_near_train" in stats else {}
+        out = {"validation_near_train": stats["validation_near_train"]} if "validation_near_train" in stats else {}
+        if "by" in stats:
+            out["split_by"] = stats["by"]
+        return out
 
     def card_section(self, stats: dict, run):
         if "validation_near_train" not in stats:

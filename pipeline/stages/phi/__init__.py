@@ -47,8 +47,9 @@ class PhiConfig(StageConfig):
     detector_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
     # The hand-written name and place rules (pipeline/phi/notes.py) beside the detector, as a union.
     name_rules: bool = True
-    # A column naming the patient (or any group): each group's dates shift by one offset. Without
-    # one, every date of the corpus shifts by the same offset.
+    # A column naming the patient (or any group): each group's dates shift by one offset (without
+    # one, every date of the corpus shifts by the same offset); the column travels on as a keyed
+    # pseudonym, like the ids, for split.by.
     group_field: str | None = None
     # The other ways out for PHI (pipeline/stages/phi/identifiers.py). Defaults follow the profile:
     # clinical ids and meta fields can carry names and MRNs; PMIDs and journal metadata do not.
@@ -176,10 +177,11 @@ class PhiDeidentify(DocumentStage):
     def process(self, table: pa.Table) -> pa.Table:
         texts = table["text"].to_pylist()
         groups = None
+        if self.config.group_field and self.config.group_field not in table.column_names:
+            from pipeline.errors import UserError
+            raise UserError(f"phi.group_field: the input has no column {self.config.group_field!r} (a JSON field "
+                            "becomes one with input.columns)")
         if self.config.mode == "surrogate":
-            if self.config.group_field and self.config.group_field not in table.column_names:
-                from pipeline.errors import UserError
-                raise UserError(f"phi.group_field: the input has no column {self.config.group_field!r}")
             groups = (table[self.config.group_field].to_pylist() if self.config.group_field
                       else [None] * table.num_rows)
         new_texts, entities, failed = self._redact(texts, groups)

@@ -70,7 +70,10 @@ class IdsAndMeta:
         self.config = config
         self.engine = engine
         self.key = load_phi_key(config.key_file) if config.id_mode == "pseudonymize" else None
-        self.keep_columns = {"id", "text", *annotation_columns}
+        # The group column (a patient id) travels on, as ids do: a keyed pseudonym, for the
+        # stages that keep a patient's documents together (split.by).
+        self.group = config.group_field
+        self.keep_columns = {"id", "text", *annotation_columns, *([self.group] if self.group else [])}
 
     def apply(self, table: pa.Table) -> pa.Table:
         from pipeline.documents import set_column
@@ -85,6 +88,9 @@ class IdsAndMeta:
                     table = table.drop_columns([name]) if column is None else set_column(table, name, column)
         if self.key is not None:
             table = set_column(table, "id", pseudonym_array(table["id"], self.key))
+            if self.group and self.group in table.column_names:
+                table = set_column(table, self.group, pseudonym_array(pc.cast(table[self.group], pa.string()),
+                                                                      self.key))
         return table
 
     def _redacted(self, name: str, column) -> pa.Array | None:
