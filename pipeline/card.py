@@ -50,7 +50,9 @@ def card_metadata(manifest: dict, config, stages: list) -> dict:
     sources = card.source_datasets
     if sources is None:
         sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for inp in config.inputs.values() for p in inp.paths]
-    pretty = card.pretty_name or f"medprep: {config.output_dir.name}"
+    # By default the title names what went in (its files' names), not the run folder.
+    stems = list(dict.fromkeys(str(name).split(".")[0] for name in sources)) or [config.output_dir.name]
+    pretty = card.pretty_name or f"{', '.join(stems[:3])}{', ...' if len(stems) > 3 else ''}: a medprep corpus"
     meta = {"pretty_name": pretty, "license": card.license}
     if languages:
         meta["language"] = list(languages)
@@ -325,14 +327,40 @@ def _funnel(manifest: dict, stats: list[dict]) -> str:
     )
 
 
+def portable_paths(config: dict, config_file: str | None) -> tuple[dict, str | None]:
+    """The config and its file as the card shows them: paths as the config would write them
+    (relative to the config's folder; a shipped config's, to the repository), never this
+    machine's absolute folders. A path outside that folder stays as it was given."""
+    import os
+    from pathlib import Path
+
+    from pipeline.resources import is_shipped_config, resource_root
+    if not config_file:
+        return config, config_file
+    path = Path(config_file).absolute()
+    shipped = path.exists() and is_shipped_config(path)
+    base = resource_root() if shipped else path.parent
+
+    def portable(value):
+        if isinstance(value, dict):
+            return {k: portable(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [portable(v) for v in value]
+        if isinstance(value, str) and os.path.isabs(value):
+            relative = os.path.relpath(value, base)
+            return value if relative.startswith("..") else relative
+        return value
+    return portable(config), os.path.relpath(path, base) if shipped else path.name
+
+
 def _provenance(manifest: dict) -> str:
     versions = manifest.get("versions") or {}
-    config = manifest.get("config") or {}
+    config, config_file = portable_paths(manifest.get("config") or {}, manifest.get("config_file"))
     return "\n".join(
         [
             "## How it was made",
             "",
-            f"`python -m pipeline run --config {manifest.get('config_file')}` (medprep {versions.get('medprep')}; "
+            f"`python -m pipeline run --config {config_file}` (medprep {versions.get('medprep')}; "
             + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if k != "medprep")
             + "), with this config "
             "(after command-line overrides):",
