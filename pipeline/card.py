@@ -51,7 +51,7 @@ def card_metadata(manifest: dict, config, stages: list) -> dict:
     if sources is None:
         sources = [str(p).rstrip("/").rsplit("/", 1)[-1] for inp in config.inputs.values() for p in inp.paths]
     # By default the title names what went in (its files' names), not the run folder.
-    stems = list(dict.fromkeys(str(name).split(".")[0] for name in sources)) or [config.output_dir.name]
+    stems = list(dict.fromkeys(str(name).partition(".")[0] for name in sources)) or [config.output_dir.name]
     pretty = card.pretty_name or f"{', '.join(stems[:3])}{', ...' if len(stems) > 3 else ''}: a medprep corpus"
     meta = {"pretty_name": pretty, "license": card.license}
     if languages:

@@ -137,6 +137,9 @@ class RunConfig(Strict):
     commit: Literal["auto", "direct"] = "auto"
     cache: CacheConfig = Field(default_factory=CacheConfig)
     card: CardConfig = Field(default_factory=CardConfig)
+    # A stage that removes more than this share of its documents says so in one line as it ends
+    # (the reasons and the options to look at); 1.0: never.
+    warn_removed_share: float = Field(default=0.5, gt=0.0, le=1.0)
     stages: list[dict[str, Any]] = Field(min_length=1)
 
     @field_validator("stages", mode="before")

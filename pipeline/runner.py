@@ -413,6 +413,8 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
             problem = nothing_left(config, spec, stage, stats)
             if problem:
                 raise UserError(problem)
+            for warning in stage_warnings(config, spec, stage, stats):
+                stage_line(spec.folder, f"warning: {warning}", event="warning")
         executor_info = executor.describe()
     finally:
         executor.close()
@@ -475,6 +477,20 @@ def purged_but_current(config: Config, stage_dirs: dict[str, RunPath]) -> dict[s
             if is_done(stage_dirs[purger.key]):
                 out.update({s.key: purger.key for s in before + [purger]})
     return out
+
+
+def stage_warnings(config: Config, spec: StageSpec, stage: Stage, stats: dict) -> list[str]:
+    """What a finished stage's counts say the user should look at: a removal share over
+    warn_removed_share (with its reasons and the config entry to tune), and what the stage
+    itself finds (an empty validation set)."""
+    out = []
+    removed = sum(stats["removed"].values())
+    if stats["docs_in"] and removed / stats["docs_in"] > config.run.warn_removed_share:
+        reasons = ", ".join(f"{k}: {v:,}" for k, v in sorted(stats["removed"].items(), key=lambda kv: -kv[1])[:3])
+        out.append(f"removed {removed:,} of {stats['docs_in']:,} documents ({reasons}); if that is more than you "
+                   f"expect, look at the options of {spec.where} ('python -m pipeline inspect {config.output_dir} "
+                   f"--stage {spec.key}' lists them; warn_removed_share sets this line's threshold)")
+    return out + stage.output_warnings(stats)
 
 
 def nothing_left(config: Config, spec: StageSpec, stage: Stage, stats: dict) -> str | None:

@@ -194,6 +194,26 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
     assert stats["docs_in"] == 200 == stats["docs_out"] + sum(stats["removed"].values())
 
 
+def test_a_stage_that_removes_most_documents_and_an_empty_validation_split_are_said(tmp_path):
+    """A small corpus: heuristics removes 15 of 20 (over warn_removed_share), and 5 documents at
+    validation_fraction 0.01 give no validation document: one line each, naming what to change."""
+    rows = [{"id": f"d{i}", "text": "Too short." if i < 15 else
+             f"The patient in bed {i} was seen by the team and is to be followed up with the results."}
+            for i in range(20)]
+    write_jsonl(tmp_path / "docs.jsonl", rows)
+    cfg = write_config(tmp_path / "c.yaml", f"input: {{paths: [{tmp_path / 'docs.jsonl'}]}}\n"
+                                            f"output_dir: {tmp_path / 'run'}\nprogress: false\nreport: false\n"
+                                            "stages: [normalize, {heuristics: {min_words: 5, top_ngram_max_fraction: "
+                                            "{}}}, {split: {validation_fraction: 0.01}}]\n")
+    proc = run_cli("-m", "pipeline", "run", "--config", str(cfg))
+    warnings = [line for line in proc.stderr.splitlines() if "warning:" in line]
+    assert len(warnings) == 2, proc.stderr
+    assert warnings[0].startswith("[02_heuristics] warning: removed 15 of 20 documents (too_few_words: 15)")
+    assert "stages[1].heuristics" in warnings[0] and "--stage heuristics" in warnings[0]
+    assert warnings[1].startswith("[03_split] warning: the validation split is empty (5 documents")
+    assert "split.validation_fraction" in warnings[1]
+
+
 # ---- 8: removed/ does not depend on num_proc ------------------------------------------------
 
 

@@ -204,6 +204,11 @@ class Stage:
         """Fields of the card's YAML header that the stage's options decide (langid: `language`)."""
         return {}
 
+    def output_warnings(self, stats: dict) -> list[str]:
+        """What the run should say about the stage's output although it is of use (split: an
+        empty validation split), one line each, with the option to change."""
+        return []
+
     def empty_output_reason(self, stats: dict) -> str | None:
         """Why the stage's output is of no use although documents are left (pack: fewer tokens
         than one sequence), or None. The run then ends with that line."""

@@ -158,6 +158,14 @@ class Split(GlobalStage):
         save_npy(work / VALIDATION_GROUPS, chosen)
         return {"groups": {"train": int(len(unique) - len(chosen)), "validation": int(len(chosen))}}
 
+    def output_warnings(self, stats: dict) -> list[str]:
+        counts = stats.get("splits") or {}
+        if self.config.validation_fraction > 0 and not counts.get("validation") and counts.get("train"):
+            return [f"the validation split is empty ({counts['train']:,} documents x validation_fraction "
+                    f"{self.config.validation_fraction} gives none{' whole group' if self.config.by else ''}): "
+                    "raise split.validation_fraction or add documents"]
+        return []
+
     def manifest_fields(self, stats: dict) -> dict:
         out = {"validation_near_train": stats["validation_near_train"]} if "validation_near_train" in stats else {}
         if "by" in stats:
