@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow.compute as pc
 import yaml
 
 from pipeline.errors import ConfigError, InputError
@@ -154,6 +155,63 @@ def detect_fields(path: Path, fmt: str) -> dict:
 
 
 FIELDED = ("jsonl", "json", "csv", "tsv", "parquet")
+# Up to this many documents are read to size a small corpus's options; a larger input keeps the
+# profile's, which are set for a large run.
+SIZING_DOCS = 20_000
+CHARS_PER_TOKEN = 4            # byte-level BPE on English prose, roughly
+
+
+def corpus_size(input_cfg: dict) -> tuple[int, int] | None:
+    """(documents, characters) of a small input (read through the run's reader), or None when it
+    holds more than SIZING_DOCS documents."""
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    docs = chars = 0
+    for batch in read_documents(InputConfig.model_validate({**input_cfg, "limit": SIZING_DOCS + 1}), 1000):
+        docs += batch.table.num_rows
+        chars += int(pc.sum(pc.utf8_length(batch.table["text"])).as_py() or 0)
+    return None if docs > SIZING_DOCS else (docs, chars)
+
+
+def fit_to_size(stages: list[dict], docs: int, chars: int, cores: int) -> tuple[list[dict], list[str]]:
+    """The chain's options for a small corpus, and one line per change: shards that give every
+    core work, a validation split with documents in it, a sequence length the tokens fill, a
+    vocabulary the corpus can support; and, when not one short sequence fits, that the run will
+    end at pack."""
+    import copy
+    stages = copy.deepcopy(stages)
+    options = {name: opts for entry in stages for name, opts in entry.items()}
+    notes = []
+    tokens = chars // CHARS_PER_TOKEN
+    split = options.get("split")
+    if split is not None and docs * split.get("validation_fraction", 0.01) < 10:
+        fraction = round(min(0.2, max(10 / max(docs, 1), split.get("validation_fraction", 0.01))), 3)
+        notes.append(f"split.validation_fraction: {fraction} ({docs:,} documents: about "
+                     f"{round(docs * fraction):,} for validation)")
+        split["validation_fraction"] = fraction
+    pack = options.get("pack")
+    if pack is not None:
+        train_tokens = tokens * (1 - (split or {}).get("validation_fraction", 0.0))
+        seq_len = pack.get("seq_len", 2048)
+        while seq_len > 128 and train_tokens < 8 * seq_len:
+            seq_len //= 2
+        if train_tokens < seq_len:
+            notes.append(f"WARNING: about {tokens:,} tokens ({docs:,} documents) do not fill one sequence of "
+                         f"{seq_len}: the run would end at pack; add documents")
+        if seq_len != pack.get("seq_len", 2048):
+            notes.append(f"pack.seq_len: {seq_len} (about {tokens:,} tokens: at least 8 sequences)")
+            pack["seq_len"] = seq_len
+        batch = max(1, min(pack.get("batch_size", 64), int(train_tokens // seq_len) // 4))
+        if batch != pack.get("batch_size", 64):
+            notes.append(f"pack.batch_size: {batch} (rows per step, for about {int(train_tokens // seq_len):,} rows)")
+            pack["batch_size"] = batch
+    tokenizer = options.get("tokenizer")
+    if tokenizer is not None and tokens < 2_000_000:
+        vocab = 4000 if tokens < 200_000 else 8000
+        if vocab < tokenizer.get("vocab_size", 32000):
+            notes.append(f"tokenizer.vocab_size: {vocab} (about {tokens:,} tokens)")
+            tokenizer["vocab_size"] = vocab
+    return stages, notes
 
 
 def choose_profile(path: Path, fmt: str, fields: list[str]) -> tuple[str, str]:
@@ -212,8 +270,18 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
         checks.append(f"profile {profile} chosen: {why} (--profile clinical | literature | web to choose another)")
     chain = PROFILES[profile]
     name = config_path.stem
-    config = {"input": input_cfg, "output_dir": f"runs/{name}", "seed": 1234, "num_proc": os.cpu_count() or 1,
+    cores = os.cpu_count() or 1
+    config = {"input": input_cfg, "output_dir": f"runs/{name}", "seed": 1234, "num_proc": cores,
               "stages": chain["stages"]}
+    size = corpus_size({**input_cfg, "paths": [str(p) for p in files]})
+    if size is not None:
+        docs, chars = size
+        # Every core gets shards to work on (a few each), however small the input.
+        config["shard_size"] = max(50, -(-docs // (4 * cores)))
+        config["batch_size"] = min(500, config["shard_size"])
+        config["stages"], fitted = fit_to_size(chain["stages"], docs, chars, cores)
+        checks.append(f"sized for {docs:,} documents (about {chars // CHARS_PER_TOKEN:,} tokens): shard_size "
+                      f"{config['shard_size']} for {cores} workers" + "".join(f"; {n}" for n in fitted))
     checks.append(f"profile {profile}: {chain['why']}")
     if profile == "clinical":
         checks.append("phi: ids are pseudonymized and meta fields dropped; with a patient column, set "

@@ -120,6 +120,27 @@ def test_init_chooses_the_profile_from_the_fields_or_asks(tmp_path, monkeypatch)
     assert err.count("\n") == 1 and "cannot tell clinical notes from literature" in err and "--profile" in err
 
 
+def test_init_sizes_a_small_corpus_or_refuses_one_too_small(tmp_path, monkeypatch):
+    """200 real notes: shards for every core, a validation split with documents, a sequence the
+    tokens fill eight times over, a vocabulary the corpus supports, each told; three short notes
+    cannot fill one sequence: init says the run would end at pack."""
+    import os
+    monkeypatch.chdir(tmp_path)
+    notes = [json.loads(line) for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines()[:200]]
+    write_jsonl(tmp_path / "notes.jsonl", [{"note_id": n["id"], "text": n["text"]} for n in notes])
+    code, _, err = run_in_process("init", "--input", "notes.jsonl", "--config", "n.yaml")
+    assert code in (0, None), err
+    cfg = yaml.safe_load((tmp_path / "n.yaml").read_text())
+    options = {name: opts for entry in cfg["stages"] for name, opts in entry.items()}
+    assert cfg["shard_size"] * 2 * (os.cpu_count() or 1) <= 200 and "sized for 200 documents" in err
+    assert 200 * options["split"]["validation_fraction"] >= 10
+    tokens = sum(len(n["text"]) for n in notes) // 4
+    assert tokens >= 8 * options["pack"]["seq_len"] and options["tokenizer"]["vocab_size"] == 4000
+    write_jsonl(tmp_path / "few.jsonl", [{"note_id": f"n{i}", "text": "Seen today, stable."} for i in range(3)])
+    code, _, err = run_in_process("init", "--input", "few.jsonl", "--config", "few.yaml")
+    assert code in (0, None) and "do not fill one sequence of 128: the run would end at pack" in err
+
+
 def test_stage_subcommand_is_the_single_stage_command(tmp_path):
     docs = write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"word {i} " * 30} for i in range(12)])
     code, _, err = run_in_process("stage", "normalize", "--config", "tiny", "--input", docs,
