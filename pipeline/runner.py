@@ -416,6 +416,10 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
             for warning in stage_warnings(config, spec, stage, stats):
                 stage_line(spec.folder, f"warning: {warning}", event="warning")
         executor_info = executor.describe()
+    except BaseException:
+        executor.close()
+        purge_private_after_failure(config, stages, stage_dirs)
+        raise
     finally:
         executor.close()
     manifest = write_manifest(config, all_stats, time.perf_counter() - t0, executor_info)
@@ -439,6 +443,23 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest
+
+
+def purge_private_after_failure(config: Config, stages: list[Stage], stage_dirs: dict[str, RunPath]) -> None:
+    """A run that failed or was interrupted leaves no raw private document behind: each stage
+    whose privacy duties purge the stages before it does so now (their finished folders and
+    their unfinished temp folders); the next run recomputes them, and resumes the stage itself
+    from its finished shards."""
+    for spec, stage in zip(config.stages, stages):
+        privacy = stage.privacy()
+        if privacy is None or not privacy.purges_earlier_stages():
+            continue
+        earlier = [(s.folder, stage_dirs[s.key]) for s in config.before(spec)]
+        if not any(folder.exists() or folder.with_name(folder.name + ".tmp").exists() for _, folder in earlier):
+            continue
+        privacy.after_chain(earlier)
+        stage_line(spec.folder, f"the raw documents of the {len(earlier)} stage(s) before it were removed (they hold "
+                   "PHI); the next run recomputes them", event="privacy")
 
 
 def keep_final_only(stage_dirs: dict[str, RunPath]) -> None:
