@@ -151,6 +151,7 @@ def test_stages_command_lists_every_stage_and_group():
     lines = {line.split()[0]: line.split(None, 1)[1] for line in listed}
     stages = [
         "normalize",
+        "metadata",
         "langid",
         "perplexity",
         "heuristics",
@@ -165,7 +166,7 @@ def test_stages_command_lists_every_stage_and_group():
     assert [name for name in lines if name in stages] == stages  # in chain order, one line each
     assert all(lines[name] and not lines[name].startswith("group:") for name in stages)
     assert lines["dedup"] == "group: dedup_exact -> dedup_minhash"
-    assert lines["filters"] == "group: langid -> perplexity -> heuristics -> toxicity"
+    assert lines["filters"] == "group: metadata -> langid -> perplexity -> heuristics -> toxicity"
 
 
 def test_exit_handlers_run_although_the_command_skips_the_teardown(tmp_path):

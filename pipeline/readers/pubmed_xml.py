@@ -4,6 +4,11 @@ One document per citation abstract: title, then the abstract's sections with the
 Each `OtherAbstract` (translations, plain-language summaries) is a document of its own, so
 language ID sees the non-English ones. A citation without an abstract is set aside with the
 reason `no_abstract`; broken XML is set aside as `malformed_bad_xml` with its line.
+
+The citation's metadata rides along in typed columns, outside the text, the same on each of its
+documents: `journal`, `publication_types`, `mesh` and `mesh_major` (MeSH descriptors, those that
+are a major topic), and `retraction` (`retracted`, `retraction_notice`, `erratum` or null), which
+the `metadata` stage decides on.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from pipeline.readers.batch import RowBatcher
 SCHEMA = pa.schema([
     ("id", pa.string()), ("text", pa.string()), ("pmid", pa.string()), ("title", pa.string()),
     ("language", pa.string()), ("year", pa.int32()), ("abstract_type", pa.string()),
+    ("journal", pa.string()), ("publication_types", pa.list_(pa.string())), ("mesh", pa.list_(pa.string())),
+    ("mesh_major", pa.list_(pa.string())), ("retraction", pa.string()),
 ])
 
 
@@ -47,6 +54,51 @@ def _year(article) -> int | None:
     return int(y) if y and y.isdigit() else None
 
 
+def _journal(article) -> str | None:
+    journal = article.find("Journal")
+    if journal is None:
+        return None
+    name = " ".join((journal.findtext("Title") or journal.findtext("ISOAbbreviation") or "").split())
+    return name or None
+
+
+# What a citation is, from its publication types and its CommentsCorrections links, first match
+# wins: a retracted paper, the notice that retracts one, the erratum that corrects one.
+RETRACTION = (
+    ("retracted", "Retracted Publication", "RetractionIn"),
+    ("retraction_notice", "Retraction of Publication", "RetractionOf"),
+    ("erratum", "Published Erratum", "ErratumFor"),
+)
+
+
+def _children(parent, name: str, tag: str) -> list:
+    """The `tag` children of parent's `name` child (a plain find, not a path: a path goes through
+    ElementPath, in Python, for every citation)."""
+    holder = parent.find(name)
+    return [] if holder is None else [child for child in holder if child.tag == tag]
+
+
+def _metadata(citation, article) -> dict:
+    """The columns a citation's documents share besides its title, year and language."""
+    types = [(t.text or "").strip() for t in _children(article, "PublicationTypeList", "PublicationType")]
+    mesh, major = [], []
+    for heading in _children(citation, "MeshHeadingList", "MeshHeading"):
+        name, is_major = None, False
+        for part in heading:                     # DescriptorName, then its QualifierNames
+            if part.tag == "DescriptorName":
+                name = (part.text or "").strip()
+            if part.get("MajorTopicYN") == "Y":
+                is_major = True
+        if name is not None:
+            mesh.append(name)
+            if is_major:
+                major.append(name)
+    refs = {c.get("RefType") for c in _children(citation, "CommentsCorrectionsList", "CommentsCorrections")}
+    retraction = next((kind for kind, ptype, ref in RETRACTION if ref in refs or ptype in types), None)
+    return {"journal": _journal(article), "publication_types": types, "mesh": mesh, "mesh_major": major,
+            "retraction": retraction}
+
+
 def _documents(citation):
     pmid = citation.findtext("PMID", default="").strip()
     article = citation.find("Article")
@@ -56,18 +108,21 @@ def _documents(citation):
     year = _year(article)
     lang = article.findtext("Language", default="")
     docs = []
+    meta = None
     abstract = article.find("Abstract")
     body = _sections(abstract) if abstract is not None else ""
     if body:
+        meta = _metadata(citation, article)
         text = f"{title}\n\n{body}" if title else body
         docs.append({"id": f"pmid:{pmid}", "text": text, "pmid": pmid, "title": title,
-                     "language": lang, "year": year, "abstract_type": "abstract"})
+                     "language": lang, "year": year, "abstract_type": "abstract", **meta})
     for k, other in enumerate(citation.findall("OtherAbstract")):
         body = _sections(other)
         if body:
+            meta = meta or _metadata(citation, article)
             docs.append({"id": f"pmid:{pmid}:other{k}", "text": body, "pmid": pmid, "title": title,
                          "language": other.get("Language", ""), "year": year,
-                         "abstract_type": other.get("Type", "other")})
+                         "abstract_type": other.get("Type", "other"), **meta})
     return pmid, docs
 
 

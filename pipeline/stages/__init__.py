@@ -18,6 +18,7 @@ from pipeline.errors import ConfigError
 # it needs) and the groups it belongs to (`python -m pipeline.stage filters`). One line per stage.
 STAGES = [
     ("normalize", "normalize.Normalize", ()),
+    ("metadata", "metadata.Metadata", ("filters",)),
     ("langid", "langid.LanguageId", ("filters",)),
     ("perplexity", "perplexity.Perplexity", ("filters",)),
     ("heuristics", "heuristics.Heuristics", ("filters",)),
