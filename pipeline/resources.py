@@ -47,9 +47,15 @@ def is_shipped_config(path: Path) -> bool:
 
 
 def find_config(value: str) -> Path:
-    """--config: a YAML file, or the name of a shipped config (`pubmed`, `tiny`) when no such
-    file exists here."""
+    """--config: a YAML file, or a shipped config when no such file exists here: by its name
+    (`pubmed`, `tiny`) or by its repository path (`configs/pubmed.yaml`, as the docs write it,
+    after a `pip install` outside the checkout)."""
     path = Path(value)
-    if path.is_file() or path.suffix in (".yaml", ".yml") or "/" in value:
+    if path.is_file():
         return path
-    return shipped_configs().get(value, path)
+    shipped = shipped_configs()
+    if path.suffix in (".yaml", ".yml") or "/" in value:
+        named = shipped.get(path.stem)
+        same = named is not None and path.parent.as_posix() in ("configs", "./configs")
+        return named if same else path
+    return shipped.get(value, path)

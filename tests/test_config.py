@@ -98,3 +98,17 @@ def test_executor_options_are_validated_up_front(tmp_path):
         with pytest.raises(ConfigError) as err:
             load_config(write_config(tmp_path / "bad.yaml", base + bad + "\n"))
         assert where in str(err.value)
+
+
+def test_a_shipped_config_is_found_by_its_repository_path_outside_the_checkout(tmp_path, monkeypatch):
+    """`--config configs/pubmed.yaml`, as README and docs/ write it, works from any folder (after
+    a pip install there is no configs/ here); a file of that name here wins; another is not found."""
+    from pipeline.resources import find_config, shipped_configs
+    monkeypatch.chdir(tmp_path)
+    assert find_config("configs/tiny.yaml") == shipped_configs()["tiny"] == find_config("tiny")
+    assert load_config("configs/tiny.yaml").stages[0].name == "normalize"
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs/tiny.yaml").write_text("x: 1\n")
+    assert find_config("configs/tiny.yaml").resolve() == (tmp_path / "configs/tiny.yaml").resolve()
+    with pytest.raises(ConfigError, match="configs/nope.yaml: config file not found"):
+        load_config("configs/nope.yaml")
