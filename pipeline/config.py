@@ -436,6 +436,11 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
     longest = max([len(entries) for _, entries, src in chains if src is not None], default=0)
 
     specs: list[StageSpec] = []
+    if run is not None and run.executor.kind == "ray":
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:
+            problems.append("executor.kind: ray needs Ray, which is not installed here: pip install 'medprep[ray]' "
+                            "(or run on this machine: executor: local)")
     if run is not None:
         for name in run.executor.workers:
             if name not in REGISTRY:

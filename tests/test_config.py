@@ -112,3 +112,13 @@ def test_a_shipped_config_is_found_by_its_repository_path_outside_the_checkout(t
     assert find_config("configs/tiny.yaml").resolve() == (tmp_path / "configs/tiny.yaml").resolve()
     with pytest.raises(ConfigError, match="configs/nope.yaml: config file not found"):
         load_config("configs/nope.yaml")
+
+
+def test_a_ray_config_without_ray_installed_is_one_line_saying_what_to_install(tmp_path, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    path = write_config(tmp_path / "c.yaml", f"input: {{paths: [{RAW}]}}\noutput_dir: {tmp_path}/r\n"
+                                             "executor: ray\nstages: [normalize]\n")
+    with pytest.raises(ConfigError, match=r"executor.kind: ray needs Ray.*pip install 'medprep\[ray\]'"):
+        load_config(path)

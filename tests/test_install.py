@@ -148,3 +148,16 @@ def test_stage_subcommand_is_the_single_stage_command(tmp_path):
     assert code in (0, None), err
     stats = json.loads((tmp_path / "out/stats.json").read_text())
     assert stats["stage"] == "normalize" and stats["docs_in"] == 12
+
+
+def test_a_local_run_needs_no_ray(tmp_path):
+    """Ray is an extra (medprep[ray]): the local executor, runner and stages never import it. A
+    process where `import ray` fails runs a stage to the end."""
+    docs = write_jsonl(tmp_path / "d.jsonl", [{"id": str(i), "text": f"word {i} " * 30} for i in range(12)])
+    code = ("import sys, runpy; sys.modules['ray'] = None; "
+            f"sys.argv = ['pipeline', 'stage', 'normalize', '--config', 'tiny', '--input', '{docs}', "
+            f"'--output', '{tmp_path / 'out'}', '--no-progress']; runpy.run_module('pipeline', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "out/stats.json").read_text())["docs_in"] == 12
