@@ -255,10 +255,12 @@ def stage(args) -> None:
         out = RunPath.of(args.output, direct=config.output_dir.direct)
         for spec in specs:
             dirs[spec.key] = out if len(specs) == 1 else out / spec.folder
-    for i, spec in enumerate(specs):
-        run_stage(config, spec, input_paths=args.input if i == 0 else None,
-                  output_dir=dirs[spec.key] if args.output else None, force=args.force,
-                  stage_dirs=dirs)
+    from pipeline.preflight import run_folder_lock
+    with run_folder_lock(out if args.output else config.output_dir):
+        for i, spec in enumerate(specs):
+            run_stage(config, spec, input_paths=args.input if i == 0 else None,
+                      output_dir=dirs[spec.key] if args.output else None, force=args.force,
+                      stage_dirs=dirs)
 
 
 COMMANDS = {"stages": list_stages, "run": run, "stage": stage, "init": init, "fetch": fetch, "cache": cache,

@@ -4,6 +4,8 @@ stage output written by another medprep version."""
 from __future__ import annotations
 
 import importlib.util
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pipeline
@@ -73,3 +75,38 @@ def check_input_version(stage: str, prev: str, prev_dir, prev_stats: dict, confi
         raise UserError(f"stage '{stage}' reads the output of '{prev}' ({prev_dir}), written by medprep {before}; "
                         f"this is {pipeline.__version__}: rerun the chain ('python -m pipeline run --config "
                         f"{config_source}') so every stage is written by this version")
+
+
+@contextmanager
+def run_folder_lock(run_dir):
+    """One command at a time writes a run folder: a second one (another terminal, a scheduler's
+    retry) is refused in one line instead of racing the first for its shards. An advisory lock
+    (flock) held for the command's life and gone with its process, on a file of this machine's
+    temp folder named by the run folder's path (nothing is added to the run folder); a run folder
+    on an object store has none."""
+    folder = run_dir.local if hasattr(run_dir, "local") else None
+    if folder is None:
+        yield
+        return
+    import fcntl
+    import hashlib
+    import tempfile
+    locks = Path(tempfile.gettempdir()) / "medprep-locks"
+    locks.mkdir(exist_ok=True)
+    path = locks / (hashlib.sha1(str(Path(folder).resolve()).encode("utf-8")).hexdigest()[:16] + ".lock")
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise UserError(f"{run_dir}: another medprep command is writing this folder ({holder}); wait for it to "
+                            "end, or give this one another --output") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

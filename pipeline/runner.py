@@ -387,6 +387,12 @@ def run_chain(config: Config, *, force: bool = False) -> dict:
         config.output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{config.output_dir}: cannot create the output folder ({exc.strerror})") from None
+    from pipeline.preflight import run_folder_lock
+    with run_folder_lock(config.output_dir):
+        return _run_chain(config, force=force)
+
+
+def _run_chain(config: Config, *, force: bool = False) -> dict:
     from pipeline.preflight import note_other_version
     note_other_version(config.output_dir)
     stage_dirs = stage_dirs_for(config)

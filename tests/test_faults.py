@@ -179,6 +179,10 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
         lines.append(line)
         if "[02_phi] running" in line:
             break
+    # A second command on the same folder meanwhile is refused in one line, naming the first.
+    second = run_cli(*command[1:], cwd=ROOT, check=False)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1
+    assert f"another medprep command is writing this folder (pid {proc.pid})" in second.stderr
     markers = tmp_path / "run/stages/02_phi.tmp/shards"
     deadline = time.monotonic() + 120
     while not (markers.is_dir() and any(markers.glob("*.json"))) and time.monotonic() < deadline:

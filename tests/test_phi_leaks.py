@@ -292,14 +292,18 @@ def test_rerun_after_purge_and_single_stage_message(clinical):
 def test_same_key_same_pseudonyms_other_key_other_ones(clinical):
     tmp = clinical["tmp"]
     plain = _config(tmp, "plain", clinical["src"], clinical["out"])       # no crosswalk
-    ids = {}
+    ids, said = {}, {}
     for name, key in (("same", KEY), ("other", OTHER_KEY)):
-        _cli(_env(tmp, key), "-m", "pipeline.stage", "phi", "--config", str(plain),
-             "--input", str(clinical["src"]), "--output", str(tmp / name))
+        said[name] = _cli(_env(tmp, key), "-m", "pipeline.stage", "phi", "--config", str(plain),
+                          "--input", str(clinical["src"]), "--output", str(tmp / name)).stderr
         ids[name] = read_arrow_dir(tmp / name / "data")["id"].to_pylist()
     first_run = read_arrow_dir(clinical["out"] / "stages/03_phi/data")["id"].to_pylist()
     assert ids["same"][:6] == first_run
     assert not set(ids["other"]) & set(ids["same"])
+    # Another key than the run folder's last run used is said, before any work; the same is not.
+    changed = "the PHI key is not the one the last run of"
+    assert changed in said["other"] and changed not in said["same"]
+    assert said["other"].index(changed) < said["other"].index("running")
 
 
 def test_literature_profile_keeps_pmids_and_metadata(tmp_path):
@@ -318,6 +322,30 @@ def test_literature_profile_keeps_pmids_and_metadata(tmp_path):
     privacy = json.loads((tmp_path / "run/manifest.json").read_text())["privacy"]
     assert privacy["raw_purged"] is False and privacy["id_mode"] == "keep" and privacy["key_source"] is None
     assert not (tmp_path / "xdg").exists()          # no key needed, none created
+
+
+def test_the_default_key_is_created_before_any_work_and_said_or_its_failure_is_one_line(tmp_path):
+    rows = [{"id": f"n{i}", "text": f"Seen today by the team, patient {i} stable, plan unchanged."} for i in range(4)]
+    src = write_jsonl(tmp_path / "notes.jsonl", rows)
+    cfg = _config(tmp_path, "key", src, tmp_path / "run", stages="\n  - normalize: {}\n  - phi: %s\n",
+                  report=False)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("MEDPREP_PHI_KEY", raising=False)
+        for k, v in env.items():
+            mp.setenv(k, v)
+        done = run_cli("-m", "pipeline", "run", "--config", str(cfg))
+        (tmp_path / "ro").write_text("a file where the key's folder would go\n")
+        mp.setenv("XDG_CONFIG_HOME", str(tmp_path / "ro"))
+        failed = run_cli("-m", "pipeline", "run", "--config", str(cfg), "--output", str(tmp_path / "run2"),
+                         check=False)
+    key = tmp_path / "xdg/medprep/phi.key"
+    assert key.is_file() and oct(key.stat().st_mode & 0o777) == "0o600"
+    assert f"[phi] created the PHI key {key}" in done.stderr
+    assert done.stderr.index("created the PHI key") < done.stderr.index("[01_normalize] running")
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1
+    assert "cannot create the PHI key" in failed.stderr and "MEDPREP_PHI_KEY" in failed.stderr
+    assert not (tmp_path / "run2/stages").exists()           # refused before any work
 
 
 def test_meta_redact_runs_each_value_through_the_engine(tmp_path, monkeypatch):

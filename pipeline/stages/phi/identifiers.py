@@ -249,7 +249,9 @@ def purge_before(cfg, earlier: list[tuple[str, RunPath]]) -> dict:
             if is_purged(folder):
                 purged.append(name)
     return {"raw_purged": not cfg.keep_raw, "stages": purged, "profile": cfg.profile, "id_mode": cfg.id_mode,
-            "meta_fields": cfg.meta_fields, "key_source": phi_key_source(cfg.key_file) if uses_key(cfg) else None}
+            "meta_fields": cfg.meta_fields, "key_source": phi_key_source(cfg.key_file) if uses_key(cfg) else None,
+            # The key's one-way id (never the key): the next run says when the key changed.
+            "key_id": key_id(load_phi_key(cfg.key_file)) if uses_key(cfg) else None}
 
 
 def pseudonyms_of(cfg, stats: dict):
