@@ -120,7 +120,7 @@ def test_init_chooses_the_profile_from_the_fields_or_asks(tmp_path, monkeypatch)
     assert err.count("\n") == 1 and "cannot tell clinical notes from literature" in err and "--profile" in err
 
 
-def test_init_sizes_a_small_corpus_or_refuses_one_too_small(tmp_path, monkeypatch):
+def test_init_sizes_a_small_corpus_and_says_when_it_cannot_fill_a_sequence(tmp_path, monkeypatch):
     """200 real notes: shards for every core, a validation split with documents, a sequence the
     tokens fill eight times over, a vocabulary the corpus supports, each told; three short notes
     cannot fill one sequence: init says the run would end at pack."""
