@@ -19,10 +19,12 @@ and, where a stage has them: `reads` / `publishes` (files it takes from other st
 them: pack reads tokenizer.json, which the tokenizer stage publishes), `needs` (other stages'
 options it reads), `fingerprint_inputs` (what else its output depends on: phi's key),
 `cache_namespace` (its cache of per-document results), `manifest_fields`, `card_section` and
-`card_metadata` (its part of final/README.md), and the privacy
-hooks (phi: check private files, purge the stages before it, pseudonymize the ids and redact
-the texts others print). Adding a stage is one module under pipeline/stages/ and its line in
-the registry (pipeline/stages/__init__.py); a stage in another package registers through the
+`card_metadata` (its part of final/README.md), `output_warnings`, and its privacy duties in one
+object (`privacy()`, phi's: check private files, purge the stages before it, pseudonymize the
+ids and redact the texts others print). A global stage's per-shard work is a method marked
+`@shard_task` (pipeline/tasks.py), passed bound to `inputs.map(self.method)`. Adding a stage is
+one module (or package) under pipeline/stages/ and its line in the registry's STAGES
+(pipeline/stages/__init__.py); a stage in another package registers through the
 `medprep.stages` entry point group and says which built-in stage it comes `after`."""
 from __future__ import annotations
 
@@ -115,6 +117,37 @@ class Stage:
     def setup(self) -> None:
         """Load models; called once per worker process before the first batch."""
 
+    # -- what a filter author writes besides setup(): its columns, counters and report parts --
+    def output_fields(self) -> list[pa.Field]:
+        """Annotation columns this stage adds, with their types (explicit features)."""
+        return []
+
+    def batch_stats(self, table: pa.Table) -> dict[str, int]:
+        """Counters summed over batches into the shard's marker, then over shards into
+        stats.json (computed by the worker that ran the shard)."""
+        return {}
+
+    # -- what the run says about it --
+    def manifest_fields(self, stats: dict) -> dict:
+        """Fields the stage adds to manifest.json, from its stats."""
+        return {}
+
+    def report_section(self, stats: dict, run) -> "Section | None":
+        """The stage's part of report.html (pipeline/sections.py), from its stats and the run
+        (`run.sample()`: kept documents; `run.dir`, `run.manifest`)."""
+        return None
+
+    def card_section(self, stats: dict, run) -> "tuple[str, str] | None":
+        """The stage's part of final/README.md, the dataset card: (heading, markdown) from its
+        stats and the run (`run.dir`, `run.manifest`). Parts under one heading are joined in
+        chain order (the phi stages of a multi-source run, both dedup stages)."""
+        return None
+
+    def card_metadata(self) -> dict:
+        """Fields of the card's YAML header that the stage's options decide (langid: `language`)."""
+        return {}
+
+    # -- what the runner asks of it; the defaults fit most stages --
     @classmethod
     def loads_models(cls) -> bool:
         """Whether setup() loads anything: a class of its own defines it (this one does nothing)."""
@@ -175,35 +208,6 @@ class Stage:
         return {}
 
     # -- the stage's data --
-    def output_fields(self) -> list[pa.Field]:
-        """Annotation columns this stage adds, with their types (explicit features)."""
-        return []
-
-    def batch_stats(self, table: pa.Table) -> dict[str, int]:
-        """Counters summed over batches into the shard's marker, then over shards into
-        stats.json (computed by the worker that ran the shard)."""
-        return {}
-
-    # -- what the run says about it --
-    def manifest_fields(self, stats: dict) -> dict:
-        """Fields the stage adds to manifest.json, from its stats."""
-        return {}
-
-    def report_section(self, stats: dict, run) -> "Section | None":
-        """The stage's part of report.html (pipeline/sections.py), from its stats and the run
-        (`run.sample()`: kept documents; `run.dir`, `run.manifest`)."""
-        return None
-
-    def card_section(self, stats: dict, run) -> "tuple[str, str] | None":
-        """The stage's part of final/README.md, the dataset card: (heading, markdown) from its
-        stats and the run (`run.dir`, `run.manifest`). Parts under one heading are joined in
-        chain order (the phi stages of a multi-source run, both dedup stages)."""
-        return None
-
-    def card_metadata(self) -> dict:
-        """Fields of the card's YAML header that the stage's options decide (langid: `language`)."""
-        return {}
-
     def output_warnings(self, stats: dict) -> list[str]:
         """What the run should say about the stage's output although it is of use (split: an
         empty validation split), one line each, with the option to change."""
