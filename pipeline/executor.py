@@ -64,9 +64,38 @@ class Executor(ABC):
     def end_stage(self) -> None:
         """The current stage is done (its workers stay for the next one)."""
 
+    def stage_usage(self) -> dict:
+        """What the current stage's tasks cost in the workers: CPU seconds, summed, and the
+        workers' peak resident memory (the driver's is the runner's to measure)."""
+        return self.usage.summary() if hasattr(self, "usage") else {}
+
     @abstractmethod
     def close(self) -> None:
         """Stop the workers."""
+
+
+class WorkerUsage:
+    """CPU seconds and peak resident memory of the tasks a stage ran in worker processes."""
+
+    def __init__(self):
+        self.cpu_seconds = 0.0
+        self.peak_rss_mb: dict = {}           # worker (pid or actor) -> its peak
+
+    def add(self, cpu_seconds: float, worker, rss_mb: int) -> None:
+        self.cpu_seconds += cpu_seconds
+        self.peak_rss_mb[worker] = max(self.peak_rss_mb.get(worker, 0), rss_mb)
+
+    def summary(self) -> dict:
+        if not self.peak_rss_mb:
+            return {}
+        return {"worker_cpu_seconds": round(self.cpu_seconds, 3), "worker_peak_rss_mb": max(self.peak_rss_mb.values())}
+
+
+def task_usage() -> tuple[float, int]:
+    """This process's CPU seconds so far and its peak resident memory in MB."""
+    import resource
+    import time
+    return time.process_time(), round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def stage_blob(stage) -> bytes:
@@ -223,9 +252,13 @@ def _started() -> None:
     """WorkerPool.warm's task: the process is up (its initializer ran)."""
 
 
-def _task_in_worker(key: int, blob: bytes, func: Callable, task: ShardTask, progress_key: tuple | None = None) -> dict:
+def _task_in_worker(key: int, blob: bytes, func: Callable, task: ShardTask, progress_key: tuple | None = None):
+    """(the task's result, its CPU seconds, this worker's pid and peak resident MB)."""
+    cpu0, _ = task_usage()
     _worker.bind_blob(key, blob)
-    return _worker.run(func, task, progress_key)
+    result = _worker.run(func, task, progress_key)
+    cpu1, rss = task_usage()
+    return result, cpu1 - cpu0, os.getpid(), rss
 
 
 class LocalExecutor(Executor):
@@ -241,6 +274,7 @@ class LocalExecutor(Executor):
         self.num_proc = num_proc
         self._pool: WorkerPool | None = None
         self._here = WorkerStage()       # the driver's own tasks, on the stage instance itself
+        self.usage = WorkerUsage()
         self._stage = None               # the stage the workers hold now, and its number
         self._stage_key = 0
         self._stage_blob = b""
@@ -256,6 +290,7 @@ class LocalExecutor(Executor):
     def end_stage(self) -> None:
         """The stage is done (its workers stay for the next stage)."""
         self._stage, self._stage_workers = None, 1
+        self.usage = WorkerUsage()
 
     def workers_for(self, stage, n_tasks: int) -> int:
         return max(1, min(self.num_proc, n_tasks))
@@ -310,7 +345,10 @@ class LocalExecutor(Executor):
         if self._pool is None:
             self._pool = WorkerPool(self.num_proc)
         try:
-            yield from self._pool.map(stage.name, self._stage_key, self._stage_blob, func, tasks[i:], shown, first=i)
+            for result, cpu, pid, rss in self._pool.map(stage.name, self._stage_key, self._stage_blob, func, tasks[i:],
+                                                        shown, first=i):
+                self.usage.add(cpu, pid, rss)
+                yield result
         except BaseException:
             self._close_pool()  # a broken or interrupted pool is not reused
             raise
@@ -491,8 +529,11 @@ class RayShardWorker:
         self.worker.bind_blob(key, blob)
         where = {"node": ray.get_runtime_context().get_node_id()}
         try:
+            cpu0, _ = task_usage()
             result = self.worker.run(func, ShardTask.from_json(raw), tuple(progress_key) if progress_key else None)
-            return {"result": result, "setups": self.worker.setups, **where}
+            cpu1, rss = task_usage()
+            return {"result": result, "setups": self.worker.setups, "cpu_seconds": cpu1 - cpu0, "rss_mb": rss,
+                    **where}
         except (UserError, StageFailed) as exc:  # an unreadable input file, a failed setup: one line
             return {"error": str(exc), "user": True, "setups": self.worker.setups, **where}
         except Exception as exc:
@@ -535,6 +576,7 @@ class RayActorPool:
 
     def begin_stage(self, stage) -> None:
         self._stage = stage
+        self.usage = WorkerUsage()
         self.used: set[int] = set()  # actor indexes that ran the stage's tasks
         self.nodes: set[str] = set()
         self.setups: dict[int, int] = {}  # actor index -> setups it ran for the stage
@@ -592,6 +634,8 @@ class RayActorPool:
             self.used.add(a)
             self.nodes.add(out["node"])
             self.setups[a] = out["setups"]
+            if "cpu_seconds" in out:
+                self.usage.add(out["cpu_seconds"], a, out["rss_mb"])
             done[i] = out
             while next_out in done:
                 out = done.pop(next_out)
@@ -747,6 +791,10 @@ class RayExecutor(Executor):
             "map_calls": pool.map_calls,
             "setups": sum(pool.setups.values()),
         }
+
+    def stage_usage(self) -> dict:
+        pool = self._pool
+        return pool.usage.summary() if pool is not None and pool._stage is not None else {}
 
     def _reports(self):
         """The actor the workers' tasks report documents done to (one per executor)."""

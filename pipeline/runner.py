@@ -193,6 +193,8 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         raise UserError(f"{exc.filename or folder}: cannot create the stage folder ({exc.strerror})") from None
     stage_line(spec.folder, "running", event="stage_start")
     t0 = time.perf_counter()
+    from pipeline.executor import task_usage
+    driver_cpu0, _ = task_usage()
     inputs = None
     with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
@@ -209,8 +211,11 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
         extra = stage.run(inputs, output)
         kind = executor.kind
         workers = executor.stage_stats()
+        usage = executor.stage_usage()
     seconds = time.perf_counter() - t0
-    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document), "executor_workers": workers}
+    driver_cpu1, driver_rss = task_usage()
+    extra = {**(extra or {}), **_driver_stats(spec, inputs, seconds, document), "executor_workers": workers,
+             **_cost(driver_cpu1 - driver_cpu0, driver_rss, usage)}
     # A multi-source run's stage says its source and folder; the shared tail's, its counts by source.
     where = {"source": spec.source, "folder": spec.folder} if config.multi_source else {}
     stats = output.commit({"stage": spec.name, "position": spec.position, **where, "medprep": pipeline.__version__,
@@ -283,6 +288,15 @@ def _disk_full_names(spec: StageSpec, output: StageOutput, document: bool, input
         shards = inputs()
         raise_if_disk_full(exc, spec.name, output, len(shards.shards) if shards else None, resumes=document)
         raise
+
+
+def _cost(driver_cpu: float, driver_rss_mb: int, workers: dict) -> dict:
+    """What the stage cost: CPU seconds of the driver and of its tasks in the workers (the
+    per-stage docs per CPU-second come from these), and peak resident memory of each kind of
+    process (the driver's: its peak so far in the run)."""
+    cpu = driver_cpu + workers.get("worker_cpu_seconds", 0.0)
+    return {"cpu_seconds": round(cpu, 3), "driver_cpu_seconds": round(driver_cpu, 3),
+            "driver_peak_rss_mb": driver_rss_mb, **workers}
 
 
 def _driver_stats(spec: StageSpec, inputs: StageInputs, seconds: float, document: bool) -> dict:

@@ -82,6 +82,11 @@ def test_worker_processes_report_documents_batch_by_batch(tmp_path, monkeypatch)
     assert heard and sum(n for _, n in heard) >= 120 and {n for _, n in heard} == {20}
     end = [json.loads(line) for line in err.splitlines() if '"stage_end"' in line][0]
     assert end["docs_in"] == 120
+    # The stage's cost: CPU seconds of the driver and of the two workers' tasks, their peak memory.
+    stats = json.loads(next((tmp_path / "run/stages").glob("*heuristics/stats.json")).read_text())
+    assert stats["worker_cpu_seconds"] > 0 and stats["worker_peak_rss_mb"] > 50
+    assert abs(stats["cpu_seconds"] - stats["driver_cpu_seconds"] - stats["worker_cpu_seconds"]) <= 0.002
+    assert stats["driver_peak_rss_mb"] > 50
 
 
 @pytest.mark.slow
