@@ -29,7 +29,7 @@ from contextlib import contextmanager
 
 from pipeline import progress
 from pipeline.errors import StageFailed, UserError
-from pipeline.tasks import ShardTask, TaskKind, task_parts
+from pipeline.tasks import ShardTask, TaskKind, peak_rss_mb, task_parts
 
 log = logging.getLogger("medprep")
 
@@ -67,7 +67,7 @@ class Executor(ABC):
     def stage_usage(self) -> dict:
         """What the current stage's tasks cost in the workers: CPU seconds, summed, and the
         workers' peak resident memory (the driver's is the runner's to measure)."""
-        return self.usage.summary() if hasattr(self, "usage") else {}
+        return {}
 
     @abstractmethod
     def close(self) -> None:
@@ -93,9 +93,8 @@ class WorkerUsage:
 
 def task_usage() -> tuple[float, int]:
     """This process's CPU seconds so far and its peak resident memory in MB."""
-    import resource
     import time
-    return time.process_time(), round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return time.process_time(), peak_rss_mb()
 
 
 def stage_blob(stage) -> bytes:
@@ -286,6 +285,9 @@ class LocalExecutor(Executor):
     def stage_stats(self) -> dict:
         """The stage's worker processes (1: the driver ran its tasks)."""
         return {"workers": self._stage_workers}
+
+    def stage_usage(self) -> dict:
+        return self.usage.summary()
 
     def end_stage(self) -> None:
         """The stage is done (its workers stay for the next stage)."""

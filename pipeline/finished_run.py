@@ -10,7 +10,7 @@ stage: what a stage shows is its own `report_section`/`card_section`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import pyarrow as pa
@@ -29,7 +29,6 @@ class FinishedStage:
     stats: dict
     options: dict | None
     folder: RunPath
-    _stage: list = field(default_factory=list, repr=False)
 
     @property
     def name(self) -> str:
@@ -48,24 +47,21 @@ class FinishedStage:
         """How a run names it: `SOURCE.STAGE` for a source's stage, else the stage's name."""
         return f"{self.source}.{self.name}" if self.source else self.name
 
-    @property
+    @cached_property
     def stage(self):
         """The stage object with the run's options, or its defaults where they no longer
         validate (options of another version) or are unknown; None for a stage this
         installation does not know."""
-        if not self._stage:
-            from pipeline.stages import REGISTRY
-            built = None
-            if self.name in REGISTRY:
-                cls = REGISTRY[self.name]
-                for options in (self.options or {}, {}):
-                    try:
-                        built = cls(cls.Config.model_validate(options), None)
-                        break
-                    except ValueError:
-                        continue
-            self._stage.append(built)
-        return self._stage[0]
+        from pipeline.stages import REGISTRY
+        if self.name not in REGISTRY:
+            return None
+        cls = REGISTRY[self.name]
+        for options in (self.options or {}, {}):
+            try:
+                return cls(cls.Config.model_validate(options), None)
+            except ValueError:
+                continue
+        return None
 
 
 def _folder_name(stats: dict) -> str:

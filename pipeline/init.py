@@ -173,11 +173,10 @@ def corpus_size(input_cfg: dict) -> tuple[int, int] | None:
     return None if docs > SIZING_DOCS else (docs, chars)
 
 
-def fit_to_size(stages: list[dict], docs: int, chars: int, cores: int) -> tuple[list[dict], list[str]]:
-    """The chain's options for a small corpus, and one line per change: shards that give every
-    core work, a validation split with documents in it, a sequence length the tokens fill, a
-    vocabulary the corpus can support; and, when not one short sequence fits, that the run will
-    end at pack."""
+def fit_to_size(stages: list[dict], docs: int, chars: int) -> tuple[list[dict], list[str]]:
+    """The chain's options for a small corpus, and one line per change: a validation split with
+    documents in it, a sequence length the tokens fill, a vocabulary the corpus can support; and,
+    when not one short sequence fits, that the run will end at pack."""
     import copy
     stages = copy.deepcopy(stages)
     options = {name: opts for entry in stages for name, opts in entry.items()}
@@ -279,7 +278,7 @@ def starter_config(inputs: list[str], config_path: Path, profile: str | None = N
         # Every core gets shards to work on (a few each), however small the input.
         config["shard_size"] = max(50, -(-docs // (4 * cores)))
         config["batch_size"] = min(500, config["shard_size"])
-        config["stages"], fitted = fit_to_size(chain["stages"], docs, chars, cores)
+        config["stages"], fitted = fit_to_size(chain["stages"], docs, chars)
         checks.append(f"sized for {docs:,} documents (about {chars // CHARS_PER_TOKEN:,} tokens): shard_size "
                       f"{config['shard_size']} for {cores} workers" + "".join(f"; {n}" for n in fitted))
     checks.append(f"profile {profile}: {chain['why']}")

@@ -22,6 +22,12 @@ import pyarrow as pa
 from pipeline.runpath import RunPath, as_run_path
 
 
+def peak_rss_mb() -> int:
+    """This process's peak resident memory so far, in MB (Linux reports kilobytes)."""
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
 @dataclass(frozen=True)
 class TaskKind:
     """What the executor needs to know of a task method besides the method itself: what

@@ -35,7 +35,7 @@ from pipeline.engines.band_partitions import (
 from pipeline.engines.minhash import MinHasher, band_keys, lsh_params
 from pipeline.runpath import as_run_path, load_npy, save_npy
 from pipeline.stages.base import GlobalStage, StageConfig
-from pipeline.tasks import shard_task
+from pipeline.tasks import peak_rss_mb, shard_task
 
 
 class MinHashConfig(StageConfig):
@@ -100,7 +100,7 @@ class MinHashDedup(GlobalStage):
         save_npy(work / f"sig-{task.shard.name}.npy", sigs)
         index = write_band_partitions(work / f"bands-{task.shard.name}", band_keys(sigs, bands, rows), task.row0,
                                       task.params["partitions"])
-        return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": _peak_rss_mb()}
+        return {"rows": len(sigs), "partition_index": index.tolist(), "peak_rss_mb": peak_rss_mb()}
 
     @shard_task(phase="partitions")
     def partition_pairs(self, task) -> dict:
@@ -123,7 +123,7 @@ class MinHashDedup(GlobalStage):
                 save_npy(work / f"pairs-{partition:04d}.npy", np.stack([u, v]))
         finally:
             sigs.close()
-        return {"candidates": int(candidates), "largest": int(largest), "peak_rss_mb": _peak_rss_mb()}
+        return {"candidates": int(candidates), "largest": int(largest), "peak_rss_mb": peak_rss_mb()}
 
     def run(self, inputs, output) -> dict:
         import time
@@ -134,7 +134,7 @@ class MinHashDedup(GlobalStage):
             t, c = time.perf_counter(), time.process_time()
             phases[name], driver_cpu[name] = round(t - t0, 3), round(c - c0, 3)
             # High-water marks by the end of the pass: the driver's, and its tasks' processes'.
-            peak_rss[name] = {"driver": _peak_rss_mb(), "tasks": max((r["peak_rss_mb"] for r in results), default=None)}
+            peak_rss[name] = {"driver": peak_rss_mb(), "tasks": max((r["peak_rss_mb"] for r in results), default=None)}
             t0, c0 = t, c
         cfg = self.config
         bands, rows = cfg.bands()
@@ -220,11 +220,6 @@ class MinHashDedup(GlobalStage):
         body += table(["cluster size", "clusters"], sorted(sizes.items(), key=lambda kv: int(kv[0]))) if sizes \
             else "<p>No near-duplicate clusters.</p>"
         return Section("Near-duplicate clusters", body, figures={"cluster_sizes": sizes})
-
-
-def _peak_rss_mb() -> int:
-    import resource
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 class ShardSignatures:

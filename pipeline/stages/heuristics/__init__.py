@@ -317,11 +317,7 @@ def _medprep_gopher(text: pa.Array, chars: np.ndarray, cfg: HeuristicsConfig):
         dup_para_chars / safe_chars,
         ngram_rules,
     )
-    signals = {
-        "n_words": pa.array(n_words.astype(np.int32)),
-        "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
-        "avg_word_length": pa.array(avg_len.astype(np.float32)),
-    }
+    signals = _signal_columns(n_words, alpha_ratio, avg_len)
     return rules, signals, n_words_all
 
 
@@ -365,7 +361,17 @@ _PY_SPACE = r"[\t\n\x0b\x0c\r\x1c-\x1f\x{85}\p{Z}]"
 
 
 def _per_doc(values, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per-item values summed by their owner (a document, a line)."""
     return np.bincount(owner, weights=values, minlength=n)
+
+
+def _signal_columns(n_words, alpha_ratio, avg_len) -> dict:
+    """The Gopher signals both compat modes keep as annotation columns."""
+    return {
+        "n_words": pa.array(n_words.astype(np.int32)),
+        "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
+        "avg_word_length": pa.array(avg_len.astype(np.float32)),
+    }
 
 
 def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: HeuristicsConfig):
@@ -456,11 +462,7 @@ def _datatrove_gopher(text: pa.Array, words: Words, chars: np.ndarray, cfg: Heur
         dup_para_chars / safe_chars,
         ngram_rules,
     )
-    signals = {
-        "n_words": pa.array(n_words.astype(np.int32)),
-        "alpha_words_ratio": pa.array(alpha_ratio.astype(np.float32)),
-        "avg_word_length": pa.array(avg_len.astype(np.float32)),
-    }
+    signals = _signal_columns(n_words, alpha_ratio, avg_len)
     return rules, signals, n_tokens
 
 
@@ -599,10 +601,6 @@ _ABBREVIATIONS = [
 ]
 
 
-def _per_item(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
-    return np.bincount(owner, weights=values, minlength=n)
-
-
 def _sentence_counts(chunks_list: pa.Array, doc_of_line: np.ndarray, n: int) -> np.ndarray:
     """Sentences per document, summed over its lines (each line split on its own, as
     datatrove counts them), by spaCy's sentencizer rule on the lines' whitespace chunks."""
@@ -678,8 +676,8 @@ def _c4_lines(text: pa.Array, n: int, cfg: HeuristicsConfig, words: Words | None
     offsets = pa.array(np.concatenate([[0], np.cumsum(kept_per_doc)]).astype(np.int32))
     new_text = pc.utf8_trim_whitespace(pc.binary_join(pa.ListArray.from_arrays(offsets, kept_lines), "\n"))
     return {
-        "lorem": _per_item(lorem, doc_of_line, n) > 0,
-        "curly": _per_item(curly, doc_of_line, n) > 0,
+        "lorem": _per_doc(lorem, doc_of_line, n) > 0,
+        "curly": _per_doc(curly, doc_of_line, n) > 0,
         "text": new_text,
         "kept_per_doc": kept_per_doc,
         "dropped_per_doc": line_counts - kept_per_doc,

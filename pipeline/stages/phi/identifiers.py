@@ -239,7 +239,8 @@ def purge_stage(folder: RunPath, key: bytes | None) -> None:
 def purge_before(cfg, earlier: list[tuple[str, RunPath]]) -> dict:
     """After a completed run: purge every stage before phi (`earlier`: (folder name, path)
     pairs) unless the config keeps raw data. Returns the manifest's `privacy` entry."""
-    key = load_phi_key(cfg.key_file) if cfg.id_mode == "pseudonymize" else None
+    loaded = load_phi_key(cfg.key_file) if uses_key(cfg) else None
+    key = loaded if cfg.id_mode == "pseudonymize" else None
     purged = []
     if not cfg.keep_raw:
         for name, folder in earlier:
@@ -251,7 +252,7 @@ def purge_before(cfg, earlier: list[tuple[str, RunPath]]) -> dict:
     return {"raw_purged": not cfg.keep_raw, "stages": purged, "profile": cfg.profile, "id_mode": cfg.id_mode,
             "meta_fields": cfg.meta_fields, "key_source": phi_key_source(cfg.key_file) if uses_key(cfg) else None,
             # The key's one-way id (never the key): the next run says when the key changed.
-            "key_id": key_id(load_phi_key(cfg.key_file)) if uses_key(cfg) else None}
+            "key_id": key_id(loaded) if loaded is not None else None}
 
 
 def pseudonyms_of(cfg, stats: dict):
