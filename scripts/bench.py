@@ -310,25 +310,20 @@ def _bench_alternating(
 
     (cpu, *engine_cpu), wall = _alternate([process] + [run for _, run in engines], rounds)
     n = len(texts)
-    result = {
-        "stage": stage,
-        "docs": n,
-        "MB": round(mb, 2),
-        "setup_s": round(setup_s, 2),
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "docs_per_s": round(n / wall, 1),
-        "docs_per_cpu_s": round(n / cpu, 1),
-        "MB_per_cpu_s": round(mb / cpu, 2),
-        "rounds": rounds,
-        "load_average_at_start": load,
-    }
+    result = _rates(stage, n, mb, setup_s, wall, cpu, rounds, load)
     for k, ((name, _), times) in enumerate(zip(engines, engine_cpu)):
         key = "engine" if k == 0 else f"engine_{ALTERNATING[stage][k].removeprefix(stage + '_')}"
         result.update({key: name, f"{key}_docs_per_cpu_s": round(n / times, 1)})
         result["stage_vs_engine" if k == 0 else f"stage_vs_{key}"] = round(times / cpu, 3)
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
     return result
+
+
+def _rates(stage: str, n: int, mb: float, setup_s: float, wall: float, cpu: float, rounds: int, load) -> dict:
+    """A stage's measured rates, as every row of bench/results.json holds them."""
+    return {"stage": stage, "docs": n, "MB": round(mb, 2), "setup_s": round(setup_s, 2), "wall_s": round(wall, 3),
+            "cpu_s": round(cpu, 3), "docs_per_s": round(n / wall, 1), "docs_per_cpu_s": round(n / cpu, 1),
+            "MB_per_cpu_s": round(mb / cpu, 2), "rounds": rounds, "load_average_at_start": load}
 
 
 def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, rounds: int = 3) -> dict:
@@ -357,20 +352,10 @@ def _bench_signatures(stage: str, texts: list[str], mb: float, batch_size: int, 
     del prebuilt
     n = len(texts)
     return {
-        "stage": stage,
-        "docs": n,
-        "MB": round(mb, 2),
-        "setup_s": 0.0,
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "docs_per_s": round(n / wall, 1),
-        "docs_per_cpu_s": round(n / cpu, 1),
-        "MB_per_cpu_s": round(mb / cpu, 2),
+        **_rates(stage, n, mb, 0.0, wall, cpu, rounds, load),
         "engine": name,
         "engine_docs_per_cpu_s": round(n / engine_cpu, 1),
         "stage_vs_engine": round(engine_cpu / cpu, 3),
-        "rounds": rounds,
-        "load_average_at_start": load,
         "engine_bulk_only_docs_per_cpu_s": round(n / bulk_cpu, 1),
         "stage_vs_engine_bulk_only": round(bulk_cpu / cpu, 3),
         "comparison": (
