@@ -84,7 +84,7 @@ def run_folder_lock(run_dir):
     (flock) held for the command's life and gone with its process, on a file of this machine's
     temp folder named by the run folder's path (nothing is added to the run folder); a run folder
     on an object store has none."""
-    folder = run_dir.local if hasattr(run_dir, "local") else None
+    folder = run_dir.local
     if folder is None:
         yield
         return

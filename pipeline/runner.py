@@ -198,7 +198,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     inputs = None
     with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
-        if reads_source and hasattr(executor, "prestart"):
+        if reads_source:
             inputs = _ingest_while_starting(executor, stage, open_inputs, output, config.inputs.get(spec.source),
                                             input_paths is not None)
         else:

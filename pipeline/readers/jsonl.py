@@ -78,7 +78,7 @@ def lines(fh, path: Path, batcher: RowBatcher):
 
 def _schema(cfg) -> pa.Schema:
     """id, text, the fields the config reads into columns of their own, and meta."""
-    columns = [c for c in getattr(cfg, "columns", []) if c not in ("id", "text", "meta")]
+    columns = [c for c in cfg.columns if c not in ("id", "text", "meta")]
     return pa.schema([SCHEMA.field("id"), SCHEMA.field("text"), *[(c, pa.string()) for c in columns],
                       SCHEMA.field("meta")])
 

@@ -367,12 +367,10 @@ class Decontaminate(GlobalStage):
         key = str(work)
         if getattr(self, "_sets_from", None) != key:
             self._sets = [BenchmarkSet.load(work, b.name) for b in self.config.benchmarks]
+            self._item_ids = {b.name: pa.array(b.ids, pa.string()) for b in self._sets}
             self._sets_from = key
         tally: Counter = Counter()
         found: dict = defaultdict(lambda: defaultdict(list))
-        if getattr(self, "_ids_from", None) != key:
-            self._item_ids = {b.name: pa.array(b.ids, pa.string()) for b in self._sets}
-            self._ids_from = key
 
         def transform(table: pa.Table, row0: int) -> pa.Table:
             return self.decontaminate_batch(table, tally, found)
