@@ -25,8 +25,9 @@ CLINICAL_FIELDS = ("patient_id", "patient", "mrn", "subject_id", "hadm_id", "enc
                    "admission_id", "note_id", "note_text", "note_type", "discharge_summary")
 
 # The chain of each profile, with why, as comments in the config it writes. The literature chain
-# is configs/pubmed.yaml's without decontaminate (its benchmark is the user's choice); the clinical
-# one configs/clinical_notes.yaml's.
+# is configs/pubmed.yaml's without metadata (its rules read MEDLINE's columns, which a JSON or CSV
+# input rarely has) and decontaminate (the benchmark is the user's choice); the clinical one
+# configs/clinical_notes.yaml's.
 PROFILES = {
     "clinical": {
         "why": "clinical notes: PHI removed with recall first (names, dates, ids), placeholders in the text; "
