@@ -176,12 +176,13 @@ class PhiEngine:
             self.nlp_engine.nlp["en"].enable_pipe("ner")
         return [rec]
 
-    def analyze_batch(self, texts: list[str]) -> list[list]:
+    def analyze_batch(self, texts: list[str], known: list | None = None) -> list[list]:
         """Presidio results per text (None for a text that could not be analyzed). spaCy runs
         over the whole batch with nlp.pipe, and our rules' RE2 gates over the whole batch with
         pyarrow. A text longer than MAX_PIECE characters is analyzed in pieces cut at line
         breaks (spaCy refuses over 1,000,000 characters and slows long before), and its names
-        are propagated over the whole text."""
+        are propagated over the whole text. `known`: per text, (start, end, entity type) spans
+        found by other means (a registry's values), added before propagation."""
         from presidio_analyzer import RecognizerResult
 
         pieces, owners = [], []
@@ -215,6 +216,9 @@ class PhiEngine:
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results
             merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]
+        if known is not None:
+            merged = [None if res is None else res + [RecognizerResult(kind, s, e, 1.0) for s, e, kind in spans]
+                      for res, spans in zip(merged, known)]
         return [None if res is None
                 else _propagate_values(text, _propagate_names(text, res, self.profile), self.profile)
                 for text, res in zip(texts, merged)]
@@ -244,14 +248,14 @@ class PhiEngine:
                 rec.set_batch(None)
         return out
 
-    def redact_batch(self, texts: list[str], surrogates: Iterable | None = None
+    def redact_batch(self, texts: list[str], surrogates: Iterable | None = None, known: list | None = None
                      ) -> tuple[list[str], list[Counter], list[bool]]:
         """Texts with PHI replaced (typed placeholders, or per-document surrogates), the count
         of replaced entities by type for each text, and whether the text failed. A failed text
         comes back empty: it is never passed on unredacted."""
         from presidio_anonymizer.entities import OperatorConfig
 
-        results = self.analyze_batch(texts)
+        results = self.analyze_batch(texts, known)
         placeholder_ops = {e: OperatorConfig("replace", {"new_value": v}) for e, v in PLACEHOLDERS.items()}
         placeholder_ops["DEFAULT"] = OperatorConfig("replace", {"new_value": DEFAULT_PLACEHOLDER})
         out_texts, counts, failed = [], [], []

@@ -51,6 +51,11 @@ class PhiConfig(StageConfig):
     # one, every date of the corpus shifts by the same offset); the column travels on as a keyed
     # pseudonym, like the ids, for split.by.
     group_field: str | None = None
+    # The hospital's registry of its patients (pipeline/phi/known.py): a CSV of patient_id and
+    # any of name, mrn, dob, address, phone, email. In a patient's documents (by group_field, also
+    # spelled patient_field) every listed value is removed in the forms notes write it; every
+    # patient's full names and MRNs in any document. Only its keyed digest enters the fingerprint.
+    known_phi: str | None = None
     # The other ways out for PHI (pipeline/stages/phi/identifiers.py). Defaults follow the profile:
     # clinical ids and meta fields can carry names and MRNs; PMIDs and journal metadata do not.
     id_mode: Literal["pseudonymize", "keep"] = "pseudonymize"
@@ -77,12 +82,35 @@ class PhiConfig(StageConfig):
             check_model(value)
         return value
 
+    @field_validator("known_phi")
+    @classmethod
+    def _registry_reads(cls, value):
+        # Read in full up front: a registry that cannot be used is refused before any work, with
+        # the file, line and column (never a value).
+        if value is not None:
+            from pipeline.phi.known import read_registry
+            read_registry(value)
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data):
+        if isinstance(data, dict) and "patient_field" in data:
+            data = dict(data)
+            patient = data.pop("patient_field")
+            if data.get("group_field", patient) != patient:
+                raise ValueError("patient_field and group_field name the same column: give one")
+            data["group_field"] = patient
         if isinstance(data, dict) and data.get("profile") == "literature":
             data = {"id_mode": "keep", "meta_fields": "keep", "keep_raw": True, **data}
         return data
+
+    @model_validator(mode="after")
+    def _registry_needs_patients(self):
+        if self.known_phi is not None and self.group_field is None:
+            raise ValueError("known_phi needs patient_field (the input column naming each document's patient, "
+                             "read with input.columns)")
+        return self
 
 
 class PhiDeidentify(DocumentStage):
@@ -121,6 +149,10 @@ class PhiDeidentify(DocumentStage):
         return NerTriage() if self.config.profile == "literature" else TokenTriage()
 
     def setup(self):
+        self.known = None
+        if self.config.known_phi:
+            from pipeline.phi.known import load_known
+            self.known = load_known(self.config.known_phi)
         if self.config.mode == "surrogate":
             from faker import Faker
 
@@ -181,7 +213,7 @@ class PhiDeidentify(DocumentStage):
             from pipeline.errors import UserError
             raise UserError(f"phi.group_field: the input has no column {self.config.group_field!r} (a JSON field "
                             "becomes one with input.columns)")
-        if self.config.mode == "surrogate":
+        if self.config.mode == "surrogate" or self.config.known_phi:
             groups = (table[self.config.group_field].to_pylist() if self.config.group_field
                       else [None] * table.num_rows)
         new_texts, entities, failed = self._redact(texts, groups)
@@ -194,10 +226,12 @@ class PhiDeidentify(DocumentStage):
 
     def _engine(self, texts: list[str], groups: list | None):
         """The engine on texts: (redacted texts, entity counts as ENTITY_COUNTS rows, failed)."""
-        surrogates = None
-        if groups is not None:
+        surrogates = known = None
+        if groups is not None and self.config.mode == "surrogate":
             surrogates = [self.surrogates.for_document(None if g is None else str(g)) for g in groups]
-        new_texts, counts, failed = self.engine.redact_batch(texts, surrogates)
+        if self.known is not None:
+            known = [self.known.spans(t, None if g is None else str(g)) for t, g in zip(texts, groups)]
+        new_texts, counts, failed = self.engine.redact_batch(texts, surrogates, known)
         entities = [[{"type": t, "count": c} for t, c in sorted(cnt.items())] for cnt in counts]
         return new_texts, entities, failed
 
@@ -313,8 +347,8 @@ class PhiDeidentify(DocumentStage):
 
     # -- what the output depends on besides the options: the key (one definition), the files --
     def fingerprint_inputs(self) -> list:
-        from pipeline.stages.phi.identifiers import key_ids
-        return key_ids(self.config)
+        from pipeline.stages.phi.identifiers import key_ids, registry_ids
+        return key_ids(self.config) + registry_ids(self.config)
 
     def engine_versions(self) -> dict:
         from pipeline.digests import package_versions
@@ -340,12 +374,12 @@ class PhiDeidentify(DocumentStage):
         key's id where the stage uses the key."""
         import pipeline
         from pipeline.digests import code_digest, content_digest, digest, package_versions
-        from pipeline.stages.phi.identifiers import key_ids
+        from pipeline.stages.phi.identifiers import key_ids, registry_ids
         options = {k: v for k, v in self.config.model_dump().items() if k not in OPTIONS_AFTER_TEXT}
         files = [content_digest(f) for f in self.fingerprint_files() if f.exists()]
         return digest(pipeline.__version__, code_digest(), self.name, options, self.engine_versions(),
                       package_versions([self.config.spacy_model])[self.config.spacy_model], files,
-                      key_ids(self.config))
+                      key_ids(self.config) + registry_ids(self.config))
 
     # -- privacy obligations (the runner and the report call these for any stage) --
     def privacy(self):

@@ -61,6 +61,16 @@ def key_ids(cfg) -> list[str]:
     return [key_id(load_phi_key(cfg.key_file))] if uses_key(cfg) else []
 
 
+def registry_ids(cfg) -> list[str]:
+    """The known-identifier registry's content as a keyed digest (a plain digest of a short
+    list of names could be tested against guesses): another registry, another output."""
+    if not cfg.known_phi:
+        return []
+    import hmac
+    content = Path(cfg.known_phi).read_bytes()
+    return ["known_phi:" + hmac.new(load_phi_key(cfg.key_file), content, hashlib.sha256).hexdigest()[:16]]
+
+
 class IdsAndMeta:
     """What the phi stage does to a batch besides the text: pseudonymize ids, drop or redact
     meta fields (the columns that are neither id, text nor in `annotation_columns`, the
