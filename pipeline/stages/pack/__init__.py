@@ -49,6 +49,12 @@ BINS = 1 << BIN_BITS
 COUNTS = ("rows", "docs_train", "docs_validation", "tokens_train", "tokens_validation")
 # Bytes a document takes in a bucket besides its 4-byte token ids (key, position, split, offsets).
 ROW_OVERHEAD = 32
+# A bucket is at most 1/BUCKET_SHARE of shuffle_memory_mb: ordering it holds the bucket as read,
+# one split's rows in key order, and that split's token stream with its EOS mask (3.25 buckets).
+BUCKET_SHARE = 3.5
+# Buckets are cut smaller, down to this, so that every worker orders one (no driver-side bucket
+# while the workers wait).
+MIN_SPLIT_BYTES = 32 << 20
 # src: the document's source (its index among a mix's sources; 0 without a mix).
 BUCKET_SCHEMA = pa.schema([("key", pa.uint64()), ("pos", pa.int64()), ("split", pa.int8()),
                            ("ids", pa.list_(pa.int32())), ("src", pa.int8())])
@@ -244,20 +250,24 @@ class Pack(GlobalStage):
                     lo, hi = max(r0 - i * WRITE_CHUNK, 0), min(r1 - i * WRITE_CHUNK, batch.num_rows)
                     parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         table = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
-        if p["shuffle"]:
-            table = table.take(pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]))
-        codes = table["split"].to_numpy(zero_copy_only=False)
+        del parts
+        order = (pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]).to_numpy()
+                 if p["shuffle"] else np.arange(table.num_rows))
+        codes = table["split"].to_numpy(zero_copy_only=False)[order]
         for code, split in enumerate(SPLITS):
-            part = table.filter(pa.array(codes == code)) if (codes != code).any() else table
+            # One copy of one split's rows at a time, taken in order (no sorted copy of the whole).
+            part = table.take(pa.array(order[codes == code]))
             flat, lengths = with_eos(part["ids"], p["eos"])
             stem = work / "stream" / split / f"{p['bucket']:05d}"
-            stem.with_name(stem.name + ".bin").write_bytes(flat.tobytes())
+            stem.with_name(stem.name + ".bin").write_bytes(memoryview(flat))
+            del flat
             save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
             if p.get("mix"):
                 save_npy(stem.with_name(stem.name + ".src.npy"), part["src"].to_numpy(zero_copy_only=False))
                 # Repeated copies sit at positions after every original row (repeat_shard).
                 repeated = part["pos"].to_numpy(zero_copy_only=False) >= p["original_rows"]
                 save_npy(stem.with_name(stem.name + ".rep.npy"), repeated.astype(np.int8))
+            del part
         return {"bytes": int(table.nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
@@ -314,7 +324,7 @@ class Pack(GlobalStage):
         if mix_plan is not None:
             names = names + mix_plan.pop("copies")
             original_rows = mix_plan.pop("original_rows")
-        tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos)
+        tasks, bucket_counts, shuffle_stats = self._plan(work, names, eos, inputs.driver_threads(self))
         if mix:
             tasks = [{**t, "mix": True, "original_rows": original_rows} for t in tasks]
         sizes = inputs.map_tasks(self.order_bucket, tasks)
@@ -519,8 +529,11 @@ class Pack(GlobalStage):
                      f"(final/megatron/data_path.txt), {megatron['train_samples']:,} train samples.</p>")
         return Section("Packed sequences", body, figures=figures)
 
-    def _plan(self, work: RunPath, names: list[str], eos: int) -> tuple[list[dict], np.ndarray, dict]:
-        """Bucket tasks from the shards' counts, and each bucket's counts (rows x COUNTS)."""
+    def _plan(self, work: RunPath, names: list[str], eos: int, workers: int = 1
+              ) -> tuple[list[dict], np.ndarray, dict]:
+        """Bucket tasks from the shards' counts, and each bucket's counts (rows x COUNTS):
+        buckets within the memory bound, and at least one per worker where the corpus is more
+        than MIN_SPLIT_BYTES a worker."""
         counts = [load_npy(work / "tokens" / f"{name}.counts.npy") for name in names]
         common = {"shuffle": self.config.shuffle, "eos": eos}
         if not self.config.shuffle:
@@ -532,8 +545,9 @@ class Pack(GlobalStage):
         docs = total[:, 0]
         id_bytes = (total[:, 3] + total[:, 4] - docs) * 4
         memory = int(self.config.shuffle_memory_mb * 2**20)
-        # Half the bound: sorting a bucket takes a second copy of it.
-        buckets = plan_buckets(id_bytes + ROW_OVERHEAD * docs, memory // 2)
+        bin_bytes = id_bytes + ROW_OVERHEAD * docs
+        limit = min(int(memory / BUCKET_SHARE), max(-(-int(bin_bytes.sum()) // workers), MIN_SPLIT_BYTES))
+        buckets = plan_buckets(bin_bytes, limit)
         row_starts = [np.concatenate([[0], np.cumsum(c[:, 0])]) for c in counts]
         tasks = [{"bucket": k, "shards": [[name, int(r[lo]), int(r[hi])] for name, r in zip(names, row_starts)
                                           if r[hi] > r[lo]], **common} for k, (lo, hi) in enumerate(buckets)]
