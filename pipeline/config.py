@@ -30,11 +30,13 @@ class Strict(BaseModel):
 class InputConfig(Strict):
     # Files, folders or glob patterns; a folder means every supported file in it.
     paths: list[str] = Field(min_length=1)
-    format: Literal["auto", "jsonl", "json", "csv", "tsv", "parquet", "text", "pubmed_xml", "hf"] = "auto"
+    format: Literal["auto", "jsonl", "json", "csv", "tsv", "parquet", "text", "pubmed_xml", "jats", "hf"] = "auto"
     id_field: str = "id"
     text_field: str = "text"
     # Plain text: one document per file, or one per non-empty line.
     text_unit: Literal["file", "line"] = "file"
+    # JATS full texts (PMC .nxml): keep figure and table captions after their paragraph.
+    captions: bool = False
     # Read at most this many documents (small runs, tests).
     limit: int | None = Field(default=None, ge=1)
     # JSON fields read into string columns of their own (a patient id for phi.group_field and

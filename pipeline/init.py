@@ -219,6 +219,8 @@ def choose_profile(path: Path, fmt: str, fields: list[str]) -> tuple[str, str]:
     asking for --profile): a wrong guess either alters the literature or leaves PHI in notes."""
     if fmt == "pubmed_xml":
         return "literature", "MEDLINE/PubMed XML"
+    if fmt == "jats":
+        return "literature", "JATS full texts (PMC)"
     names = {f.lower() for f in fields}
     literature = [f for f in LITERATURE_FIELDS if f in names]
     clinical = [f for f in CLINICAL_FIELDS if f in names]

@@ -6,6 +6,7 @@ as id and a `malformed_*` reason, so the first stage counts it like any other re
 """
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import Iterator
 
@@ -15,7 +16,7 @@ from pipeline.errors import InputError
 from pipeline.readers.batch import ReaderBatch, RowBatcher  # noqa: F401  (the readers' batch types)
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".ndjson", ".parquet",
-                      ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".xml", ".xml.gz", ".arrow")
+                      ".csv", ".csv.gz", ".tsv", ".tsv.gz", ".txt", ".xml", ".xml.gz", ".nxml", ".nxml.gz", ".arrow")
 
 
 def is_hf_folder(path: Path) -> bool:
@@ -38,8 +39,16 @@ def detect_format(path: Path) -> str:
         return "parquet"
     if name.endswith(".txt"):
         return "text"
+    if name.endswith((".nxml", ".nxml.gz")):
+        return "jats"
     if name.endswith((".xml", ".xml.gz")):
-        return "pubmed_xml"
+        from pipeline.readers.jats import is_jats
+        try:
+            with (gzip.open(path, "rb") if name.endswith(".gz") else open(path, "rb")) as fh:
+                head = fh.read(4096)
+        except OSError:
+            head = b""
+        return "jats" if is_jats(head) else "pubmed_xml"
     if name.endswith(".arrow"):
         return "arrow"
     raise InputError(f"{path}: unsupported input file type (supported: {', '.join(SUPPORTED_SUFFIXES)}, "
@@ -65,11 +74,12 @@ def expand_paths(paths: list[str]) -> list[Path]:
 def read_documents(input_cfg, batch_size: int, parser=None) -> Iterator[ReaderBatch]:
     """All documents of the configured input, in file order, as batches. `parser`: where a
     PubMed XML file's citations are parsed (pubmed_xml.read; the same batches as without)."""
-    from pipeline.readers import arrow, csv, hf, jsonl, parquet, pubmed_xml, text
+    from pipeline.readers import arrow, csv, hf, jats, jsonl, parquet, pubmed_xml, text
 
     files = expand_paths(input_cfg.paths)
     readers = {"jsonl": jsonl.read, "json": jsonl.read_json, "csv": csv.read, "tsv": csv.read_tsv,
-               "parquet": parquet.read, "text": text.read, "pubmed_xml": pubmed_xml.read, "hf": hf.read}
+               "parquet": parquet.read, "text": text.read, "pubmed_xml": pubmed_xml.read, "jats": jats.read,
+               "hf": hf.read}
     # Consecutive Arrow shards are streamed together through one datasets IterableDataset.
     arrow_files = [f for f in files if input_cfg.format == "auto" and detect_format(f) == "arrow"]
     if arrow_files and len(arrow_files) == len(files):

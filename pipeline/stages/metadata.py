@@ -1,10 +1,12 @@
 """metadata: rules over the documents' own columns, no model. What the source says about a
 record decides, not its text: a retracted paper, the notice that retracts one, an erratum
 (`retraction`, from the MEDLINE reader), an article language not wanted (`language`), a study
-of animals only (`mesh`: "Animals" without "Humans"). Each rule is a removal reason of its own.
+of animals only (`mesh`: "Animals" without "Humans"), a full text whose licence is not wanted
+(`license`, from the JATS reader). Each rule is a removal reason of its own.
 
 A rule needs its column: where a document has none (clinical notes, JSON Lines without such a
-field) or holds a null there (an empty `language` too), that rule keeps it. `stats.json` counts,
+field) or holds a null there (an empty `language` too), that rule keeps it; except `license`,
+where a null means no open licence was stated, which is a reason to remove. `stats.json` counts,
 per rule, the documents it could not check (`unchecked`)."""
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ class MetadataConfig(StageConfig):
     languages: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]] | None = \
         Field(default=None, min_length=1)
     drop_animal_only: bool = False          # MeSH "Animals" and no "Humans": `animal_only`
+    # Licence families to keep (the JATS reader's `license`: cc-by, cc-by-nc, cc0, public-domain,
+    # ...); others go as `license`, and so does a null there: no open licence stated.
+    licenses: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]] | None = \
+        Field(default=None, min_length=1)
 
 
 # (option, reason, the value of the `retraction` column it removes), in the order rules apply.
@@ -76,7 +82,8 @@ def _holds(lists: pa.Array, value: str) -> np.ndarray:
 
 class Metadata(DocumentStage):
     name = "metadata"
-    summary = "rules over the input's columns: retracted papers, retraction notices, errata, language, animal-only"
+    summary = ("rules over the input's columns: retracted papers, retraction notices, errata, language, animal-only, "
+               "licence")
     Config = MetadataConfig
 
     def rules(self, table: pa.Table) -> list[tuple[str, object]]:
@@ -96,6 +103,10 @@ class Metadata(DocumentStage):
             mesh = _string_lists(table, "mesh")
             if mesh is not None:
                 rules.append(("animal_only", pa.array(_holds(mesh, "Animals") & ~_holds(mesh, "Humans"))))
+        if cfg.licenses is not None:
+            licence = _strings(table, "license")
+            if licence is not None:
+                rules.append(("license", pc.invert(pc.fill_null(pc.is_in(licence, pa.array(cfg.licenses)), False))))
         return [(reason, pc.fill_null(mask, False)) for reason, mask in rules]
 
     def process(self, table: pa.Table) -> pa.Table:
@@ -116,6 +127,8 @@ class Metadata(DocumentStage):
         if cfg.drop_animal_only:
             mesh = _string_lists(table, "mesh")
             unchecked["mesh"] = n if mesh is None else mesh.null_count
+        if cfg.licenses is not None and "license" not in table.column_names:
+            unchecked["license"] = n
         return {f"unchecked.{k}": v for k, v in unchecked.items() if v}
 
     def finish_stats(self, totals: dict, inputs) -> dict:
@@ -133,6 +146,8 @@ class Metadata(DocumentStage):
                       "language not listed", cfg.languages is not None, "language"))
         rules.append(("animal_only", f"drop_animal_only: {str(cfg.drop_animal_only).lower()}",
                       "mesh has Animals, not Humans", cfg.drop_animal_only, "mesh"))
+        rules.append(("license", f"licenses: {', '.join(cfg.licenses) if cfg.licenses else 'all'}",
+                      "license not listed (or none stated)", cfg.licenses is not None, "license"))
         body = ("<p>Rules over the documents' own columns (MEDLINE's metadata), one removal reason each. "
                 "A document without a rule's column, or with a null there, is kept by that rule "
                 "(unchecked).</p>")
