@@ -14,8 +14,10 @@ TRAINER_PACKAGES := transformers==5.24.0 safetensors==0.8.0
 BENCH_DOCS ?= 20000
 MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
+SCALE_DOCS ?= 1000000
+SCALE_SIZES ?= 20000,200000
 
-.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -105,6 +107,12 @@ bench-heuristics-compat: setup .venv-bench/.installed
 # Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
 bench-retune: setup
 	$(BIN)/python scripts/bench_retune.py --docs 1500
+
+# configs/pubmed.yaml's whole chain on a corpus of real MEDLINE sentences with planted duplicates,
+# junk, foreign and retracted records, at SCALE_SIZES and SCALE_DOCS documents with 1 and 2
+# workers: bench/scale.json (docs/benchmarks.md, "The chain at scale"). Hours on 2 cores at 1 M.
+bench-scale: setup
+	$(BIN)/python scripts/bench_scale.py --docs $(SCALE_DOCS) --sizes $(SCALE_SIZES)
 
 # The scaling table only: bench/executor.json (local vs Ray with 1 and 2 workers, projection).
 bench-executor: setup

@@ -24,7 +24,7 @@ bench/retune.json (scripts/bench_retune.py), bench/default_run.json (scripts/def
 bench/heuristics_compat.json (scripts/bench_heuristics_compat.py), bench/decontaminate.json
 (scripts/bench_decontaminate.py), bench/sources.json (scripts/sources_figures.py),
 bench/megatron_blend.json (scripts/verify_megatron.py, in its own virtualenv), bench/phi_literature.json
-(scripts/audit_phi_literature.py).
+(scripts/audit_phi_literature.py), bench/scale.json (scripts/bench_scale.py).
 Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
@@ -542,6 +542,71 @@ def phi_literature_audit(src: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def chain_at_scale(src: dict) -> str:
+    """bench/scale.json (scripts/bench_scale.py): per stage, docs per CPU-second at each size and
+    worker count, cost per document against the smallest size, peak RSS, the 2-over-1 wall."""
+    d = load("scale.json", src)
+    runs = {(r["docs"], r["workers"]): r for r in d["runs"]}
+    sizes = sorted({k[0] for k in runs})
+    smallest, largest = sizes[0], sizes[-1]
+    cols = [(size, w) for size in sizes for w in (1, 2) if (size, w) in runs]
+    head = ["stage"] + [f"{size:,} docs, {w} worker{'s' if w > 1 else ''}" for size, w in cols]
+    head += [f"CPU/doc at {largest:,} vs {smallest:,}", f"peak RSS MB at {largest:,} (driver / worker)",
+             "wall 2 vs 1 worker" + (f" ({max(s for s in sizes if (s, 1) in runs and (s, 2) in runs):,})"
+                                     if any((s, 1) in runs and (s, 2) in runs for s in sizes) else "")]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    both = [s for s in sizes if (s, 1) in runs and (s, 2) in runs]
+    w_big = 2 if (largest, 2) in runs else 1
+    for name in runs[cols[0]]["stages"]:
+        cells = [f"`{name}`"]
+        for key in cols:
+            st = runs[key]["stages"].get(name) or {}
+            cells.append(f"{st['docs_per_cpu_s']:,.0f}" if st.get("docs_per_cpu_s") else "—")
+        ratio = d["by_stage"].get(name, {}).get(str(largest), {}).get(f"cost_ratio_vs_{smallest}_w{w_big}")
+        cells.append(f"{ratio:.2f}" if ratio is not None else "—")
+        rss = runs[(largest, w_big)]["stages"][name]["peak_rss_mb"]
+        cells.append(f"{rss['driver'] or '—'} / {rss['worker'] or '—'}")
+        if both:
+            one, two = runs[(both[-1], 1)]["stages"][name], runs[(both[-1], 2)]["stages"][name]
+            cells.append(f"{two['wall_s'] / one['wall_s']:.2f}" if one["wall_s"] else "—")
+        else:
+            cells.append("—")
+        lines.append("| " + " | ".join(cells) + " |")
+    cells = ["**whole chain**"] + [f"**{runs[k]['docs_per_cpu_s']:,.0f}**" for k in cols]
+    first, last = runs[(smallest, w_big)], runs[(largest, w_big)]
+    cells.append(f"{first['docs_per_cpu_s'] / last['docs_per_cpu_s']:.2f}")
+    cells.append(f"{last['peak_rss_mb_largest_process']:,} (largest process)")
+    cells.append(f"{runs[(both[-1], 2)]['wall_s'] / runs[(both[-1], 1)]['wall_s']:.2f}" if both else "—")
+    lines.append("| " + " | ".join(cells) + " |")
+    out = "\n".join(lines) + "\n\n"
+    for size in sizes:
+        r = runs.get((size, 2)) or runs[(size, 1)]
+        walls = ", ".join(f"{runs[(size, w)]['wall_s']:,.0f} s wall with {w} worker{'s' if w > 1 else ''}"
+                          for w in (1, 2) if (size, w) in runs)
+        same = d["by_size"][str(size)]["same_final_bytes_1_and_2_workers"]
+        out += (f"- {size:,} documents: {walls}; near-duplicate recall {100 * r['near_duplicate_recall']:.2f} % of "
+                f"{r['near_duplicate_pairs_reached']:,} planted pairs, exact copies "
+                f"{100 * r['exact_copy_recall']:.2f} % of {r['exact_copy_pairs_reached']:,}, "
+                f"{r['dedup_removed_not_planted']:,} documents removed that "
+                f"were in no planted pair"
+                + ("; `final/` the same bytes with 1 and 2 workers" if same else
+                   "; `final/` DIFFERS between 1 and 2 workers" if same is False else "") + ".\n")
+    return out
+
+
+def scale_projection(src: dict) -> str:
+    """One sentence: all of PubMed from the largest run of bench/scale.json, with its basis."""
+    p = load("scale.json", src)["projection"]
+    a, f = p["pubmed_abstracts"], p["pmc_full_texts"]
+    return (f"Projected from the {p['from_docs']:,}-document run with {p['from_workers']} workers "
+            f"(`python scripts/bench_scale.py`, bench/scale.json `projection`: its CPU per document held flat, a full "
+            f"text costing its length, {100 * p['parallel_efficiency']:.0f} % parallel efficiency as measured on 2 "
+            f"cores): {a['documents'] / 1e6:,.0f} M abstracts take {a['core_hours']:,.0f} core-hours "
+            f"({a['wall_hours']['64']:,.1f} h on 64 cores, {a['wall_hours']['512']:,.2f} h on 512) and "
+            f"{f['documents'] / 1e6:,.0f} M full texts {f['core_hours']:,.0f} core-hours "
+            f"({f['wall_hours']['64']:,.1f} h on 64 cores), at {p['peak_rss_mb_per_worker']:,} MB per worker.\n")
+
+
 RENDERERS = {
     f.__name__.replace("_", "-"): f
     for f in (
@@ -562,6 +627,8 @@ RENDERERS = {
         phi_by_type_web,
         phi_by_type_mimesis,
         phi_by_type_mimesis_formats,
+        chain_at_scale,
+        scale_projection,
     )
 }
 
