@@ -40,9 +40,9 @@ def engine_inputs(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = PhiEngine.redact_batch
 
-    def counting(self, texts, surrogates=None):
+    def counting(self, texts, surrogates=None, known=None):
         seen.extend(texts)
-        return real(self, texts, surrogates)
+        return real(self, texts, surrogates, known)
     monkeypatch.setattr(PhiEngine, "redact_batch", counting)
     return seen
 
