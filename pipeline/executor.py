@@ -4,11 +4,12 @@ a task is one input shard (pipeline/tasks.py), a worker holds one stage instance
 the driver only hands out tasks and commits.
 
 An executor knows no stage. `map(stage.method, tasks)` takes a bound task method (marked
-@shard_task, pipeline/tasks.py); each worker builds the stage as `type(stage)(stage.config,
-stage.ctx)` and runs the method's function on it through one loop, `WorkerStage` (bind once
-per stage, set up once before the first task that loads models, a failure remembered). A
-stage may say that a task loads no model (`runs_without_models(method, task)`), and the
-local driver then runs such tasks itself while its worker processes start.
+@shard_task) of a TaskOwner (pipeline/tasks.py: a stage, or the source reader), and asks the
+owner only what TaskOwner declares (setup, loads_models, runs_without_models, workers_key).
+Each worker builds the owner as `type(stage)(stage.config, stage.ctx)` and runs the method's
+function on it through one loop, `WorkerStage` (bind once per stage, set up once before the
+first task that loads models, a failure remembered). A task that loads no model
+(`runs_without_models`) the local driver runs itself while its worker processes start.
 
 - local: this process (num_proc 1) or a pool of spawned processes (concurrent.futures).
 - ray: one pool of Ray actors per run (RayActorPool), started as stages need them and rebound
@@ -103,23 +104,6 @@ def stage_blob(stage) -> bytes:
     return pickle.dumps((type(stage), stage.config, stage.ctx))
 
 
-def runs_without_models(stage, method: Callable, task) -> bool:
-    """Whether the bound task method on `task` loads no model (Stage.runs_without_models; an
-    object without it: a task marked loads_models=False)."""
-    probe = getattr(stage, "runs_without_models", None)
-    return probe(method, task) if callable(probe) else not task_parts(method)[2].loads_models
-
-
-def loads_models(stage) -> bool:
-    """Whether the stage's setup() loads anything (Stage.loads_models). When the worker moves
-    on, a stage that did is followed by a full garbage collection, so its models (spaCy's
-    pipeline keeps reference cycles) go before the next stage loads its own; the collection
-    walks every object of the worker (40-90 ms with the engines imported), so it is not paid
-    after the stages that load nothing (most of a retune's)."""
-    declared = getattr(stage, "loads_models", None)
-    return declared() if callable(declared) else True
-
-
 def setup_failure(name: str, exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"stage '{name}': setup failed: {type(exc).__name__}: {first}"
@@ -159,7 +143,7 @@ class WorkerStage:
     def drop(self) -> None:
         """The stage instance and its models go (the worker stays for a later stage)."""
         import gc
-        had_models = self.set_up and loads_models(self.stage)
+        had_models = self.set_up and self.stage.loads_models()
         self.key, self.stage, self.error, self.setups, self.set_up = None, None, None, 0, False
         if had_models:
             gc.collect()
@@ -318,7 +302,7 @@ class LocalExecutor(Executor):
         workers = self.workers_for(stage, len(tasks))
         shown = MapProgress(kind, tasks, workers)
         here = len(tasks) if workers == 1 else 0
-        if workers > 1 and not self.ready() and runs_without_models(stage, method, tasks[0]):
+        if workers > 1 and not self.ready() and stage.runs_without_models(method, tasks[0]):
             # Tasks that load no model (a filter deciding again from its stored scores, de-identification
             # answered by its cache, the global stages on a retune's few documents) cost less
             # than waiting for the processes: this process runs them while the processes
@@ -331,7 +315,7 @@ class LocalExecutor(Executor):
             progress.set_sink(shown.report)
             try:
                 while i < len(tasks) and (
-                        i < here or (not self.ready() and runs_without_models(stage, method, tasks[i]))):
+                        i < here or (not self.ready() and stage.runs_without_models(method, tasks[i]))):
                     result = self._here.run(func, tasks[i], shown.key(i))
                     shown.done(i)
                     i += 1
@@ -755,7 +739,7 @@ class RayExecutor(Executor):
     def workers_for(self, stage, n_tasks: int) -> int:
         import ray
 
-        n = self.workers.get(getattr(stage, "workers_of", None) or stage.name)
+        n = self.workers.get(stage.workers_key)
         if n is None:
             self.start()  # asked before any map (a stage's driver threads): Ray must be up
             n = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_worker))

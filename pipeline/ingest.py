@@ -22,7 +22,7 @@ from pipeline.inputs import IdCounter, StageInputs
 from pipeline.readers import expand_paths, pubmed_xml, read_documents
 from pipeline.runpath import RunPath, load_npy, read_json, save_npy, write_json
 from pipeline.shards import ArrowFile, ShardWriter
-from pipeline.tasks import InputShard, ShardTask, shard_task
+from pipeline.tasks import InputShard, ShardTask, TaskOwner, shard_task
 
 DONE = "_DONE.json"
 
@@ -78,9 +78,9 @@ def _with_source(batches, source: str):
         yield replace(batch, table=table)
 
 
-class SourceReader:
-    """Reads one input file into shards: the task an executor runs per file. Not a stage, but
-    what an executor wraps has the same shape (name, config, ctx, setup, @shard_task methods)."""
+class SourceReader(TaskOwner):
+    """Reads one input file into shards: the task an executor runs per file. Not a stage: a
+    task owner (pipeline/tasks.py), as stages are."""
     name = "read"
 
     def __init__(self, config=None, ctx=None, workers_of: str | None = None):
@@ -88,8 +88,9 @@ class SourceReader:
         # The stage whose worker count the reading takes (the first stage: it reads the source).
         self.workers_of = workers_of
 
-    def setup(self) -> None:
-        """Nothing to load."""
+    @property
+    def workers_key(self) -> str:
+        return self.workers_of or self.name
 
     @shard_task(phase="reading the source")
     def ingest_file(self, task: ShardTask) -> dict:

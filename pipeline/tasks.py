@@ -48,6 +48,34 @@ def shard_task(method: Callable | None = None, *, phase: str | None = "", loads_
     return mark(method) if method is not None else mark
 
 
+class TaskOwner:
+    """What an executor runs task methods of: a stage, or the source reader. The executor asks
+    these and nothing else of it."""
+    name: str = ""
+
+    def setup(self) -> None:
+        """Load what the tasks need, once per worker, before the first task that loads models."""
+
+    @classmethod
+    def loads_models(cls) -> bool:
+        """Whether setup() loads anything. When the worker moves on, an owner that did is followed
+        by a full garbage collection, so its models go before the next one loads its own; the
+        collection walks every object of the worker (40-90 ms), so it is not paid otherwise."""
+        return True
+
+    def runs_without_models(self, method, task) -> bool:
+        """Whether the bound task method on `task` loads no model in the process that runs it:
+        the local executor's driver runs such tasks itself while its workers start. A task
+        marked loads_models=False, or an owner whose setup() loads nothing."""
+        return not method.shard_task.loads_models or not self.loads_models()
+
+    @property
+    def workers_key(self) -> str:
+        """The name under which a run's per-stage worker counts (executor.workers) give this
+        owner its workers."""
+        return self.name
+
+
 def task_parts(method) -> tuple[object, Callable, TaskKind]:
     """(the object, the function, its TaskKind) of a bound task method; TypeError for anything
     else (an unmarked method, a plain function)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RAW, ROOT, run_cli, write_config, write_jsonl
-from pipeline.tasks import shard_task
+from pipeline.tasks import TaskOwner, shard_task
 
 # Every stage of the default chain, on 300 real abstracts cut into 3 shards.
 CHAIN = """input: {{paths: [{raw}], limit: 300}}
@@ -434,9 +434,9 @@ def test_several_input_files_are_read_one_task_per_file(tmp_path):
     assert json.loads((tmp_path / "mixed/stages/01_normalize/stats.json").read_text())["docs_out"] == 32
 
 
-class CountingStage:
-    """The executor contract's smallest stage: setup() writes the worker's process id to a log
-    (models load there); its task methods say which process ran them."""
+class CountingStage(TaskOwner):
+    """The executor contract's smallest stage: a TaskOwner whose setup() writes the worker's
+    process id to a log (models load there); its task methods say which process ran them."""
 
     name = "counting"
 

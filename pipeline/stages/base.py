@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.tasks import ShardTask, rewrite_shard, shard_task
+from pipeline.tasks import ShardTask, TaskOwner, rewrite_shard, shard_task
 
 if TYPE_CHECKING:
     from pipeline.sections import Section
@@ -81,7 +81,7 @@ class StoredScores:
     reuse: bool = True
 
 
-class Stage:
+class Stage(TaskOwner):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
     Config: ClassVar[type[StageConfig]] = StageConfig
@@ -152,13 +152,6 @@ class Stage:
     def loads_models(cls) -> bool:
         """Whether setup() loads anything: a class of its own defines it (this one does nothing)."""
         return cls.setup is not Stage.setup
-
-    def runs_without_models(self, method, task) -> bool:
-        """Whether the bound task method on `task` loads no model in the process that runs it:
-        the local executor's driver runs such tasks itself while its workers start (a retune's
-        stages after the threshold). A task marked loads_models=False, or a stage whose setup()
-        loads nothing; phi: a shard that its cache answers whole."""
-        return not method.shard_task.loads_models or not self.loads_models()
 
     # -- what the stage's output depends on, besides its options, input, code and engines --
     def fingerprint_files(self) -> list[Path]:
