@@ -91,11 +91,12 @@ def by_priority(inputs, rep_of_row, priority: list[str] | None):
     return best_of_group[rep_of_row]
 
 
-def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
+def mark_duplicates(stage, inputs, rep_of_row, reason: str, reason_of_row=None) -> None:
     """Write every output shard (on the executor): a row whose representative (rep_of_row[row],
     an earlier row in input order, global numbering) is another row is removed with `reason`
-    and `duplicate_of` set to the representative's id. The ids of representatives that have
-    duplicates are asked of the shards that hold them, then each shard gets its marks."""
+    (or, where `reason_of_row` holds one, that row's own) and `duplicate_of` set to the
+    representative's id. The ids of representatives that have duplicates are asked of the
+    shards that hold them, then each shard gets its marks."""
     import numpy as np
 
     n = len(rep_of_row)
@@ -112,6 +113,8 @@ def mark_duplicates(stage, inputs, rep_of_row, reason: str) -> None:
         rows = dups[(dups >= lo) & (dups < hi)]
         marks.append({"removed_rows": (rows - lo).tolist(), "duplicate_of": [id_of[int(r)] for r in rep_of_row[rows]],
                       "reason": reason})
+        if reason_of_row is not None:
+            marks[-1]["reasons"] = [r or reason for r in reason_of_row[rows].tolist()]
         if any(sources):
             # A multi-source run: the source of the document each one duplicates.
             shard_of = np.searchsorted(offsets, rep_of_row[rows], side="right") - 1

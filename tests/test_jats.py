@@ -108,3 +108,38 @@ stages:
     assert stats["docs_in"] == 6 and stats["removed"] == {"license": 1} and stats["docs_out"] == 5
     kept = read_arrow_dir(tmp_path / "run/stages/02_metadata/data")
     assert set(kept["license"].to_pylist()) == {"cc-by"} and all(p.isdigit() for p in kept["pmid"].to_pylist())
+
+
+def test_an_abstract_whose_full_text_is_in_the_run_goes_before_near_duplicates(tmp_path):
+    from conftest import write_jsonl
+    abstracts = [
+        {"id": "medline-a", "pmid": "23469300", "text": "Rift Valley fever is endemic in most parts of Africa. " * 12},
+        {"id": "medline-b", "pmid": "17299597", "text": "Organismal complexity, measured by natural selection. " * 12},
+        {"id": "medline-c", "pmid": "1", "text": "An abstract of an article with no full text in the run. " * 12},
+    ]
+    write_jsonl(tmp_path / "abstracts.jsonl", abstracts)
+    cfg = write_config(tmp_path / "c.yaml", f"""
+output_dir: {tmp_path / 'run'}
+num_proc: 2
+progress: false
+report: false
+sources:
+  medline:
+    input: {{paths: [{tmp_path / 'abstracts.jsonl'}], columns: [pmid]}}
+    stages: [{{normalize: {{}}}}]
+  pmc:
+    input: {{paths: [{PMC}]}}
+    stages: [{{normalize: {{}}}}]
+stages:
+  - dedup_exact: {{full_text_by: pmid}}
+""")
+    code, _, err = run_in_process("run", "--config", cfg)
+    assert code == 0, err[-2000:]
+    folder = next((tmp_path / "run/stages").glob("*dedup_exact"))
+    stats = json.loads((folder / "stats.json").read_text())
+    assert stats["removed"] == {"abstract_of_full_text": 2} and stats["full_texts"] == 6
+    removed = read_arrow_dir(folder / "removed")
+    assert dict(zip(removed["id"].to_pylist(), removed["duplicate_of"].to_pylist())) == {
+        "medline-a": "pmc:PMC3585041", "medline-b": "pmc:PMC1790863"}
+    kept = read_arrow_dir(folder / "data")
+    assert "medline-c" in kept["id"].to_pylist() and kept.num_rows == 7

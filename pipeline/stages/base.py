@@ -425,7 +425,8 @@ class GlobalStage(Stage):
                 return table
             reason = np.full(table.num_rows, None, object)
             dup = np.full(table.num_rows, None, object)
-            reason[rows[sel] - lo] = task.params["reason"]
+            own = task.params.get("reasons")
+            reason[rows[sel] - lo] = np.asarray(own, object)[sel] if own is not None else task.params["reason"]
             dup[rows[sel] - lo] = dup_of[sel]
             table = table.append_column(REASON, pa.array(reason, pa.string()))
             table = table.append_column(DUPLICATE_OF, pa.array(dup, pa.string()))
