@@ -56,6 +56,18 @@ class StageInputs:
             tasks = [task.with_params(**extra) for task, extra in zip(tasks, per_shard)]
         return self.run_tasks(method, tasks)
 
+    def map_each(self, method, **common):
+        """As map, one result at a time as the shards finish (in shard order): a driver that
+        folds the results keeps one, not all of them."""
+        if self.executor is None:
+            from pipeline.executor import LocalExecutor
+            self.executor = LocalExecutor(1)
+        t0 = time.perf_counter()
+        try:
+            yield from self.executor.map(method, self.shard_tasks(**common))
+        finally:
+            self.task_seconds += time.perf_counter() - t0
+
     def map_tasks(self, method, params: list[dict]) -> list[dict]:
         """Run the bound task method on tasks that are not shards (a bucket partition, say)."""
         return self.run_tasks(method, [ShardTask(self.output.tmp, batch_size=self.batch_size, params=p)

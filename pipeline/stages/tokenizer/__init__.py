@@ -104,6 +104,8 @@ class TokenizerConfig(StageConfig):
 # parallel pass over the few words holding its pair costs more than it saves (abstracts, 2
 # threads against 1, timed once here: slower at 1,500 documents and at 3,000, faster at 5,000).
 THREADED_TRAINING_MIN_DOCS = 4_000
+# Shards' word-count tables the driver folds together at a time.
+MERGE_EVERY = 64
 
 
 def training_threads(available: int, train_docs: int | None) -> int:
@@ -544,7 +546,16 @@ class TrainTokenizer(GlobalStage):
 
             stats["training_threads"] = 1
             epochs = sample["epochs"] if sample else None
-            counted = inputs.map(self.count_words_shard, fraction=self._sample_fraction(inputs), epochs=epochs)
+            # Each shard's word counts are folded in as it finishes: the driver holds the corpus's
+            # distinct words and MERGE_EVERY shards' tables, not every shard's (which grow with it).
+            counted, words, pending = [], None, []
+            for result in inputs.map_each(self.count_words_shard, fraction=self._sample_fraction(inputs),
+                                          epochs=epochs):
+                pending.append(result.pop("words"))
+                counted.append(result)
+                if len(pending) >= MERGE_EVERY:
+                    words, pending = merge_counts(([words] if words is not None else []) + pending), []
+            words = merge_counts(([words] if words is not None else []) + pending)
             inputs.phase("training")
             counter["docs"] = sum(r["train_docs"] for r in counted)
             if epochs:
@@ -555,7 +566,8 @@ class TrainTokenizer(GlobalStage):
                     after[source_of_shard(shard.name)] += r["train_bytes"]
                 _sample_shares(sample, after)
             tok, trainer = build_trainer(cfg, placeholders)
-            train_from_counts(tok, trainer, merge_counts(r["words"] for r in counted))
+            train_from_counts(tok, trainer, words)
+            del words
             if self._words_folder() is not None:  # a run's cache of word counts: --prune keeps it
                 words_key = f"cache/tokenizer_words/{self.ctx.cache['namespace']}"
             stats["vocab_size_requested"] = cfg.vocab_size
