@@ -409,12 +409,14 @@ def _codes_beside_places(text: str, results: list) -> list:
     from presidio_analyzer import RecognizerResult
 
     from pipeline.phi.recognizers import NOT_A_QUANTITY
+    not_a_quantity = re.compile(NOT_A_QUANTITY)
     extra = []
     for r in results:
         if r.entity_type not in ("LOCATION", "PERSON"):
             continue
         after = _CODE_AFTER.match(text[r.end:r.end + 14])
-        if after and re.match(NOT_A_QUANTITY, text[r.end + after.end():]):
+        # Matched in place (a lookahead): no copy of the rest of the text per result.
+        if after and not_a_quantity.match(text, r.end + after.end()):
             extra.append(RecognizerResult("LOCATION", r.end + after.start("v"), r.end + after.end("v"), 0.7))
         before = _CODE_BEFORE.search(text[max(0, r.start - 14):r.start])
         if before:
