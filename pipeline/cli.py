@@ -77,6 +77,13 @@ def _stage_arguments(parser) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """medprep ... (python -m pipeline ...)"""
+    args = build_parser().parse_args(argv)
+    with user_errors():
+        COMMANDS[args.command](args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `medprep` (`python -m pipeline`) command line."""
     parser = argparse.ArgumentParser(prog="medprep", description=RUN_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,10 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     insp.add_argument("--chars", type=int, default=300, help="characters of text per document (0: all)")
     insp.add_argument("--summary", action="store_true", help="the funnel: per stage in, out, removed by reason")
     insp.add_argument("--json", action="store_true", help="one JSON document on stdout, for scripts")
-    args = parser.parse_args(argv)
-
-    with user_errors():
-        COMMANDS[args.command](args)
+    return parser
 
 
 def entry() -> None:
@@ -269,10 +273,15 @@ COMMANDS = {"stages": list_stages, "run": run, "stage": stage, "init": init, "fe
 
 def stage_main(argv: list[str] | None = None) -> None:
     """python -m pipeline.stage ..."""
+    args = build_stage_parser().parse_args(argv)
+    with user_errors():
+        stage(args)
+
+
+def build_stage_parser() -> argparse.ArgumentParser:
+    """The `python -m pipeline.stage` command line."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.stage", description=STAGE_HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     _stage_arguments(parser)
-    args = parser.parse_args(argv)
-    with user_errors():
-        stage(args)
+    return parser
 
