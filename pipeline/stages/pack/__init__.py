@@ -248,7 +248,10 @@ class Pack(GlobalStage):
                 for i in range(r0 // WRITE_CHUNK, (r1 - 1) // WRITE_CHUNK + 1):
                     batch = reader.get_batch(i)
                     lo, hi = max(r0 - i * WRITE_CHUNK, 0), min(r1 - i * WRITE_CHUNK, batch.num_rows)
-                    parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+                    # A copy of the bucket's rows: a slice would keep the whole batch read (every
+                    # shard's, where a bucket takes an eighth of each) alive while the bucket is.
+                    parts.append(pa.Table.from_batches([batch]).take(pa.array(np.arange(lo, hi))))
+                    del batch
         table = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
         del parts
         order = (pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]).to_numpy()
