@@ -28,6 +28,17 @@ class RowBatcher:
     def aside(self, where: str, reason: str) -> None:
         self.set_aside.append((where, reason))
 
+    def each(self, rows):
+        """Batches of `rows` (dicts) as they fill, then the last one: a reader's whole loop
+        (what the row generator sets aside meanwhile travels with the next batch)."""
+        for row in rows:
+            out = self.add(row)
+            if out:
+                yield out
+        out = self.flush()
+        if out:
+            yield out
+
     def flush(self) -> ReaderBatch | None:
         if not self.rows and not self.set_aside:
             return None

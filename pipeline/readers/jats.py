@@ -202,16 +202,15 @@ def read(path: Path, cfg, batch_size: int):
         batcher.aside(f"{path}:{exc.position[0]}", "malformed_bad_xml")
         root = None
     articles = [] if root is None else ([root] if root.tag == "article" else list(root.iter("article")))
-    for n, article in enumerate(articles):
-        doc = article_document(article, captions)
-        if doc is None:
-            batcher.aside(f"{path}:article{n}", "no_text")
-            continue
-        if doc["id"] is None:
-            doc["id"] = f"{path.name}:{n}"
-        out = batcher.add(doc)
-        if out:
-            yield out
-    out = batcher.flush()
-    if out:
-        yield out
+
+    def documents():
+        for n, article in enumerate(articles):
+            doc = article_document(article, captions)
+            if doc is None:
+                batcher.aside(f"{path}:article{n}", "no_text")
+                continue
+            if doc["id"] is None:
+                doc["id"] = f"{path.name}:{n}"
+            yield doc
+
+    yield from batcher.each(documents())

@@ -353,13 +353,10 @@ def read(path: Path, cfg, batch_size: int, parser=None):
     _citations_in_chunks; the documents and batches are the same as without)."""
     batcher = RowBatcher(SCHEMA, batch_size)
     citations = _citations(path, batcher) if parser is None else _citations_in_chunks(path, batcher, parser)
-    for pmid, docs in citations:
-        if pmid and not docs:
-            batcher.aside(f"pmid:{pmid}", "no_abstract")
-        for doc in docs:
-            out = batcher.add(doc)
-            if out:
-                yield out
-    out = batcher.flush()
-    if out:
-        yield out
+    def documents():
+        for pmid, docs in citations:
+            if pmid and not docs:
+                batcher.aside(f"pmid:{pmid}", "no_abstract")
+            yield from docs
+
+    yield from batcher.each(documents())
