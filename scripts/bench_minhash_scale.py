@@ -179,30 +179,10 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
     )
     out = WORK / "out"
     shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.stage",
-            "dedup_minhash",
-            "--config",
-            str(cfg),
-            "--input",
-            *sorted(str(f) for f in data.glob("*.arrow")),
-            "--output",
-            str(out),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    memory = TreeMemory(proc.pid)
-    memory.start()
-    # wait4: this child's CPU time (its worker processes' included) and its peak RSS.
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    memory.stop()
-    if os.waitstatus_to_exitcode(status) != 0:
+    code, usage, wall, pss_peak = run_measured(
+        [sys.executable, "-m", "pipeline.stage", "dedup_minhash", "--config", str(cfg), "--input",
+         *sorted(str(f) for f in data.glob("*.arrow")), "--output", str(out)])
+    if code != 0:
         raise SystemExit(f"the {executor} run with {num_proc} workers failed")
     stats = json.loads((out / "stats.json").read_text())
     removed_rows = removed_row_numbers(out / "removed")
@@ -230,7 +210,7 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
         # largest sum of their proportional set sizes, sampled every 0.2 s).
         "peak_rss_MB": round(usage.ru_maxrss / 1024),
         "peak_rss_bytes_per_doc": round(usage.ru_maxrss * 1024 / args.docs, 1),
-        "peak_all_processes_pss_MB": round(memory.peak / 2**20),
+        "peak_all_processes_pss_MB": round(pss_peak / 2**20),
         "bands": stats["bands"],
         "rows": stats["rows"],
         "clusters": stats["clusters"],
@@ -242,6 +222,20 @@ def run_stage(data: Path, args, executor: str, num_proc: int, planted_rows: np.n
         "load_average_after": [round(x, 1) for x in os.getloadavg()],
     }
     return run, digest
+
+
+def run_measured(cmd: list[str], **popen) -> tuple[int, object, float, int]:
+    """Run a child process from the checkout: (exit code, its rusage by wait4 — CPU time with
+    its worker processes' included, peak RSS of the largest —, wall seconds, the peak of the
+    summed PSS of it and its descendants, sampled)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, **popen)
+    memory = TreeMemory(proc.pid)
+    memory.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    memory.stop()
+    return os.waitstatus_to_exitcode(status), usage, wall, memory.peak
 
 
 class TreeMemory:

@@ -50,7 +50,7 @@ SHARD_DOCS = 50_000
 RATES = {"exact_copy": 0.02, "near_duplicate": 0.04, "short_junk": 0.01, "repeated_junk": 0.005,
          "foreign": 0.005, "retracted": 0.001, "contaminated": 0.0002}
 
-from bench_minhash_scale import TreeMemory  # noqa: E402
+from bench_minhash_scale import run_measured  # noqa: E402
 
 
 def real_text() -> tuple[list[str], list[int], list[str]]:
@@ -192,15 +192,9 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
     out = WORK / f"run-{size}-{workers}"
     shutil.rmtree(out, ignore_errors=True)
     cfg = chain_config(data, size, workers, out)
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
-    memory = TreeMemory(proc.pid)
-    memory.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    memory.stop()
-    if os.waitstatus_to_exitcode(status) != 0:
+    code, usage, wall, pss_peak = run_measured([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)],
+                                               stdout=subprocess.DEVNULL)
+    if code != 0:
         raise SystemExit(f"the chain at {size} documents with {workers} workers failed (see {out})")
     stages = {}
     folders = sorted(p for p in (out / "stages").iterdir() if p.is_dir())
@@ -221,7 +215,7 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
     cpu = usage.ru_utime + usage.ru_stime
     return {"docs": size, "workers": workers, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "docs_per_cpu_s": round(size / cpu, 1), "peak_rss_mb_largest_process": round(usage.ru_maxrss / 1024),
-            "peak_pss_mb_all_processes": round(memory.peak / 2**20), "stages": stages, **recall,
+            "peak_pss_mb_all_processes": round(pss_peak / 2**20), "stages": stages, **recall,
             "final_digest": final_digest(out)}
 
 
@@ -325,8 +319,13 @@ def summarize(result: dict) -> dict:
             "wall_2_vs_1": round(two["wall_s"] / one["wall_s"], 3) if one and two else None,
             "near_duplicate_recall": any_run["near_duplicate_recall"],
             "exact_copy_recall": any_run["exact_copy_recall"],
-            "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if one and two else None}
-    return {**result, "by_stage": table, "by_size": sizes, "projection": projection(runs)}
+            "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if one and two else None,
+            **{f"docs_per_cpu_s_w{w}": r["docs_per_cpu_s"] for w, r in ((1, one), (2, two)) if r},
+            **{f"peak_rss_mb_largest_process_w{w}": r["peak_rss_mb_largest_process"] for w, r in ((1, one), (2, two))
+               if r}}
+    largest = str(max(d for d, _ in runs))
+    return {**result, "by_stage": table, "by_size": sizes, "largest": {"docs": int(largest), **sizes[largest]},
+            "smallest": {"docs": smallest, **sizes[str(smallest)]}, "projection": projection(runs)}
 
 
 # The corpora the projection is for, and the text length behind the full texts' factor: the six
