@@ -192,6 +192,7 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
     out = WORK / f"run-{size}-{workers}"
     shutil.rmtree(out, ignore_errors=True)
     cfg = chain_config(data, size, workers, out)
+    code_state = checkout_state()           # before the run: what the child imports
     code, usage, wall, pss_peak = run_measured([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)],
                                                stdout=subprocess.DEVNULL)
     if code != 0:
@@ -213,10 +214,17 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
     by_name = {n.split("_", 1)[1]: out / "stages" / n for n in names}
     recall = near_duplicate_recall(planted, by_name, size)
     cpu = usage.ru_utime + usage.ru_stime
-    return {"docs": size, "workers": workers, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+    return {"docs": size, "workers": workers, "code": code_state, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "docs_per_cpu_s": round(size / cpu, 1), "peak_rss_mb_largest_process": round(usage.ru_maxrss / 1024),
             "peak_pss_mb_all_processes": round(pss_peak / 2**20), "stages": stages, **recall,
             "final_digest": final_digest(out)}
+
+
+def checkout_state() -> dict:
+    """The commit the run's code came from, and whether the checkout had changes beside it."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def near_duplicate_recall(planted: dict, stage: dict, size: int) -> dict:
