@@ -131,10 +131,9 @@ def license_family(url: str | None, text: str) -> str | None:
             return "public-domain"
     low = " ".join(text.split()).lower()
     if "creative commons attribution" in low:
-        parts = ["cc-by"] + (["nc"] if "noncommercial" in low.replace("-", "").replace(" ", "") else []) \
-            + (["sa"] if "sharealike" in low.replace("-", "").replace(" ", "") else []) \
-            + (["nd"] if "noderivative" in low.replace("-", "").replace(" ", "") else [])
-        return "-".join(parts)
+        squeezed = low.replace("-", "").replace(" ", "")
+        terms = [("nc", "noncommercial"), ("sa", "sharealike"), ("nd", "noderivative")]
+        return "-".join(["cc-by"] + [short for short, word in terms if word in squeezed])
     if "public domain" in low:
         return "public-domain"
     return None

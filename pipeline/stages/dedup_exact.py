@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import pyarrow.compute as pc
 import xxhash
 
 from pipeline.documents import by_priority, mark_duplicates, priority_problems
@@ -87,7 +88,7 @@ class ExactDedup(GlobalStage):
             if record:
                 values = t[record].to_pylist() if record in t.column_names else [None] * t.num_rows
                 records.append(record_hashes(values))
-                full.append(np.asarray([v is not None for v in t[FULL_TEXT_COLUMN].to_pylist()], bool)
+                full.append(pc.is_valid(t[FULL_TEXT_COLUMN]).to_numpy(zero_copy_only=False)
                             if FULL_TEXT_COLUMN in t.column_names else np.zeros(t.num_rows, bool))
         hashes = np.concatenate(parts) if parts else np.zeros((0, 2), np.uint64)
         save_npy(task.folder / "work" / f"hash-{task.shard.name}.npy", hashes)
