@@ -63,7 +63,20 @@ def test_sections_in_order_citations_references_and_tables_out():
         for heading in headings:
             at = lines.index(heading, at) + 1
         assert "\x00" not in text and not re.search(r"(?<!\w)\[\d+(?:[–,-]\s*\d+)*\]", text)
-        assert not re.search(r",\s*,|\(\s*\)|\[\s*\]", text)
+        assert not re.search(r",\s*,|\(\s*\)|\[\s*\]|[;,]\)|\((?:see(?: also)?|e\.g\.,?)\s*\)|\(see(?: also)?\.", text)
+        # A citation between two words leaves them apart ("yet <xref/> found": "yet found").
+        parent = {child: p for p in root.iter() for child in p}
+        joined = 0
+        for xref in root.find("body").iter("xref"):
+            if xref.get("ref-type") != "bibr":
+                continue
+            siblings = list(parent[xref])
+            at_ = siblings.index(xref)
+            before = parent[xref].text if at_ == 0 else siblings[at_ - 1].tail
+            last, first = re.search(r"([A-Za-z]+)\s+$", before or ""), re.match(r"\s+([A-Za-z]+)", xref.tail or "")
+            if last and first:
+                assert f"{last.group(1)} {first.group(1)}" in text
+                joined += 1
         # Not one reference title of the bibliography is in the text (those long enough to be unique).
         refs = [t for t in _ref_titles(path) if len(t) > 60]
         assert refs and not [t for t in refs if t in text]

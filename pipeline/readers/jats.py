@@ -39,7 +39,15 @@ FLOATS = {"fig", "table-wrap"}
 # A removed citation marker is a CITE mark until the text is cleaned: marks with the brackets
 # and separators around and between them go (`[4]–[7]`, `(4, 5)`, `,,` between superscripts).
 CITE = "\x00"
-_CITATIONS = re.compile(r"\s*[\[(]?\s*\x00(?:\s*[,;–—\-]?\s*\x00)*\s*[\])]?")
+_MARKS = r"\x00(?:\s*[,;–—\-]?\s*\x00)*"
+# A bracket goes with its marks only when it holds nothing else; a cue left alone in brackets
+# ("(see [4])", "(reviewed in 7, 8)") goes with them.
+_BRACKETED = re.compile(r"\s*[\[(]\s*" + _MARKS + r"\s*[\])]")
+_UNBRACKETED = re.compile(r"\s*" + _MARKS)
+_BETWEEN_BRACKETS = re.compile(r"(?<=\x00)\s*[\])]\s*[,;–—\-]\s*[\[(]\s*(?=\x00)")   # `[4]–[7]`
+_CUE = r"(?:see(?: also)?|e\.g\.|cf\.|i\.e\.|reviewed in|for (?:a )?reviews?,? see|refs?\.?)[\s,:]*"
+_CUE_ONLY = re.compile(r"\s*[\[(]\s*" + _CUE + r"[\])]", re.IGNORECASE)
+_CUE_LAST = re.compile(r"\s*[;,]\s*(?:" + _CUE + r")?(?=[\])])", re.IGNORECASE)
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:)\]])")
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200a]+")
 
@@ -81,7 +89,9 @@ def _inline(elem, captions: bool, out: list[str], floats: list[str]) -> None:
 
 def _clean(text: str) -> str:
     text = _SPACES.sub(" ", text.replace("\n", " "))
-    text = _CITATIONS.sub("", text)
+    if CITE in text:
+        text = _BRACKETED.sub("", _BETWEEN_BRACKETS.sub(",", text))
+        text = _CUE_LAST.sub("", _CUE_ONLY.sub("", _UNBRACKETED.sub("", text)))
     return _SPACE_BEFORE_PUNCT.sub(r"\1", text).strip()
 
 
