@@ -437,11 +437,10 @@ def _run_chain(config: Config, *, force: bool = False) -> dict:
                 stage_line(spec.folder, f"warning: {warning}", event="warning")
         executor_info = executor.describe()
     except BaseException:
-        executor.close()
+        executor.close()                 # no worker writes while the private files are purged
         purge_private_after_failure(config, stages, stage_dirs)
         raise
-    finally:
-        executor.close()
+    executor.close()
     manifest = write_manifest(config, all_stats, time.perf_counter() - t0, executor_info)
     # The report reads the stages' raw removed documents (it shows them redacted, under
     # pseudonyms), so it comes before a stage purges what came before it.
