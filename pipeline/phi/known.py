@@ -169,6 +169,8 @@ class KnownIdentifiers:
         self.full_names = {tuple(w.lower() for w in n) for p in patients.values() for n in p.names if len(n) >= 2}
         self.first_last = {(n[0], n[-1]) for n in self.full_names}
         self.last_first = {(n[-1], n[0]) for n in self.full_names}
+        # The words a full name can begin with: a text with none of them is passed over whole.
+        self.name_starts = frozenset(a for a, _ in self.first_last | self.last_first)
         self.mrns = {m for p in patients.values() for m in p.mrns}
 
     def _own_pattern(self, patient: str) -> re.Pattern | None:
@@ -240,10 +242,12 @@ class KnownIdentifiers:
     def _anyone(self, text: str) -> list[tuple[int, int, str]]:
         """Every patient's full names and MRNs."""
         out = []
-        if self.full_names:
+        if self.full_names and not self.name_starts.isdisjoint(_WORD.findall(text.lower())):
             words = [(m.start(), m.end(), m.group().lower()) for m in _WORD.finditer(text)]
             for i in range(len(words) - 1):
                 s, _, a = words[i]
+                if a not in self.name_starts:
+                    continue
                 for j in (i + 1, i + 2):                    # First Last, First M. Last
                     if j >= len(words):
                         break
