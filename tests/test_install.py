@@ -33,13 +33,13 @@ def _final_bytes(run: Path) -> dict[str, bytes]:
             for p in sorted((run / sub).rglob("*")) if p.is_file() and p.name != "README.md"}
 
 
-@pytest.mark.slow
-def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
-    """Build the wheel, install it (no dependencies: they come from this virtualenv's
-    site-packages, behind the new one's own) in a fresh virtualenv, and run `medprep run
-    --config tiny` in an empty folder: the same data and tokenizer as the checkout's run."""
-    dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "empty"
-    work.mkdir()
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The wheel, built and installed (no dependencies: they come from this virtualenv's
+    site-packages, behind the new one's own) in a fresh virtualenv: (its bin folder, the
+    environment a user's shell would give it)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
+    dist, venv = tmp_path / "dist", tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
                     str(ROOT)], check=True, capture_output=True)
     wheel, = dist.glob("medprep-*.whl")
@@ -59,23 +59,91 @@ def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run):
                     str(wheel)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    work = tmp_path / "empty"
+    work.mkdir()
     where = subprocess.run([str(python), "-c", "import pipeline, pipeline.resources as r; "
                             "print(pipeline.__file__); print(r.resource_root())"],
                            cwd=work, env=env, check=True, capture_output=True, text=True).stdout.split()
     assert all(Path(p).is_relative_to(venv) for p in where), where     # not the checkout's files
+    return venv / "bin", env
 
-    missing = subprocess.run([str(venv / "bin" / "medprep"), "run", "--config", "pubmed"], cwd=work, env=env,
+
+@pytest.mark.slow
+def test_the_wheel_runs_the_tiny_config_in_an_empty_folder(tmp_path, tiny_run, installed):
+    """`medprep run --config tiny` in an empty folder with the installed wheel: the same data
+    and tokenizer as the checkout's run."""
+    bin_dir, env = installed
+    work = tmp_path / "empty"
+    work.mkdir()
+    missing = subprocess.run([str(bin_dir / "medprep"), "run", "--config", "pubmed"], cwd=work, env=env,
                              capture_output=True, text=True)
     assert missing.returncode == 2
     line, = missing.stderr.strip().splitlines()
     assert "data/raw/pubmed21n1298.xml.gz" in line and "medprep fetch" in line
 
-    done = subprocess.run([str(venv / "bin" / "medprep"), "run", "--config", "tiny", "--log-format", "json"],
+    done = subprocess.run([str(bin_dir / "medprep"), "run", "--config", "tiny", "--log-format", "json"],
                           cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _final_bytes(work / "runs" / "tiny") == _final_bytes(tiny_run)
     ends = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{") and '"stage_end"' in line]
     assert [e["stage"] for e in ends][-1] == "11_pack"
+
+
+@pytest.mark.slow
+def test_a_newcomers_day_with_the_wheel(tmp_path, installed):
+    """A user's own files with the installed wheel, outside the checkout: abstracts as a JSON
+    array get the literature profile and notes as CSV the clinical one, each said; 200 notes
+    run with JSON logs, Ctrl-C mid-run ends in one line and exit 130, the same command resumes
+    and finishes; every log line is JSON with a time, and no traceback anywhere."""
+    import csv
+    import signal
+    import time
+
+    from pipeline.config import InputConfig
+    from pipeline.readers import read_documents
+    bin_dir, env = installed
+    medprep = str(bin_dir / "medprep")
+    rows = next(iter(read_documents(InputConfig(paths=[str(ROOT / "data/samples/pubmed21n1298_tiny.xml.gz")]), 100)))
+    abstracts = [{"pmid": r["pmid"], "journal": r["journal"], "abstract": r["text"]}
+                 for r in rows.table.to_pylist()]
+    (tmp_path / "abstracts.json").write_text(json.dumps(abstracts), encoding="utf-8")
+    notes = [json.loads(line) for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines()[:200]]
+    with open(tmp_path / "notes.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["note_id", "patient_id", "text"])
+        writer.writerows([n["id"], n["id"].split("-")[0], n["text"]] for n in notes)
+
+    def medprep_run(*args):
+        return subprocess.run([medprep, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+
+    said = medprep_run("init", "--input", "abstracts.json", "--config", "abstracts.yaml")
+    assert said.returncode == 0 and "profile literature chosen" in said.stderr, said.stderr
+    said = medprep_run("init", "--input", "notes.csv", "--config", "notes.yaml")
+    assert said.returncode == 0 and "profile clinical chosen" in said.stderr, said.stderr
+    command = [medprep, "run", "--config", "notes.yaml", "--log-format", "json", "--no-progress"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if '"stage_start"' in line and "phi" in line:
+            break
+    deadline = time.monotonic() + 300           # a phi shard finished: the rerun has one to resume
+    while not list(tmp_path.glob("runs/*/stages/*phi.tmp/shards/*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    lines += proc.stderr.readlines()
+    assert proc.wait(timeout=120) == 130
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    for text in ("".join(lines), again.stderr):
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-2000:]
+        events = [json.loads(line) for line in text.splitlines()]          # every line is JSON
+        assert all("time" in e for e in events)
+    assert json.loads(lines[-1])["event"] == "interrupted"
+    assert "resuming" in again.stderr
+    final = next((tmp_path / "runs").glob("*/final/train"))
+    assert any(final.iterdir())
 
 
 def test_init_writes_a_config_that_fits_the_file(tmp_path, monkeypatch):
