@@ -218,7 +218,10 @@ def _litbank_names(sentence: list[tuple[str, list[str]]]) -> list[str | None]:
                     tail = end
                     while tail > start and words[tail - 1][:1].isupper():
                         tail -= 1
-                    named = range(tail, end) if end - k <= 6 and tail > k and words[tail - 1] == "of" else range(0)
+                    after_of = end - k <= 6 and tail > k and words[tail - 1] == "of"
+                    while tail < end and words[tail].lower().rstrip(".") in skipped:
+                        tail += 1
+                    named = range(tail, end) if after_of else range(0)
                 for j in named:
                     if layer >= depth[j]:
                         labels[j], depth[j] = label, layer

@@ -201,3 +201,29 @@ def test_held_out_summary_names_the_worst_source():
     summary = held_out(report)
     assert [r["key"] for r in summary["sources"]] == ["deid_dev_cv", "web_ewt", "mimesis_formats"]
     assert summary["worst"]["key"] == "web_ewt" and summary["worst_by_values"]["key"] == "mimesis_formats"
+
+
+def test_litbank_training_spans_are_names_not_descriptions():
+    """LitBank labels every mention, nested: the reader keeps the names ("Kellynch Hall", "Sir
+    Walter Elliot" without "Sir"), never a description ("a man who ...", "the printer"), a title
+    or an opening article; Gloucester of "the county of Gloucester" is a place."""
+    from train_phi_detector import LITBANK_OPENERS, LITBANK_TITLES, _litbank_names, litbank_documents
+    docs = litbank_documents()
+    spans = [(text[s:e], label) for text, found in docs for s, e, label in found]
+    assert len(docs) > 800 and len(spans) > 3000
+    assert all(v[:1].isupper() or v[:1].isdigit() for v, _ in spans)
+    assert not [v for v, label in spans if v.split()[0].lower().rstrip(".") in
+                (LITBANK_OPENERS | LITBANK_TITLES if label == "PER" else LITBANK_OPENERS)]
+    words = "Sir Walter Elliot , of Kellynch Hall , was a man who read the county of Gloucester".split()
+    layer1 = ["B-PER", "I-PER", "I-PER", "O", "O", "B-FAC", "I-FAC", "O", "O", "B-PER", "I-PER", "I-PER", "I-PER",
+              "B-GPE", "I-GPE", "I-GPE", "I-GPE"]
+    got = _litbank_names([(w, [t]) for w, t in zip(words, layer1)])
+    assert [(w, g) for w, g in zip(words, got) if g] == [
+        ("Walter", "PER"), ("Elliot", "PER"), ("Kellynch", "LOC"), ("Hall", "LOC"), ("Gloucester", "LOC")]
+
+
+def test_a_handles_at_sign_is_never_a_name():
+    """The Broad Twitter Corpus tags the "@" of a handle B-PER: the reader labels the handle only."""
+    from train_phi_detector import web_documents
+    spans = [text[s:e] for text, found in web_documents(("btc-test.conll.gz",)) for s, e, _ in found]
+    assert spans and "@" not in spans and all(any(c.isalnum() for c in v) for v in spans)
