@@ -111,8 +111,8 @@ def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int
 
 def web_documents(files: tuple[str, ...] = WEB_FILES) -> list[tuple[str, list]]:
     """data/phi/web-ner's files as (text, [(start, end, PER | LOC)]): a sentence a line (its tokens
-    joined by spaces), WEB_SENTENCES lines a document, in file order; a token of marks alone
-    ("@") is never labelled."""
+    joined by spaces, a handle's "@" to the name after it), WEB_SENTENCES lines a document, in file
+    order; a token of marks alone ("@") is never labelled."""
     import gzip
     out = []
     for name in files:
@@ -131,7 +131,7 @@ def web_documents(files: tuple[str, ...] = WEB_FILES) -> list[tuple[str, list]]:
                 if text:
                     text += "\n"
                 for k, (word, tag) in enumerate(sentence):
-                    if k:
+                    if k and sentence[k - 1][0] != "@":       # a handle as written: "@colgo"
                         text += " "
                     start = len(text)
                     text += word
