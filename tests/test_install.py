@@ -36,8 +36,8 @@ def _final_bytes(run: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """The wheel, built and installed (no dependencies: they come from this virtualenv's
-    site-packages, behind the new one's own) in a fresh virtualenv: (its bin folder, the
-    environment a user's shell would give it)."""
+    site-packages, behind the new one's own; Ray not importable, as without the [ray] extra) in
+    a fresh virtualenv: (its bin folder, the environment a user's shell would give it)."""
     tmp_path = tmp_path_factory.mktemp("wheel")
     dist, venv = tmp_path / "dist", tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
@@ -55,6 +55,9 @@ def installed(tmp_path_factory):
     # This virtualenv's packages, after the new one's own (a path line, not a site dir: its
     # .pth files, the checkout's editable install among them, are not run).
     (site / "zz_medprep_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # As `pip install medprep` without the [ray] extra: Ray cannot be imported.
+    (site / "ray").mkdir()
+    (site / "ray" / "__init__.py").write_text('raise ImportError("not installed: medprep without its [ray] extra")\n')
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
                     str(wheel)], check=True, capture_output=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -235,15 +235,17 @@ def test_other_styles_of_names_places_and_dates(clinical):
 
 
 def test_a_value_found_once_is_removed_wherever_it_recurs(clinical):
-    """Propagation: identifiers by their digits in any grouping, names and places in any case."""
+    """Propagation: identifiers by their digits in any grouping, names and places in any case; a
+    place that is also a common word (vernier: a scale) as written or in capitals."""
     texts = ["MRN 4412345 noted. Lab ref 4412345 again, and 441-2345 on the label.",
              "Mary Jones visited. Later MARY called.",
-             "Lives in Vernier. Family from VERNIER came; vernier is where she grew up.",
-             "Reach her at jo.ames@example.org; JO.AMES@EXAMPLE.ORG bounced."]
+             "Lives in Meyrin. Family from MEYRIN came; meyrin is where she grew up.",
+             "Reach her at jo.ames@example.org; JO.AMES@EXAMPLE.ORG bounced.",
+             "Lives in Vernier. Family from VERNIER came; read the vernier scale."]
     outs, _, _ = clinical.redact_batch(texts)
-    for value, out in zip(["4412345", "MARY", "VERNIER", "JO.AMES"], outs):
-        assert value.lower() not in out.lower(), out
-    assert "441-2345" not in outs[0] and "vernier" not in outs[2]
+    for value, out in zip(["4412345", "MARY", "MEYRIN", "JO.AMES", "VERNIER"], outs):
+        assert value.lower() not in out.lower().replace("vernier scale", ""), out
+    assert "441-2345" not in outs[0] and "vernier scale" in outs[4]
     # A number that merely shares digits with an identifier stays.
     (out,), _, _ = clinical.redact_batch(["MRN 4412345. Platelets 441,000; 4412 units given."])
     assert "441,000" in out and "4412 units" in out

@@ -443,7 +443,7 @@ def _propagate_values(text: str, results: list, profile: str) -> list:
     """A value found once is PHI wherever it recurs in the document: identifiers and postal codes
     by their digits (five or more) in any grouping; e-mail addresses in any case; in the clinical
     profile, places by their words in any case (a common word only as written or in capitals:
-    "Vernier ... vernier", "Hope ... HOPE")."""
+    "Meyrin ... meyrin", "Hope ... HOPE", not "hope")."""
     from presidio_analyzer import RecognizerResult
 
     if not results:
