@@ -107,6 +107,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def as_from_a_terminal() -> None:
+    """A child's Ctrl-C as a terminal gives it (Popen's preexec_fn): the default SIGINT, not the
+    ignored one a test worker's process may pass on (a job started in the background has it)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(*args, check=True, cwd=ROOT, timeout=900):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -12,7 +12,7 @@ import textwrap
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
+from conftest import ROOT, as_from_a_terminal, read_arrow_dir, run_cli, write_config, write_jsonl
 
 SENTENCES = ["The patient was admitted with chest pain and treated in the cardiology unit.",
              "Blood pressure was controlled with two drugs over the following weeks.",
@@ -173,7 +173,8 @@ def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path):
                                             "stages: [normalize, {phi: {profile: clinical}}]\n")
     command = [sys.executable, "-m", "pipeline", "run", "--config", str(cfg)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=as_from_a_terminal)
     lines = []
     for line in proc.stderr:
         lines.append(line)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_in_process, write_jsonl
+from conftest import ROOT, as_from_a_terminal, run_in_process, write_jsonl
 
 
 def test_setup_ships_the_folders_resources_names():
@@ -125,7 +125,7 @@ def test_a_newcomers_day_with_the_wheel(tmp_path, installed):
     assert said.returncode == 0 and "profile clinical chosen" in said.stderr, said.stderr
     command = [medprep, "run", "--config", "notes.yaml", "--log-format", "json", "--no-progress"]
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_from_a_terminal)
     lines = []
     for line in proc.stderr:
         lines.append(line)
