@@ -619,9 +619,8 @@ CROSS_STYLES = {
 
 def cross_style(thresholds, config: str, work: Path, styles=tuple(CROSS_STYLES)) -> dict:
     """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev; no
-    web-ner -> its test sets; no LitBank -> LitBank. A public corpus is also scored by the
-    committed detector (in-sample: it trains on the corpus)."""
-    from pipeline.phi.detector import DEFAULT_MODEL, DEFAULT_THRESHOLD
+    web-ner -> its test sets; no LitBank -> LitBank."""
+    from pipeline.phi.detector import DEFAULT_THRESHOLD
 
     out = {}
     for style in styles:
@@ -641,11 +640,24 @@ def cross_style(thresholds, config: str, work: Path, styles=tuple(CROSS_STYLES))
             "curve": curve,
             "at_default": next(c for c in curve if c["threshold"] == DEFAULT_THRESHOLD),
         }
-        if style in ("web", "fiction"):
-            committed = [({d["id"] for d in docs}, DEFAULT_MODEL)]
-            out[name]["in_sample"] = detector_curve(docs, gold, committed, [DEFAULT_THRESHOLD], config, work,
-                                                    name + "-committed")[0]
     return out
+
+
+# A public corpus the detector trains on, scored as it is by each system (--public-corpora): the
+# committed stage's result is in-sample; the held-out one is cross_style's.
+PUBLIC_CORPORA = {"web_ner": "web", "litbank": "fiction"}
+
+
+def public_corpus(key: str, systems: list[str], config: str, work: Path, leaks_dir) -> dict:
+    """One public training corpus (PUBLIC_CORPORA) through every system."""
+    docs, gold, where = CROSS_STYLES[PUBLIC_CORPORA[key]][1]()
+    return {
+        "docs": len(docs),
+        "input": where,
+        "config": config,
+        "gold_mentions": sum(len(v) for v in gold.values()),
+        "systems": evaluate_systems(docs, gold, systems, config, work, key, leaks_dir=leaks_dir),
+    }
 
 
 def synthetic_mimesis(n: int, seed: int, systems: list[str], config: str, work: Path, leaks_dir) -> dict:
@@ -892,20 +904,19 @@ HELD_OUT = [
         ("synthetic_mimesis_formats", "systems", "medprep_phi"),
         "synthetic_mimesis_formats",
     ),
-    # A public training corpus: its in-sample result is the committed detector's; no anchors run.
     (
         "web_ner",
         "WNUT 2017 + Broad Twitter Corpus test sets, social media",
         "detector fitted without any web-ner split",
         ("cross_style", "web_ner_without_web", "at_default"),
-        ("cross_style", "web_ner_without_web", "in_sample"),
+        "web_ner",
     ),
     (
         "litbank",
         "LitBank, 100 novels and stories",
         "detector fitted without LitBank",
         ("cross_style", "litbank_without_fiction", "at_default"),
-        ("cross_style", "litbank_without_fiction", "in_sample"),
+        "litbank",
     ),
 ]
 ANCHORS = ("presidio", "philter")
@@ -934,21 +945,15 @@ def held_out(report: dict) -> dict:
     """Leave-one-source-out: each source's mention and value leak and other tokens changed, beside
     the in-sample result and the anchors on the same text; the worst source (by mentions left) is
     the headline."""
-    def at(path):
+    rows = []
+    for key, source, how, path, systems_set in HELD_OUT:
         entry = report
         for part in path:
             entry = entry.get(part) if isinstance(entry, dict) else None
-        return entry
-
-    rows = []
-    for key, source, how, path, systems_set in HELD_OUT:
-        summary = _leak_summary(at(path))
+        summary = _leak_summary(entry)
         if summary is None:
             continue
-        if isinstance(systems_set, tuple):        # the in-sample result's own path, no anchors
-            systems = {"medprep_phi": at(systems_set)}
-        else:
-            systems = report.get(systems_set, {}).get("systems", {})
+        systems = report.get(systems_set, {}).get("systems", {})
         # A source nothing was fitted on is held out and in-sample at once.
         rows.append(
             {
@@ -971,6 +976,8 @@ SYSTEM_SETS = (
     "dev",
     "asq_dev",
     "web_ewt",
+    "web_ner",
+    "litbank",
     "synthetic_mimesis",
     "synthetic_locales",
     "synthetic_mimesis_formats",
@@ -1243,6 +1250,12 @@ def main() -> int:
         help="names and places of five web genres with human labels (data/phi/uner-ewt), by genre",
     )
     ap.add_argument(
+        "--public-corpora",
+        action="store_true",
+        help="the public corpora the detector trains on (the web-ner test sets, LitBank), in-sample, "
+        "through every system of --systems",
+    )
+    ap.add_argument(
         "--stage-root", type=Path, help="run the stage of another checkout (e.g. an export of main) to compare engines"
     )
     ap.add_argument(
@@ -1302,13 +1315,15 @@ def main() -> int:
         or args.cross_style
         or args.mimesis
         or args.web_ewt
+        or args.public_corpora
         or args.mimesis_formats
         or args.planted_abstracts
         or args.legal_ids
     ):
         ap.error(
             "nothing to do: give --dev, --asq, --cv, --cross-style, --input, --synthetic-locales, --mimesis, "
-            "--synthetic-templates, --abstracts, --mimesis-formats, --planted-abstracts or --legal-ids"
+            "--web-ewt, --public-corpora, --synthetic-templates, --abstracts, --mimesis-formats, "
+            "--planted-abstracts or --legal-ids"
         )
     try:
         thresholds = [float(t) for t in args.curve.split(",") if t.strip()]
@@ -1360,6 +1375,9 @@ def main() -> int:
             )
         if args.web_ewt:
             report["web_ewt"] = web_ewt(systems, args.config, work, args.leaks)
+        if args.public_corpora:
+            for key in PUBLIC_CORPORA:
+                report[key] = public_corpus(key, systems, args.config, work, args.leaks)
         if args.synthetic_locales:
             from phi_synth_locales import LOCALES, STRUCTURED, make_locale_documents
 

@@ -454,20 +454,35 @@ def phi_by_type_deid(src: dict) -> str:
     )
 
 
-def phi_by_type_asq(src: dict) -> str:
-    """The asq-dev clinical questions by type: fitted without them (cross-style), in-sample, and
-    the anchors, % of mentions / values left."""
+def _held_out_by_type(src: dict, section: str, cross_key: str, without: str, title: str) -> str:
+    """A source a detector was fitted without (cross-style) by type: that result, the committed
+    stage's (in-sample) and the anchors, % of mentions / values left."""
     e = load("phi_eval.json", src)
-    systems = e["asq_dev"]["systems"]
+    systems = e[section]["systems"]
     return _phi_by_type(
         [
-            ("fitted without asq-dev", e["cross_style"]["asq_dev_without_asq"]["at_default"]),
+            (f"fitted without {without}", e["cross_style"][cross_key]["at_default"]),
             ("in-sample (not evidence)", systems["medprep_phi"]),
             ("Philter", systems.get("philter")),
             ("Presidio", systems.get("presidio")),
         ],
-        "asq-dev type",
+        title,
     )
+
+
+def phi_by_type_asq(src: dict) -> str:
+    """The asq-dev clinical questions by type."""
+    return _held_out_by_type(src, "asq_dev", "asq_dev_without_asq", "asq-dev", "asq-dev type")
+
+
+def phi_by_type_web_ner(src: dict) -> str:
+    """The WNUT 2017 and Broad Twitter Corpus test sets by type."""
+    return _held_out_by_type(src, "web_ner", "web_ner_without_web", "web-ner", "social media type")
+
+
+def phi_by_type_litbank(src: dict) -> str:
+    """LitBank by type."""
+    return _held_out_by_type(src, "litbank", "litbank_without_fiction", "LitBank", "LitBank type")
 
 
 def _pair(r: dict | None) -> str:
@@ -621,6 +636,8 @@ RENDERERS = {
         heuristics_compat,
         phi_by_type_deid,
         phi_by_type_asq,
+        phi_by_type_web_ner,
+        phi_by_type_litbank,
         phi_literature_audit,
         phi_held_out,
         phi_held_out_by_type,

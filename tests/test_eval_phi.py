@@ -203,6 +203,21 @@ def test_held_out_summary_names_the_worst_source():
     assert summary["worst"]["key"] == "web_ewt" and summary["worst_by_values"]["key"] == "mimesis_formats"
 
 
+def test_a_public_training_corpus_is_held_out_beside_its_in_sample_result_and_the_anchors():
+    """web-ner's row: the stage with a detector fitted without it, the committed stage's result on
+    the same text as in-sample, and the anchors' results."""
+    from eval_phi import held_out
+
+    def leak(m):
+        return {"mention_leak": {"rate": m, "n": 10}, "value_leak": {"rate": m}, "non_phi_tokens": {"rate": 0.1}}
+    report = {"cross_style": {"web_ner_without_web": {"at_default": leak(0.16)}},
+              "web_ner": {"systems": {"medprep_phi": leak(0.03), "philter": leak(0.2)}}}
+    row, = held_out(report)["sources"]
+    assert row["key"] == "web_ner" and row["mention_leak"] == 0.16 and not row["never_fitted"]
+    assert row["in_sample"]["mention_leak"] == 0.03 and row["anchors"]["philter"]["mention_leak"] == 0.2
+    assert row["anchors"]["presidio"] is None
+
+
 def test_litbank_training_spans_are_names_not_descriptions():
     """LitBank labels every mention, nested: the reader keeps the names ("Kellynch Hall", "Sir
     Walter Elliot" without "Sir"), never a description ("a man who ...", "the printer"), a title
