@@ -464,10 +464,10 @@ ASQ_GOLD = ROOT / "data/asq-dev/gold.json"
 CURVE = (0.05, 0.1, 0.2, 0.35, 0.6)
 
 
-def detector_model(work: Path, name: str, **example_args) -> Path:
+def detector_model(work: Path, name: str, **example_args) -> dict[str, str]:
     """A detector trained like the committed one (scripts/train_phi_detector.py) on
-    examples(**example_args), kept in work/models under a digest of its training text and code
-    (a rerun with --work reuses it)."""
+    examples(**example_args): both models, as the phi options that load them, kept in
+    work/models under a digest of their training text and code (a rerun with --work reuses them)."""
     import hashlib
 
     from train_phi_detector import examples
@@ -480,15 +480,18 @@ def detector_model(work: Path, name: str, **example_args) -> Path:
         h.update((ROOT / f).read_bytes())
     for text, spans, _ in ex:
         h.update(text.encode() + json.dumps(spans).encode())
-    path = work / "models" / f"{name}-{h.hexdigest()[:16]}.crfsuite"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"[detector] training {name} on {len(ex)} documents ...", file=sys.stderr, flush=True)
-        t0 = time.process_time()
-        train(ex, path.with_suffix(".tmp"))
-        os.replace(path.with_suffix(".tmp"), path)
-        print(f"[detector] {name}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
-    return path
+    paths = {}
+    for option, words, suffix in (("detector_path", True, ""), ("word_free_detector_path", False, "-word-free")):
+        path = work / "models" / f"{name}-{h.hexdigest()[:16]}{suffix}.crfsuite"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            print(f"[detector] training {name}{suffix} on {len(ex)} documents ...", file=sys.stderr, flush=True)
+            t0 = time.process_time()
+            train(ex, path.with_suffix(".tmp"), words=words)
+            os.replace(path.with_suffix(".tmp"), path)
+            print(f"[detector] {name}{suffix}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
+        paths[option] = str(path)
+    return paths
 
 
 def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
@@ -507,7 +510,7 @@ def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
 def detector_curve(
     docs: list[dict],
     gold: dict,
-    parts: list[tuple[set[str], Path]],
+    parts: list[tuple[set[str], dict[str, str]]],
     thresholds,
     config: str,
     work: Path,
@@ -533,7 +536,7 @@ def detector_curve(
             config,
             work,
             f"{name}-{i}-t{thr}" + ("-options" if options else ""),
-            {"detector_path": str(model), "detector_threshold": thr, **(options or {})},
+            {**model, "detector_threshold": thr, **(options or {})},
         )
 
     with ThreadPoolExecutor(JOBS) as pool:

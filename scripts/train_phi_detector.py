@@ -1,7 +1,8 @@
-"""Train the name and place detector (pipeline/phi/detector.py) and write data/phi/phi_detector.crfsuite.
+"""Train the name and place detector (pipeline/phi/detector.py): data/phi/phi_detector.crfsuite and its
+word-free companion data/phi/phi_detector_word_free.crfsuite, on the same text.
 
-    python scripts/train_phi_detector.py            # rebuild the committed model (byte-identical)
-    python scripts/train_phi_detector.py --check    # rebuild into a temp file, compare digests
+    python scripts/train_phi_detector.py            # rebuild the committed models (byte-identical)
+    python scripts/train_phi_detector.py --check    # rebuild into a temp folder, compare digests
 
 Training text, all shipped in data/ or generated from what it ships:
 - data/deid-dev: real nursing notes, gold PTName / PTNameInitial / RelativeProxyName / HCPName
@@ -247,13 +248,14 @@ def patient_folds(ids: list[str], k: int = 5) -> list[set[str]]:
     return folds
 
 
-def model_card(path: Path, ex: list) -> dict:
+def model_card(path: Path, ex: list, words: bool = True) -> dict:
     """What a rebuild needs to match the model byte for byte, written beside it (.json)."""
     from importlib.metadata import version
 
     from pipeline.phi.detector import TRAIN_PARAMS
     return {"model": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
             "command": "python scripts/train_phi_detector.py", "train_params": TRAIN_PARAMS,
+            "features": "with the words themselves" if words else "word-free (no w=, pw=, nw= features)",
             "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
                           "web-ner": len(web_documents()), "litbank": len(litbank_documents()),
                           "web_sentences_per_document": WEB_SENTENCES,
@@ -265,28 +267,39 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def word_free_path(path: Path) -> Path:
+    """The word-free companion of a model file: phi_detector.crfsuite -> phi_detector_word_free.crfsuite."""
+    return path.with_name(path.stem + "_word_free" + path.suffix)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--out", type=Path, default=DEFAULT_MODEL,
+                    help="the model with word features; its word-free companion is written beside it")
     ap.add_argument("--check", action="store_true", help="rebuild in a temp folder and compare with --out")
     args = ap.parse_args()
-    if args.check:
-        with tempfile.TemporaryDirectory() as tmp:
-            fresh = Path(tmp) / "model.crfsuite"
-            train(examples(), fresh)
-            card = json.loads(args.out.with_suffix(".json").read_text(encoding="utf-8"))
-            from importlib.metadata import version
-            for pkg, v in card["versions"].items():
-                if version(pkg) != v:
-                    print(f"note: {pkg} {version(pkg)} here, {v} when the model was built", file=sys.stderr)
-            same = sha256(fresh) == sha256(args.out)
-            print(f"{args.out}: {'identical to a rebuild' if same else 'DIFFERS from a rebuild'} ({sha256(fresh)})")
-            return 0 if same else 1
     ex = examples()
-    train(ex, args.out)
-    card = args.out.with_suffix(".json")
-    card.write_text(json.dumps(model_card(args.out, ex), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"written: {args.out} ({args.out.stat().st_size} bytes, sha256 {sha256(args.out)}) and {card.name}")
+    models = [(args.out, True), (word_free_path(args.out), False)]
+    if args.check:
+        from importlib.metadata import version
+        differ = 0
+        with tempfile.TemporaryDirectory() as tmp:
+            for path, words in models:
+                fresh = Path(tmp) / path.name
+                train(ex, fresh, words=words)
+                card = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+                for pkg, v in card["versions"].items():
+                    if version(pkg) != v:
+                        print(f"note: {pkg} {version(pkg)} here, {v} when the model was built", file=sys.stderr)
+                same = sha256(fresh) == sha256(path)
+                differ += not same
+                print(f"{path}: {'identical to a rebuild' if same else 'DIFFERS from a rebuild'} ({sha256(fresh)})")
+        return 1 if differ else 0
+    for path, words in models:
+        train(ex, path, words=words)
+        card = path.with_suffix(".json")
+        card.write_text(json.dumps(model_card(path, ex, words), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"written: {path} ({path.stat().st_size} bytes, sha256 {sha256(path)}) and {card.name}")
     return 0
 
 

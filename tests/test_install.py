@@ -47,6 +47,7 @@ def installed(tmp_path_factory):
     names = zipfile.ZipFile(wheel).namelist()
     # The detector ships; the corpora it was trained and judged on do not.
     assert any(n.endswith("data/phi/phi_detector.crfsuite") for n in names)
+    assert any(n.endswith("data/phi/phi_detector_word_free.crfsuite") for n in names)
     assert not [n for n in names if "/uner-ewt/" in n or "/web-ner/" in n or "/litbank/" in n]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"

@@ -430,5 +430,7 @@ def test_detector_model_is_checked_up_front(tmp_path):
     bad.write_text("not a model")
     with pytest.raises(ValidationError, match="not a python-crfsuite model"):
         PhiConfig(detector_path=str(bad))
+    with pytest.raises(ValidationError, match="not a python-crfsuite model"):
+        PhiConfig(word_free_detector_path=str(bad))
     with pytest.raises(ValidationError):
         PhiConfig(detector_threshold=1.5)

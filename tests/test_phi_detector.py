@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.phi.detector import EDGE_WORDS, PhiDetector, alphanumeric_pieces, glued_letters, tokenize
+from pipeline.phi.detector import (
+    DEFAULT_MODEL,
+    DEFAULT_WORD_FREE_MODEL,
+    EDGE_WORDS,
+    PhiDetector,
+    alphanumeric_pieces,
+    glued_letters,
+    tokenize,
+)
 from pipeline.phi.notes import ClinicalDateRecognizer
 
 TEXT = ("Seen at Mercy Hospital on March 3. Trial NCT01234567 and ISRCTN15535800; BRCA1, CD4 and Ste20 "
@@ -16,7 +24,22 @@ TEXT = ("Seen at Mercy Hospital on March 3. Trial NCT01234567 and ISRCTN15535800
 
 @pytest.fixture(scope="module")
 def detector():
-    return PhiDetector()
+    return PhiDetector(DEFAULT_MODEL, 0.5, (DEFAULT_WORD_FREE_MODEL,))
+
+
+def test_the_word_free_model_reads_no_word_and_the_pair_takes_the_larger_marginal(detector):
+    words, word_free = PhiDetector(DEFAULT_MODEL), PhiDetector(DEFAULT_WORD_FREE_MODEL)
+    attributes = word_free.taggers[0][0].info().attributes
+    assert attributes and not [a for a in attributes if a.startswith(("w=", "pw=", "nw=", "-1:w=", "1:w="))]
+    assert [t[3] for t in detector.taggers] == [True, False]
+    text = ("per dr kowalczyk, sister ingeborg called from tromsø; Ms. Quist and Tadeusz Wrona visited "
+            "the Ashgrove clinic. " + TEXT)
+    toks, both, _ = detector.token_probabilities(text)
+    _, p_words, _ = words.token_probabilities(text)
+    _, p_free, _ = word_free.token_probabilities(text)
+    assert both == [max(a, b) for a, b in zip(p_words, p_free)]
+    # each model is the larger somewhere: their errors differ
+    assert any(a > b for a, b in zip(p_words, p_free)) and any(b > a for a, b in zip(p_words, p_free))
 
 
 def test_alphanumeric_pieces_are_the_letters_glued_to_digits():

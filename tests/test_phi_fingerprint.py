@@ -1,5 +1,6 @@
 """The phi stage reruns, and its cache starts a new namespace, when a file its engine reads
-changes content: the detector model (the committed default and a `detector_path` one), the
+changes content: the detector models (the committed defaults, the word-free one too, and a
+`detector_path` one), the
 name and word lists of data/phi, the hospital list behind the detector's features. The engine
 is not loaded: fingerprints come from the stage's declarations (pipeline/stages/base.py)."""
 from __future__ import annotations
@@ -24,10 +25,12 @@ def copies(tmp_path, monkeypatch) -> dict[str, Path]:
     shutil.copy(detector.HOSPITALS, hospitals)
     monkeypatch.setattr(lexicon, "DATA", data)
     monkeypatch.setattr(detector, "DEFAULT_MODEL", data / "phi_detector.crfsuite")
+    monkeypatch.setattr(detector, "DEFAULT_WORD_FREE_MODEL", data / "phi_detector_word_free.crfsuite")
     monkeypatch.setattr(detector, "HOSPITALS", hospitals)
     custom = tmp_path / "custom.crfsuite"
     shutil.copy(data / "phi_detector.crfsuite", custom)
-    return {"default model": data / "phi_detector.crfsuite", "given names": data / "given_names.txt.gz",
+    return {"default model": data / "phi_detector.crfsuite",
+            "word-free model": data / "phi_detector_word_free.crfsuite", "given names": data / "given_names.txt.gz",
             "surnames": data / "surnames.txt.gz", "hospitals": hospitals, "custom model": custom}
 
 
@@ -44,7 +47,7 @@ stages:
     return stage_fingerprint(stage, spec, "input", cfg), stage.cache_namespace()
 
 
-@pytest.mark.parametrize("changed", ["default model", "given names", "surnames", "hospitals"])
+@pytest.mark.parametrize("changed", ["default model", "word-free model", "given names", "surnames", "hospitals"])
 def test_default_files_changing_content_change_fingerprint_and_namespace(tmp_path, copies, changed):
     (tmp_path / "in.jsonl").write_text('{"id": "a", "text": "x"}\n')
     before = _fingerprints(tmp_path, "{profile: clinical}")
@@ -68,3 +71,13 @@ def test_a_retrained_model_at_the_same_detector_path_changes_both(tmp_path, copi
     with open(copies["default model"], "ab") as fh:
         fh.write(b"\0")
     assert _fingerprints(tmp_path, options) == after
+
+
+def test_the_word_free_model_left_out_is_not_read(tmp_path, copies):
+    (tmp_path / "in.jsonl").write_text('{"id": "a", "text": "x"}\n')
+    options = "{profile: clinical, word_free_detector: false}"
+    before = _fingerprints(tmp_path, options)
+    assert before != _fingerprints(tmp_path, "{profile: clinical}")
+    with open(copies["word-free model"], "ab") as fh:
+        fh.write(b"\0")
+    assert _fingerprints(tmp_path, options) == before

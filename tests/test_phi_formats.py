@@ -249,3 +249,20 @@ def test_a_value_found_once_is_removed_wherever_it_recurs(clinical):
     # A number that merely shares digits with an identifier stays.
     (out,), _, _ = clinical.redact_batch(["MRN 4412345. Platelets 441,000; 4412 units given."])
     assert "441,000" in out and "4412 units" in out
+
+
+def test_dates_towns_and_staff_in_capitals_and_mixed_case(clinical):
+    """Month abbreviations and ordinals in ALL-CAPS notes, a day alone after a dating word, a town
+    that is also a word named with its state, a surname after a role; abbreviations kept."""
+    caps = ("PT SEEN SEPT 9 AND FEB 12TH BY TEAM. CABG 9 AUG. FAMILY CALLED ON THE 4TH OF JULY. "
+            "TO RETURN ON 23RD. BROTHER FROM PROVIDENCE RI VISITING. SON IN CONCORD, NH.\n"
+            "MEDS PER MAR. HR DEC 10 BPM. ON 2ND FLOOR, 3RD ATTEMPT. O2 2L NC, S/P MI.")
+    mixed = "MD Patel notified of BP 80/40; NP Brown aware. Wife lives in Providence RI. Abd soft ND, on 2L NC."
+    (caps_out, mixed_out), _, _ = clinical.redact_batch([caps, mixed])
+    for value in ("SEPT 9", "FEB 12TH", "9 AUG", "4TH OF JULY", "23RD", "PROVIDENCE", "CONCORD"):
+        assert not _left(value, caps_out), (value, caps_out)
+    for kept in ("PER MAR", "DEC 10 BPM", "2ND FLOOR", "3RD ATTEMPT", "2L NC", "S/P MI"):
+        assert kept in caps_out, (kept, caps_out)
+    for value in ("Patel", "Brown", "Providence"):
+        assert not _left(value, mixed_out), (value, mixed_out)
+    assert "Abd soft ND, on 2L NC." in mixed_out

@@ -27,6 +27,10 @@ from pipeline.phi.lexicon import (
 from pipeline.resources import resource
 
 DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
+# The second model: the same features without the words themselves (no `w=`, `pw=`, `nw=`), so
+# it cannot remember names, and its errors differ from the first's; their marginals are combined
+# by the larger (docs/phi.md, "The learned name and place detector").
+DEFAULT_WORD_FREE_MODEL = DATA / "phi_detector_word_free.crfsuite"
 # The marginal probability of not being O that makes a token PHI (scripts/eval_phi.py --curve).
 DEFAULT_THRESHOLD = 0.2
 HOSPITALS = resource("data/us-hospitals/hospitals.csv")
@@ -166,7 +170,9 @@ class _WordFeatures:
         self.moded: dict[tuple, list[str]] = {}
 
     def get(self, w: str) -> tuple:
-        """(lexicon tags, own features, {offset: features as a neighbour at that offset})."""
+        """(lexicon tags, own features, {offset: features as a neighbour at that offset}, shape,
+        own word features, {offset: word features as a neighbour}): the word features (the word
+        itself) apart, as the word-free model has none."""
         hit = self.words.get(w)
         if hit is not None:
             return hit
@@ -177,24 +183,25 @@ class _WordFeatures:
             tags = tuple(_lex_tags(low, w, self.lex, self.hosp))
             if "hinit" in tags and not w.isupper():
                 tags = tuple(t for t in tags if t != "hinit")
-            own = ["sh=" + sh, "w=" + low, f"len={min(len(w), 7)}"] + (["suf=" + low[-3:]] if len(low) > 3 else [])
+            own = ["sh=" + sh, f"len={min(len(w), 7)}"] + (["suf=" + low[-3:]] if len(low) > 3 else [])
+            own_words = ["w=" + low]
         else:
             tags = ("num",) if w[0].isdigit() else ("punct",)
             own = ["sh=" + sh, f"num={min(len(w), 5)}" if w[0].isdigit() else "p=" + w]
+            own_words = []
         own += ["x=" + t for t in tags]
         if len(w) == 1 and w.isalpha() and w.isupper():
             own.append("single")
-        near = {}
+        near, near_words = {}, {}
         for d in (-2, -1, 1, 2):
             f = [f"{d}:sh={sh}"]
-            if w[0].isalpha() or abs(d) == 1:
-                f.append(f"{d}:w={low}")
+            near_words[d] = [f"{d}:w={low}"] if w[0].isalpha() or abs(d) == 1 else []
             if abs(d) == 1:
                 f += [f"{d}:x={t}" for t in tags]
             elif w[0].isalpha():
                 f += [f"{d}:x={t}" for t in tags if t not in ("common", "eng", "nolist")]
             near[d] = f
-        hit = self.words[w] = (tags, own, near, sh)
+        hit = self.words[w] = (tags, own, near, sh, own_words, near_words)
         return hit
 
     def pair(self, d: int, a: tuple, b: tuple) -> list[str]:
@@ -218,8 +225,16 @@ def _word_features(lex: Lexicon) -> _WordFeatures:
 
 
 def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
-              ents: list[tuple[int, int, str]] | None = None) -> list[list[str]]:
-    """Feature strings per token. `ents`: (start, end, label) of spaCy entities, when given."""
+              ents: list[tuple[int, int, str]] | None = None, words: bool = True) -> list[list[str]]:
+    """Feature strings per token. `ents`: (start, end, label) of spaCy entities, when given;
+    `words`: False leaves out the words themselves (the word-free model's features)."""
+    word_free, word_only = featurize_parts(text, toks, lex, ents)
+    return [f + w for f, w in zip(word_free, word_only)] if words else word_free
+
+
+def featurize_parts(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
+                    ents: list[tuple[int, int, str]] | None = None) -> tuple[list[list[str]], list[list[str]]]:
+    """(word-free features, word features) per token, in one pass: both models' features."""
     wf = _word_features(lex or detector_lexicon())
     n = len(toks)
     mode = case_mode(text)
@@ -281,10 +296,11 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
             last = i
     coded = alphanumeric_pieces(toks)
     head = ["bias", "m=" + mode]
-    feats = []
+    feats, word_feats = [], []
     for i in range(n):
-        tags, own, _, sh = info[i]
+        tags, own, _, sh, own_words, _ = info[i]
         f = head + ["lm=" + line_mode[i]] + own + wf.with_mode(line_mode[i], sh, tags)
+        fw = list(own_words)
         if multi[i]:
             f.append(multi[i])
         if i == 0 or newline[i]:
@@ -306,18 +322,22 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
                 f.append(f"{d}:edge")
                 continue
             f += info[j][2][d]
+            fw += info[j][5][d]
             if abs(d) == 1:
                 f += wf.pair(d, info[j][0], tags)
         if i and newline[i]:
             f.append("-1:newline")
         j = prev_word[i]
         if j >= 0 and j < i - 1:                    # a word before, punctuation between
-            f += ["pw=" + lows[j]] + ["pwx=" + t for t in info[j][0]]
+            f += ["pwx=" + t for t in info[j][0]]
+            fw.append("pw=" + lows[j])
         j = next_word[i]
         if j > i + 1:
-            f += ["nw=" + lows[j]] + ["nwx=" + t for t in info[j][0]]
+            f += ["nwx=" + t for t in info[j][0]]
+            fw.append("nw=" + lows[j])
         feats.append(f)
-    return feats
+        word_feats.append(fw)
+    return feats, word_feats
 
 
 def _edge_word(w: str) -> bool:
@@ -385,34 +405,50 @@ def check_model(path: str | Path) -> None:
 
 
 class PhiDetector:
-    """The trained CRF: spans of PERSON and LOCATION with their marginal probability."""
+    """The trained CRFs: spans of PERSON and LOCATION with their marginal probability. With
+    several models (the committed one and its word-free companion), a token's marginal is the
+    largest of theirs: each finds what the other misses on a style it was not trained on."""
 
-    def __init__(self, model_path: str | Path | None = None, threshold: float = 0.5):
+    def __init__(self, model_path: str | Path | None = None, threshold: float = 0.5,
+                 more_models: tuple[str | Path, ...] = ()):
         import pycrfsuite
         self.model_path = str(model_path or DEFAULT_MODEL)
         self.threshold = self._lowest = threshold
-        self.tagger = pycrfsuite.Tagger()
-        self.tagger.open(self.model_path)
-        info = self.tagger.info()
-        self.labels = [lab for lab in info.labels if lab != "O"]
-        self.uses_entities = any(a.startswith("ent=") for a in info.attributes)
+        self.taggers = []
+        for path in (self.model_path, *map(str, more_models)):
+            tagger = pycrfsuite.Tagger()
+            tagger.open(path)
+            info = tagger.info()
+            # (tagger, non-O labels, reads spaCy entities, reads the words themselves)
+            self.taggers.append((tagger, [lab for lab in info.labels if lab != "O"],
+                                 any(a.startswith("ent=") for a in info.attributes),
+                                 any(a.startswith("w=") for a in info.attributes)))
+        self.uses_entities = any(t[2] for t in self.taggers)
         self.lex = detector_lexicon()
 
     def token_probabilities(self, text: str, ents=None):
         """(tokens, P(not O) per token, lean per token: P(PER) - P(LOC), computed only for the
-        tokens whose P(not O) reaches the lowest threshold asked for, else 0)."""
+        tokens whose P(not O) reaches the lowest threshold asked for, else 0), from the model
+        with the largest P(not O) at that token."""
         toks = tokenize(text)
         if not toks:
             return toks, [], []
-        tagger = self.tagger
-        tagger.set(featurize(text, toks, self.lex, ents if self.uses_entities else None))
-        p_phi = [1.0 - tagger.marginal("O", i) for i in range(len(toks))]
-        lean = [0.0] * len(toks)
-        per = [lab for lab in self.labels if lab.endswith("PER")]
-        loc = [lab for lab in self.labels if lab.endswith("LOC")]
-        for i, p in enumerate(p_phi):
-            if p >= self._lowest:
-                lean[i] = sum(tagger.marginal(lab, i) for lab in per) - sum(tagger.marginal(lab, i) for lab in loc)
+        p_phi, lean = [0.0] * len(toks), [0.0] * len(toks)
+        parts = {}
+        for tagger, labels, uses_entities, words in self.taggers:
+            if uses_entities not in parts:
+                parts[uses_entities] = featurize_parts(text, toks, self.lex, ents if uses_entities else None)
+            word_free, word_only = parts[uses_entities]
+            tagger.set([f + w for f, w in zip(word_free, word_only)] if words else word_free)
+            per = [lab for lab in labels if lab.endswith("PER")]
+            loc = [lab for lab in labels if lab.endswith("LOC")]
+            for i in range(len(toks)):
+                p = 1.0 - tagger.marginal("O", i)
+                if p > p_phi[i]:
+                    p_phi[i] = p
+                    if p >= self._lowest:
+                        lean[i] = sum(tagger.marginal(lab, i) for lab in per) - sum(
+                            tagger.marginal(lab, i) for lab in loc)
         return toks, p_phi, lean
 
     def spans(self, text: str, ents=None, threshold: float | None = None) -> list[tuple[int, int, str, float]]:
@@ -470,13 +506,14 @@ class PhiDetector:
         return out
 
 
-def detector_recognizer(model_path: str | Path | None = None, threshold: float = 0.5, score_floor: float = 0.0):
+def detector_recognizer(model_path: str | Path | None = None, threshold: float = 0.5, score_floor: float = 0.0,
+                        more_models: tuple[str | Path, ...] = ()):
     """A Presidio recognizer over the detector's spans. Its own threshold decides; the score
     it reports is the span's mean marginal, raised to `score_floor` so that the analyzer's
     score_threshold does not filter a second time."""
     from presidio_analyzer import EntityRecognizer, RecognizerResult
 
-    detector = PhiDetector(model_path, threshold)
+    detector = PhiDetector(model_path, threshold, more_models)
 
     class DetectorRecognizer(EntityRecognizer):
         def load(self):
@@ -501,15 +538,18 @@ TRAIN_PARAMS = {"c1": 0.05, "c2": 0.01, "max_iterations": 100, "feature.possible
                 "feature.minfreq": 2}
 
 
-def train(examples, model_path: str | Path, params: dict | None = None, use_entities: bool = False) -> None:
+def train(examples, model_path: str | Path, params: dict | None = None, use_entities: bool = False,
+          words: bool = True) -> None:
     """Train a CRF on examples [(text, [(start, end, 'PER' | 'LOC')], ents or None)] and write
-    it to model_path. The same examples in the same order give the same file."""
+    it to model_path (`words=False`: the word-free model). The same examples in the same order
+    give the same file."""
     import pycrfsuite
     lex = detector_lexicon()
     trainer = pycrfsuite.Trainer(verbose=False)
     for text, spans, ents in examples:
         toks = tokenize(text)
         if toks:
-            trainer.append(featurize(text, toks, lex, ents if use_entities else None), bio_labels(toks, spans))
+            trainer.append(featurize(text, toks, lex, ents if use_entities else None, words=words),
+                           bio_labels(toks, spans))
     trainer.set_params({**TRAIN_PARAMS, **(params or {})})
     trainer.train(str(model_path))

@@ -96,7 +96,8 @@ def ner_person_recognizer():
 class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
-                 name_rules: bool = True, triage=None):
+                 name_rules: bool = True, triage=None, word_free_detector: bool = True,
+                 word_free_detector_path: str | None = None):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -105,6 +106,7 @@ class PhiEngine:
         from pipeline.phi.detector import DEFAULT_THRESHOLD
         self.detector_path = detector_path
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
+        self.word_free_detector, self.word_free_detector_path = word_free_detector, word_free_detector_path
         self.name_rules = name_rules
         # PHI triage (pipeline/phi/triage.py): NerTriage (literature profile) runs spaCy's NER
         # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
@@ -170,8 +172,10 @@ class PhiEngine:
     def _detector_recognizers(self) -> list:
         """The learned name and place detector (pipeline/phi/detector.py), as one recognizer;
         a model that reads spaCy's entities turns spaCy's NER back on."""
-        from pipeline.phi.detector import detector_recognizer
-        rec = detector_recognizer(self.detector_path, self.detector_threshold, score_floor=self.score_threshold)
+        from pipeline.phi.detector import DEFAULT_WORD_FREE_MODEL, detector_recognizer
+        more = (self.word_free_detector_path or DEFAULT_WORD_FREE_MODEL,) if self.word_free_detector else ()
+        rec = detector_recognizer(self.detector_path, self.detector_threshold, score_floor=self.score_threshold,
+                                  more_models=more)
         if rec.detector.uses_entities and "ner" in self.nlp_engine.nlp["en"].disabled:
             self.nlp_engine.nlp["en"].enable_pipe("ner")
         return [rec]

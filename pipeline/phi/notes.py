@@ -231,6 +231,8 @@ class _NoteWords:
                     not common[i]
                     or lows[i] in self.lex.given
                     and (prev in FAMILY or prev in ROLE_TITLE and mode != "mixed" or capitalized(i) and mode == "mixed")
+                    # "MD Patel", "NP Brown": a capitalized surname after a role, in mixed case
+                    or prev in ROLE_TITLE and mode == "mixed" and capitalized(i) and lows[i] in self.lex.surnames
                 )
             ):
                 marked[i] = True
@@ -685,7 +687,25 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
                     continue
                 spans.append((t.start(), toks[i + k - 1].end()))
                 break
+            # A town that is also a word or a given name, named with its state ("Providence RI",
+            # "Concord, NH"): the postal convention makes it a place.
+            state = STATE_AFTER.match(text, toks[i + k - 1].end()) if phrase in lex.places and mode != "lower" else None
+            if state and state.group("st") not in CLINICAL_CODES and (
+                mode == "mixed" and t.group()[0].isupper() or mode == "upper" and state.group("st") not in STATE_WORDS
+            ):
+                spans.append((t.start(), toks[i + k - 1].end()))
+                break
     return spans
+
+
+# USPS state codes after a town; in capitals, the ones that are also English words are left out.
+STATE_AFTER = re.compile(
+    r",?[ \t]+(?P<st>AL|AK|AZ|AR|CA|CO|CT|DE|FL|GA|HI|ID|IL|IN|IA|KS|KY|LA|ME|MD|MA|MI|MN|MS|MO|MT|NE|NV|NH|"
+    r"NJ|NM|NY|NC|ND|OH|OK|OR|PA|RI|SC|SD|TN|TX|UT|VT|VA|WA|WV|WI|WY|DC)\b(?![-/.]?\w)"
+)
+STATE_WORDS = {"IN", "OR", "ME", "OK", "HI", "ID", "DE", "LA", "AL"}
+# Codes that notes use as abbreviations ("d/c", "2L NC", "s/p MI", "d/w MD", "CO 4.5", "MS changes").
+CLINICAL_CODES = {"DC", "NC", "MI", "ND", "SC", "CO", "CA", "MS", "PA", "MD", "NE"}
 
 
 # --- dates and numbers -----------------------------------------------------------------------
@@ -747,10 +767,14 @@ FULL_DATE_AFTER_WORD = re.compile(
     r"(?![\d/%]|\.\d)"
 )
 # A day of the month alone: "on the 11th", "it's the 3rd."
+# Without "the", after a dating word, only where nothing follows the ordinal ("seen on 23rd.",
+# "f/u 14th and ...", "until 3rd @ 10").
 ORDINAL_DAY = re.compile(
     r"(?i)\b(?:on|since|until|till|by|from|it'?s|is)\s+the\s+(?P<v>(?:[12]?\d|3[01])(?:st|nd|rd|th))\b"
     r"(?!\s*(?:time|times|day|days|dose|doses|attempt|try|floor|degree|rib|ics|intercostal|"
     r"percentile|grade|round|cycle|week|hour|shift|unit|of\s+(?:the|his|her)))"
+    r"|\b(?:on|since|until|till|by|before|after|due|dated?|seen|f/u|admitted|discharged)\s+"
+    r"(?P<w>(?:[12]?\d|3[01])(?:st|nd|rd|th))(?=[ \t]*(?:[.,;:)\n]|$|and\b|at\b|@))"
 )
 VENT_BEFORE = re.compile(
     r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
@@ -802,8 +826,9 @@ class ClinicalDateRecognizer(RuleRecognizer):
             for m in MONTH_DAY.finditer(text)
             if month_day_is_date(text, m.start(), m.end())
         ]
-        for regex in (FULL_DATE_AFTER_WORD, ORDINAL_DAY):
-            out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in regex.finditer(text)]
+        out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in FULL_DATE_AFTER_WORD.finditer(text)]
+        out += [RecognizerResult("DATE_TIME", *m.span("v" if m.group("v") else "w"), 0.7)
+                for m in ORDINAL_DAY.finditer(text)]
         for m in MONTH_WORDS.finditer(text):
             out.append(RecognizerResult("DATE_TIME", m.start(), m.end(), 0.7))
         for m in MONTH_YEAR.finditer(text):

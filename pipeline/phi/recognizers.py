@@ -12,13 +12,18 @@ from pipeline.phi.eponyms import EPONYM_HEADS, EPONYMS, NAME_STOP_WORDS, NON_NAM
 
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
           r"Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?")
-_DAY = r"(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?"
+_DAY = r"(?:0?[1-9]|[12]\d|3[01])(?i:st|nd|rd|th)?"
 # Any case. Abbreviations that are also words or acronyms ("may", "MAR" the medication record,
 # "DEC" decreased) are dates only with a year after them ("28 may 1948", "14MAR2019").
 _YEAR_AFTER = r"(?=[\s,.-]*(?:\d{1,2}(?:st|nd|rd|th)?[\s,.-]+)?(?:(?:19|20)\d\d|['’]\d\d))"
 _MONTH_ANY = (r"(?:(?i:january|february|march|april|june|july|august|september|october|november|december)|"
               r"[Jj]an|[Ff]eb|[Mm]ar|[Aa]pr|[Jj]un|[Jj]ul|[Aa]ug|[Ss]ept?|[Oo]ct|[Nn]ov|[Dd]ec|May|"
-              rf"(?:may|MAY|JAN|FEB|MAR|APR|JUN|JUL|AUG|SEPT?|OCT|NOV|DEC){_YEAR_AFTER})(?![a-z])\.?")
+              rf"(?:may|MAY|JAN|FEB|MAR|APR|JUN|JUL|AUG|SEPT?|OCT|NOV|DEC){_YEAR_AFTER}|"
+              # In capitals beside a day ("SEPT 9", "FEB 12TH", "9 SEPT"); not MAR, DEC, OCT (record,
+              # decreased, a scan).
+              rf"(?:JAN|FEB|APR|JUN|JUL|AUG|SEPT?|NOV)(?=\.?[ \t-]*(?:0?[1-9]|[12]\d|3[01])(?i:st|nd|rd|th)?\b)|"
+              r"(?:(?<=\d)|(?<=\d[ \t.-]))(?:JAN|FEB|APR|JUN|JUL|AUG|SEPT?|NOV))"
+              r"(?![a-z])\.?")
 _YEAR = r"(?:19|20)\d\d"
 _ORDINAL_WORD = (r"(?i:(?:twenty|thirty)[- ]?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|"
                  r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
@@ -323,7 +328,7 @@ def rules() -> list[tuple[str, str, float]]:
         # Month names in any case ("14-Mar-2019", "3rd of june '98", "14MAR2019", "feb 10 1983").
         (
             "DATE_TIME",
-            rf"\b{_DAY}(?:\s+of)?[\s./-]*{_MONTH_ANY}(?:[\s,./-]*(?:{_YEAR}|['’]\d\d)\b|[\s./-]\d\d\b)?",
+            rf"\b{_DAY}(?i:\s+of)?[\s./-]*{_MONTH_ANY}(?:[\s,./-]*(?:{_YEAR}|['’]\d\d)\b|[\s./-]\d\d\b)?",
             0.8,
         ),
         (
@@ -620,7 +625,7 @@ GATES = {
     r"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|1[0-2])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
     r"(?<![\d,/-])(?<!\d\.)(?:0?[1-9]|[12]\d|3[01])(?P<s>": r"\d{1,2}[/.-]\d{1,2}[/.-]\d{2}",
     r"\b(?:19|20)\d\d(?P<s>[-/.])": r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}",
-    r"\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?(?:\s+of)?": r"(?i)\d(?:st|nd|rd|th)?(?:\s+of)?[\s./-]*" + _MONTH_RE2,
+    r"\b(?:0?[1-9]|[12]\d|3[01])(?i:st|nd|rd|th)?(?i:\s+of)?": r"(?i)\d(?:st|nd|rd|th)?(?:\s+of)?[\s./-]*" + _MONTH_RE2,
     r"\b(?:(?:(?i:january": r"(?i)" + _MONTH_RE2 + r"[a-z]*\.?[\s.-]*\d",
     r"(?i)\b(?:on|since|from|until": r"\d/\d",
     r"(?i)\b(?:DOB|D\.O\.B\.": r"(?i)dob|d\.o\.b|birth",

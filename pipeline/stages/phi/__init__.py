@@ -45,6 +45,11 @@ class PhiConfig(StageConfig):
     # changes more other words (scripts/eval_phi.py --curve measures the trade).
     detector_path: str | None = None
     detector_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
+    # Its word-free companion (the same features without the words themselves; default: the
+    # committed data/phi/phi_detector_word_free.crfsuite): a token's marginal is the larger of
+    # the two models'. `word_free_detector: false` leaves it out.
+    word_free_detector: bool = True
+    word_free_detector_path: str | None = None
     # The hand-written name and place rules (pipeline/phi/notes.py) beside the detector, as a union.
     name_rules: bool = True
     # A column naming the patient (or any group): each group's dates shift by one offset (without
@@ -72,7 +77,7 @@ class PhiConfig(StageConfig):
     # recognizer reads. Same results; on by default in both profiles.
     triage: bool = True
 
-    @field_validator("detector_path")
+    @field_validator("detector_path", "word_free_detector_path")
     @classmethod
     def _detector_loads(cls, value):
         # A missing file is reported by the config check with its location; one that exists
@@ -138,6 +143,8 @@ class PhiDeidentify(DocumentStage):
                                             self.config.nlp_batch_size, profile=self.config.profile,
                                             detector_path=self.config.detector_path,
                                             detector_threshold=self.config.detector_threshold,
+                                            word_free_detector=self.config.word_free_detector,
+                                            word_free_detector_path=self.config.word_free_detector_path,
                                             name_rules=self.config.name_rules,
                                             triage=self._triage()).setup()
         return self._engine_loaded
@@ -355,15 +362,18 @@ class PhiDeidentify(DocumentStage):
         return {**super().engine_versions(), **package_versions(self.list_packages)}
 
     def fingerprint_files(self) -> list[Path]:
-        """Besides a `detector_path` option (the base class's), the files the engine reads
-        whatever the options say: the detector model in use when the option is unset (the
-        committed data/phi/phi_detector.crfsuite), the name, word and place lists of data/phi
+        """Besides the `*_path` options (the base class's), the files the engine reads
+        whatever the options say: the detector models in use when their options are unset (the
+        committed data/phi/phi_detector.crfsuite and its word-free companion), the name, word and
+        place lists of data/phi
         and the hospital list the detector's features come from. A retrained model or a
         rebuilt list reruns the stage and starts a new cache namespace."""
         from pipeline.phi import detector, lexicon
         files = super().fingerprint_files()
         if not self.config.detector_path:
             files.append(Path(detector.DEFAULT_MODEL))
+        if self.config.word_free_detector and not self.config.word_free_detector_path:
+            files.append(Path(detector.DEFAULT_WORD_FREE_MODEL))
         files += sorted(Path(lexicon.DATA).glob("*.txt.gz")) + [Path(detector.HOSPITALS)]
         return files
 
