@@ -200,3 +200,14 @@ def test_weighted_copies_meet_the_tokens_to_a_document():
     times = epochs * factors
     assert np.all(copies + 1 >= np.floor(times + 1e-9)) and np.all(copies + 1 <= np.ceil(times - 1e-9))
     assert abs(cutoff - 1.0) < 0.2
+
+
+def test_the_tokenizer_sample_repeats_by_the_factors_too(weighted):
+    """The tokenizer learns from the weighted mix: the abstracts' bytes count their factors, and
+    the sample holds the sources near their weights (in UTF-8 bytes, fractions by draw)."""
+    stats = json.loads((weighted["run"] / "stages/04_tokenizer/stats.json").read_text())
+    sample = stats["mix_sample"]
+    pubmed = sample["pubmed"]
+    assert pubmed["weighted_bytes"] > pubmed["bytes_before"]
+    assert pubmed["bytes_after"] == pytest.approx(pubmed["epochs"] * pubmed["weighted_bytes"], rel=0.05)
+    assert abs(pubmed["share"] - 0.7) < 0.03 and "weighted_bytes" not in sample["reports"]
