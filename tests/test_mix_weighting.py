@@ -211,3 +211,9 @@ def test_the_tokenizer_sample_repeats_by_the_factors_too(weighted):
     assert pubmed["weighted_bytes"] > pubmed["bytes_before"]
     assert pubmed["bytes_after"] == pytest.approx(pubmed["epochs"] * pubmed["weighted_bytes"], rel=0.05)
     assert abs(pubmed["share"] - 0.7) < 0.03 and "weighted_bytes" not in sample["reports"]
+
+
+def test_the_card_states_the_repeats_per_factor(weighted):
+    card = (weighted["run"] / "final/README.md").read_text()
+    assert "pubmed's train documents repeated by their metadata" in card and "funded: +0.5" in card
+    assert "| 3 |" in card

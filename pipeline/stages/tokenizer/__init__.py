@@ -420,6 +420,14 @@ class TrainTokenizer(GlobalStage):
         mix = self.ctx.mix if self.ctx is not None else None
         return (mix or {}).get(source, {}).get("repeat_by") if source is not None else None
 
+    def _weighted_times(self, table: pa.Table, epochs: float, rules: list[dict]) -> np.ndarray:
+        """A weighted source's documents' times in the sample: epochs x factor, the fraction by
+        each document's seeded draw (pipeline/engines/mixing.py, cutoff 1)."""
+        from pipeline.engines.mixing import repeat_factors, shuffle_keys, weighted_copies
+
+        keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
+        return weighted_copies(repeat_factors(table, rules)[0], keys, epochs, 1.0) + 1
+
     def _copies(self, table: pa.Table, epochs: float | None, rules: list[dict] | None = None) -> list[pa.Table]:
         """The train documents as often as the sample takes them: once; with a mix (`epochs`,
         their source's), whole copies, then for the fraction the documents whose seeded draw
@@ -427,10 +435,7 @@ class TrainTokenizer(GlobalStage):
         weighted source (`rules`): each document epochs x its factor times, the same way."""
         copies = [table]
         if epochs is not None and rules:
-            from pipeline.engines.mixing import repeat_factors, shuffle_keys, weighted_copies
-
-            keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
-            extra = weighted_copies(repeat_factors(table, rules)[0], keys, epochs, 1.0)
+            extra = self._weighted_times(table, epochs, rules) - 1
             copies += [table.filter(pa.array(extra >= k)) for k in range(1, int(extra.max(initial=0)) + 1)]
         elif epochs is not None:
             from pipeline.engines.mixing import partial_draws, shuffle_keys
@@ -460,7 +465,15 @@ class TrainTokenizer(GlobalStage):
         def collect(table: pa.Table, row0: int) -> pa.Table:
             nonlocal nbytes
             train = self._train_rows(table, task.params.get("fraction"))
-            if train.num_rows:
+            if train.num_rows and epochs is not None and rules:
+                # A weighted source: each text counted once, times its document's times, the
+                # documents grouped by them (no copy's words counted again).
+                times = self._weighted_times(train, epochs, rules)
+                for k in np.unique(times).tolist():
+                    part = train.filter(pa.array(times == k))
+                    counted.append((part["text"].combine_chunks(), int(k)))
+                    nbytes += _text_bytes(part) * int(k)
+            elif train.num_rows:
                 parts = self._copies(train, epochs, rules)
                 # Whole copies are the same texts: counted once, times their number.
                 whole = sum(part is train for part in parts)
