@@ -198,6 +198,16 @@ def _sources(manifest: dict) -> str:
                 ],
             ),
         ]
+        for n, m in mix["sources"].items():
+            rb = m.get("repeat_by")
+            if rb:
+                out += ["", f"{n}'s train documents repeated by their metadata (each {m['epochs']:.2f} x its "
+                        "factor times: 1 plus the adds of the rules it matches; "
+                        + "; ".join(f"{r['rule']}: +{r['add']:g}, {number(r['documents'])} documents"
+                                    for r in rb["rules"]) + "):", "",
+                        markdown_table(["factor", "documents", "train tokens before", "after", "times"],
+                                       [[f"{f['factor']:g}", number(f["documents"]), number(f["tokens_before"]),
+                                         number(f["tokens_after"]), f"{f['times']:.2f}"] for f in rb["factors"]])]
     return "\n".join(out)
 
 

@@ -95,11 +95,62 @@ class SourceConfig(Strict):
         return stage_entries(value)
 
 
+class RepeatRule(Strict):
+    """One additive repeat factor of a mix's source (docs/sources.md, "Weighting by metadata"): a
+    document whose `column` holds one of `any_of` (a list column: any of its items), or a number
+    within [min, max], counts `add` more times than its source's base of 1."""
+    column: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    any_of: list[str] | None = Field(default=None, min_length=1)
+    min: float | None = None
+    max: float | None = None
+    add: float = Field(gt=0.0, le=100.0)
+    # The factor's name in the manifest (default: the condition, e.g. `year >= 2016`).
+    name: str | None = Field(default=None, min_length=1, max_length=80)
+
+    @model_validator(mode="after")
+    def _one_condition(self):
+        if (self.any_of is None) == (self.min is None and self.max is None):
+            raise ValueError("give either any_of: [values] or min:/max: (a number range), not both or neither")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min:g} is above max {self.max:g}")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.any_of is not None:
+            return f"{self.column}: {', '.join(self.any_of)}"
+        if self.max is None:
+            return f"{self.column} >= {self.min:g}"
+        if self.min is None:
+            return f"{self.column} <= {self.max:g}"
+        return f"{self.column} {self.min:g}-{self.max:g}"
+
+
 class MixEntry(Strict):
     """A source's share of the packed train tokens, and how often its documents may repeat to
     reach it."""
     weight: float = Field(gt=0.0)
     max_epochs: float = Field(default=1.0, ge=1.0)
+    # Per-document repeat factors within the source: 1 plus the `add` of every rule a document
+    # matches; the source's total is then scaled to its weight as without them.
+    repeat_by: list[RepeatRule] | None = Field(default=None, min_length=1, max_length=32)
+
+    @model_validator(mode="after")
+    def _distinct_names(self):
+        labels = [r.label for r in self.repeat_by or []]
+        if len(set(labels)) != len(labels):
+            raise ValueError("repeat_by: two rules have the same name; give each a distinct `name:`")
+        return self
+
+    def dump(self) -> dict:
+        """As the stages see it (RunContext.mix): without repeat_by when there is none, so that a
+        mix without it is the same value, and fingerprint, as before repeat_by existed."""
+        out = self.model_dump(exclude={"repeat_by"})
+        if self.repeat_by:
+            out["repeat_by"] = [{**r.model_dump(exclude_none=True), "label": r.label} for r in self.repeat_by]
+        return out
 
 
 class RunConfig(Strict):
@@ -522,6 +573,48 @@ def _spec_chains(config: Config, chains, specs: list[StageSpec]) -> dict:
     return {src: [s for s in specs if s.source == src] + tail for src in sources}
 
 
+def _repeat_by_problems(source: str, rules: list[RepeatRule], input_cfg: InputConfig) -> list[str]:
+    """A repeat_by rule on a column the source's documents do not have, or of the wrong kind,
+    where the reader's columns are known from the config: MEDLINE and JATS XML (their typed
+    columns), JSON/CSV (`input.columns`, strings). Other inputs (parquet, datasets folders) are
+    checked by pack, on the first shard without the column."""
+    import pyarrow as pa
+
+    from pipeline.readers import jats, pubmed_xml
+    fmt = input_cfg.format
+    if fmt == "auto":
+        kinds = set()
+        for p in input_cfg.paths:
+            name = p.lower()
+            kinds.add("xml" if name.endswith((".xml", ".xml.gz", ".nxml", ".nxml.gz")) else
+                      "strings" if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".json", ".json.gz",
+                                                  ".csv", ".csv.gz", ".tsv", ".tsv.gz")) else "other")
+        fmt = kinds.pop() if len(kinds) == 1 else "other"
+    if fmt in ("xml", "pubmed_xml", "jats"):
+        schemas = {"xml": [pubmed_xml.SCHEMA, jats.SCHEMA], "pubmed_xml": [pubmed_xml.SCHEMA],
+                   "jats": [jats.SCHEMA]}[fmt]
+        columns = {f.name: f.type for schema in schemas for f in schema}
+        what = {"xml": "MEDLINE or JATS XML", "pubmed_xml": "MEDLINE XML", "jats": "JATS XML"}[fmt]
+    elif fmt in ("strings", "jsonl", "json", "csv", "tsv"):
+        columns = {c: pa.string() for c in input_cfg.columns}
+        what = "this input (JSON and CSV fields are columns when listed in input.columns, as strings)"
+    else:
+        return []
+    problems = []
+    for i, rule in enumerate(rules):
+        where = f"mix.{source}.repeat_by[{i}]"
+        kind = columns.get(rule.column)
+        if kind is None:
+            known = ", ".join(c for c in columns if c not in ("id", "text")) or "none"
+            problems.append(f"{where}.column: '{rule.column}' is not a column of {what} (columns: {known})")
+        elif rule.any_of is not None and not (pa.types.is_string(kind) or (
+                pa.types.is_list(kind) and pa.types.is_string(kind.value_type))):
+            problems.append(f"{where}.any_of: '{rule.column}' holds {kind}, not text: use min:/max:")
+        elif rule.any_of is None and not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            problems.append(f"{where}: min:/max: need a number column; '{rule.column}' holds {kind}: use any_of:")
+    return problems
+
+
 def _source_problems(run: RunConfig, specs: list[StageSpec]) -> list[str]:
     """What a multi-source config can get wrong beyond one chain: a mix of sources it does not
     have, a stage option naming one (dedup's priority), PHI that could reach the shared tail."""
@@ -531,6 +624,8 @@ def _source_problems(run: RunConfig, specs: list[StageSpec]) -> list[str]:
     for key in run.mix or {}:
         if key not in names:
             problems.append(f"mix.{key}: unknown source (sources: {', '.join(names)})")
+        elif run.mix[key].repeat_by:
+            problems.extend(_repeat_by_problems(key, run.mix[key].repeat_by, run.sources[key].input))
     if run.mix is not None:
         for name in names:
             if name not in run.mix:

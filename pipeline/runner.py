@@ -76,7 +76,7 @@ def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) 
         # field of that name): an annotation, kept by a stage that drops the source's other fields.
         annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields())
         + ((SOURCE,) if config.multi_source else ()),
-        mix={k: v.model_dump() for k, v in config.run.mix.items()} if config.run.mix else None)
+        mix={k: v.dump() for k, v in config.run.mix.items()} if config.run.mix else None)
     return stage
 
 

@@ -9,7 +9,8 @@
    duplicates, the decontamination counts, the mix (tokens per source before and after, epochs,
    the achieved share overall and the lowest and highest over every window of 1,000 consecutive
    sequences, against issue 19's bars: within 1 % of the weight overall, 5 % per window), the
-   tokenizer's sample by the same weights, and the Megatron --data-path line.
+   tokenizer's sample by the same weights, the repeats of a source weighted by metadata
+   (repeat_by: per factor and per rule), and the Megatron --data-path line.
 
     python scripts/sources_figures.py                     # 1 only
     make prepare CONFIG=configs/medbot.yaml && python scripts/sources_figures.py --run runs/medbot
@@ -65,6 +66,9 @@ def mix_figures(mix: dict) -> dict:
         row = {k: m[k] for k in ("weight", "share", "epochs", "max_epochs", "train_tokens_before",
                                  "train_tokens_after", "repeated_tokens", "validation_tokens")}
         row["share_off_percent"] = _off_percent(m["share"], m["weight"])
+        if m.get("repeat_by"):
+            # Weighting by metadata: the manifest's repeats per factor and per rule, as they are.
+            row["repeat_by"] = m["repeat_by"]
         for key, w in windows.items():
             if w:
                 lo, hi = w["min_share"][name], w["max_share"][name]
@@ -92,6 +96,8 @@ def run_figures(run_dir: Path) -> dict:
                 "docs_read": f["docs_read"],
                 "docs_out": f["docs_out"],
                 "stages": [{k: s[k] for k in ("stage", "docs_in", "docs_out", "removed")} for s in f["stages"]],
+                # Documents each stage removed, by the stage's name without the source's prefix.
+                "removed_by_stage": {s["stage"].split(".")[-1]: sum(s["removed"].values()) for s in f["stages"]},
             }
             for n, f in manifest["sources"].items()
         },

@@ -192,7 +192,9 @@ def test_priority_needs_sources(tmp_path):
 
 def test_medbot_config_validates():
     config = load_config(ROOT / "configs/medbot.yaml")
-    assert config.source_names == ["pubmed", "notes"]
+    assert config.source_names == ["pubmed", "fulltexts", "notes"]
+    assert [r.label for r in config.run.mix["pubmed"].repeat_by] == ["guidelines", "meta-analyses", "trials",
+                                                                     "recent"]
     assert [s.key for s in config.stages if s.source is None][:2] == ["dedup_exact", "dedup_minhash"]
 
 
@@ -350,8 +352,9 @@ def test_two_sources_give_the_same_bytes_under_local_and_ray(ray_instance, tmp_p
 
 @pytest.fixture(scope="module")
 def medbot_run(tmp_path_factory):
-    """configs/medbot.yaml's chains (abstracts with the literature profile; private clinical
-    notes with the clinical one; the shared tail) on 150 records and 12 notes."""
+    """configs/medbot.yaml's chains (abstracts with the literature profile; two PMC full texts;
+    private clinical notes with the clinical one; the shared tail) on 150 records and 12 notes,
+    every source free to repeat (the sizes are not MedBot's)."""
     import yaml
     tmp = tmp_path_factory.mktemp("medbot")
     raw = yaml.safe_load((ROOT / "configs/medbot.yaml").read_text())
@@ -359,6 +362,9 @@ def medbot_run(tmp_path_factory):
     raw["progress"] = False
     raw["sources"]["pubmed"]["input"] = {"paths": [str(RAW)], "limit": 150}
     raw["sources"]["notes"]["input"] = {"paths": [str(ROOT / "data/deid-dev/notes.jsonl")], "limit": 12}
+    raw["sources"]["fulltexts"]["input"] = {"paths": [str(ROOT / "data/raw/pmc")], "limit": 2}
+    for entry in raw["mix"].values():
+        entry["max_epochs"] = 100
     for entry in raw["stages"]:
         (name, options), = entry.items()
         if name == "tokenizer":
@@ -370,7 +376,7 @@ def medbot_run(tmp_path_factory):
                 bench["path"] = str(ROOT / bench["path"])
     # Short notes leave at heuristics: documents removed in the private chain, before its phi.
     raw["sources"]["notes"]["stages"][1]["heuristics"]["min_words"] = 150
-    raw["sources"]["pubmed"]["stages"][2]["perplexity"]["model_path"] = str(ROOT / "data/models/pubmed_lm.binary")
+    raw["sources"]["pubmed"]["stages"][3]["perplexity"]["model_path"] = str(ROOT / "data/models/pubmed_lm.binary")
     config = tmp / "medbot.yaml"
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     code, _, err = run_in_process("run", "--config", config)
@@ -387,14 +393,14 @@ def test_inspect_names_a_multi_source_runs_stages_by_source(medbot_run):
     # Both sources' documents are read (not the first chain's alone).
     assert data["docs_read"] == manifest["docs_read"] == sum(f["docs_read"] for f in manifest["sources"].values())
     labels = [s["stage"] for s in data["stages"]]
-    assert labels[:2] == ["pubmed.normalize", "pubmed.langid"] and "notes.heuristics" in labels
+    assert labels[:2] == ["pubmed.normalize", "pubmed.metadata"] and "notes.heuristics" in labels
     assert data["docs_kept"] == manifest["stages"][-1]["docs_out"]
     # A source's stage by SOURCE.STAGE, by its name alone, and its folder.
     by_label = removed_documents(medbot_run, "pubmed.normalize", limit=3)
     assert by_label["matching"] == manifest["sources"]["pubmed"]["stages"][0]["removed"]["no_abstract"] > 0
     assert {d["stage"] for d in by_label["documents"]} == {"pubmed.normalize"}
     assert removed_documents(medbot_run, "langid")["matching"] == sum(
-        manifest["sources"]["pubmed"]["stages"][1]["removed"].values())
+        sum(manifest["sources"][src]["stages"][2]["removed"].values()) for src in ("pubmed", "fulltexts"))
     assert removed_documents(medbot_run, "01_pubmed.normalize", limit=1)["matching"] == by_label["matching"]
     # The notes' chain up to its clinical phi is private; the abstracts' (literature) is not.
     with pytest.raises(UserError, match="notes.heuristics' runs at or before its chain's clinical de-identification"):
@@ -402,7 +408,7 @@ def test_inspect_names_a_multi_source_runs_stages_by_source(medbot_run):
     with pytest.raises(UserError, match="no stage 'web.langid'.*pubmed.langid"):
         removed_documents(medbot_run, "web.langid")
     both = removed_documents(medbot_run, "heuristics", limit=50)
-    assert {d["stage"] for d in both["documents"]} <= {"pubmed.heuristics"}
+    assert {d["stage"] for d in both["documents"]} <= {"pubmed.heuristics", "fulltexts.heuristics"}
     assert manifest["sources"]["notes"]["stages"][1]["removed"]["too_few_words"] > 0
     assert any("notes.heuristics" in n for n in both["notes"])
     everything = removed_documents(medbot_run, limit=500)
@@ -415,11 +421,12 @@ def test_inspect_names_a_multi_source_runs_stages_by_source(medbot_run):
 def test_report_and_card_read_the_same_record_of_a_multi_source_run(medbot_run):
     from pipeline.finished_run import FinishedRun
     run = FinishedRun(medbot_run)
-    assert [s.label for s in run.stages][:2] == ["pubmed.normalize", "pubmed.langid"]
-    assert [[s.label for s in chain][-1] for chain in run.chains()] == ["pubmed.phi", "notes.phi", "pack"]
+    assert [s.label for s in run.stages][:3] == ["pubmed.normalize", "pubmed.metadata", "pubmed.langid"]
+    assert [[s.label for s in chain][-1] for chain in run.chains()] == ["pubmed.phi", "fulltexts.phi", "notes.phi",
+                                                                       "pack"]
     tail = next(s for s in run.stages if s.label == "dedup_exact")
-    assert [p.label for p in run.previous(tail)] == ["pubmed.phi", "notes.phi"]
-    assert run.stages[0].options == {} and run.stages[1].options == {"keep": ["en"], "min_score": 0.65}
+    assert [p.label for p in run.previous(tail)] == ["pubmed.phi", "fulltexts.phi", "notes.phi"]
+    assert run.stages[0].options == {} and run.stages[2].options == {"keep": ["en"], "min_score": 0.65}
     report = (medbot_run / "report.html").read_text()
     card = (medbot_run / "final/README.md").read_text()
     for s in run.stages:

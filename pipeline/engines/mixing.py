@@ -49,9 +49,10 @@ def partial_draws(keys: np.ndarray, copy: int) -> np.ndarray:
     return (draw >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def draw_cutoff(draws: np.ndarray, lengths: np.ndarray, tokens: float) -> float:
+def draw_cutoff(draws: np.ndarray, lengths: np.ndarray, tokens: float, past_end: float = 1.0) -> float:
     """The draw below which documents (taken by rising draw) hold `tokens` tokens, to the nearest
-    document: the partial copy then meets its share to a document's length, not by chance."""
+    document: the partial copy then meets its share to a document's length, not by chance.
+    `past_end`: the cutoff that takes them all."""
     if not len(draws):
         return 0.0
     order = np.argsort(draws, kind="stable")
@@ -59,7 +60,75 @@ def draw_cutoff(draws: np.ndarray, lengths: np.ndarray, tokens: float) -> float:
     k = int(np.searchsorted(total, tokens))            # documents [0, k) hold < tokens
     if k < len(total) and (k == 0 or total[k] - tokens < tokens - total[k - 1]):
         k += 1
-    return float(draws[order[k]]) if k < len(order) else 1.0
+    return float(draws[order[k]]) if k < len(order) else past_end
+
+
+def repeat_factors(table, rules: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's repeat factor (`repeat_by`, docs/sources.md): 1 plus the `add` of every
+    rule it matches, added in the rules' order; and the rules it matches (bit i: rule i). A null
+    value matches no rule. A column the documents lack is refused, naming the rule."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    factors = np.ones(n, np.float64)
+    matched = np.zeros(n, np.int64)
+    for i, rule in enumerate(rules):
+        if rule["column"] not in table.column_names:
+            raise UserError(f"mix: repeat_by rule '{rule['label']}': the documents have no column "
+                            f"'{rule['column']}' at pack (columns: {', '.join(table.column_names)})")
+        col = table[rule["column"]]
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
+        if rule.get("any_of") is not None:
+            values = pa.array(rule["any_of"], pa.string())
+            hit = np.zeros(n, bool)
+            if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+                items = pc.is_in(pc.list_flatten(col), value_set=values).to_numpy(zero_copy_only=False)
+                hit[pc.list_parent_indices(col).to_numpy()[items]] = True
+            else:
+                hit = pc.fill_null(pc.is_in(col, value_set=values), False).to_numpy(zero_copy_only=False)
+        else:
+            x = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)      # null: nan, in no range
+            with np.errstate(invalid="ignore"):
+                hit = ~np.isnan(x)
+                if rule.get("min") is not None:
+                    hit &= x >= rule["min"]
+                if rule.get("max") is not None:
+                    hit &= x <= rule["max"]
+        factors += np.where(hit, rule["add"], 0.0)
+        matched |= hit.astype(np.int64) << np.int64(i)
+    return factors, matched
+
+
+def partial_draws_at(keys: np.ndarray, copies: np.ndarray) -> np.ndarray:
+    """partial_draws with each document's own copy number (its partial copy): the same draw as
+    partial_draws(keys, k) for a document whose copy is k."""
+    with np.errstate(over="ignore"):
+        ck = np.where(copies == 0, keys, splitmix64(keys ^ (copies.astype(np.uint64) * _GOLDEN)))
+    draw = splitmix64(ck ^ np.uint64(0x6D6978))
+    return (draw >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def weighted_parts(factors: np.ndarray, keys: np.ndarray, epochs: float) -> tuple[np.ndarray, np.ndarray]:
+    """A weighted source's documents' times in the mix, epochs x factor: the whole times, and the
+    fraction's ranked draw (its seeded draw over the fraction; inf without a fraction). A
+    document is taken once more when its ranked draw is below the source's cutoff: a cutoff of 1
+    takes each with the probability of its fraction; the planned cutoff, near 1, is the one that
+    meets the source's tokens to a document's length."""
+    times = epochs * factors
+    whole = np.floor(times + 1e-9)
+    frac = times - whole
+    ranked = np.full(len(times), np.inf)
+    part = frac > 1e-9
+    ranked[part] = partial_draws_at(keys[part], whole[part].astype(np.int64)) / frac[part]
+    return whole.astype(np.int64), ranked
+
+
+def weighted_copies(factors: np.ndarray, keys: np.ndarray, epochs: float, cutoff: float) -> np.ndarray:
+    """Each document's repeated copies (besides itself): copies 1..n of it are in the mix."""
+    whole, ranked = weighted_parts(factors, keys, epochs)
+    return whole - 1 + (ranked < cutoff)
 
 
 def plan_epochs(train_tokens: dict[str, int], mix: dict[str, dict]) -> dict[str, float]:

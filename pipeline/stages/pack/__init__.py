@@ -29,7 +29,7 @@ from pydantic import Field
 
 from pipeline.documents import source_of_shard
 from pipeline.engines.bpe import TOKENIZER_FILE, tokenizer_from_json, tokenizers_threads
-from pipeline.engines.mixing import shuffle_keys
+from pipeline.engines.mixing import repeat_factors, shuffle_keys
 from pipeline.engines.splits import SPLITS
 from pipeline.errors import UserError
 from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
@@ -185,6 +185,9 @@ class Pack(GlobalStage):
         threads = task.params.get("encode_threads", 1)
         sources = task.params.get("sources") or []
         src = sources.index(source_of_shard(task.shard.name)) if sources else 0
+        # A weighted source's documents' repeat factors, and the rules each matches (mix repeat_by).
+        rules = (task.params.get("repeat_by") or {}).get(source_of_shard(task.shard.name))
+        factors: list[tuple[np.ndarray, np.ndarray]] = []
         parts: list[pa.Table] = []
 
         def tokenize(table: pa.Table, row0: int) -> pa.Table:
@@ -200,10 +203,19 @@ class Pack(GlobalStage):
             parts.append(pa.table({"key": pa.array(keys), "pos": pa.array(np.arange(row0, row0 + n, dtype=np.int64)),
                                    "split": split, "ids": ids, "src": pa.array(np.full(n, src, np.int8))},
                                   schema=BUCKET_SCHEMA))
+            if rules:
+                factors.append(repeat_factors(table, rules))
             return table
         marker = rewrite_shard(self, task, tokenize)
         docs = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
-        _write_tokens(task.folder / "work" / "tokens", task.shard.name, docs, shuffle)
+        folder = task.folder / "work" / "tokens"
+        order = _write_tokens(folder, task.shard.name, docs, shuffle)
+        if rules:
+            # Beside the token file, in its row order.
+            f = np.concatenate([x for x, _ in factors]) if factors else np.zeros(0)
+            m = np.concatenate([b for _, b in factors]) if factors else np.zeros(0, np.int64)
+            save_npy(folder / f"{task.shard.name}.factor.npy", f[order])
+            save_npy(folder / f"{task.shard.name}.rules.npy", m[order])
         return marker
 
     @shard_task
@@ -217,11 +229,23 @@ class Pack(GlobalStage):
         folder = task.folder / "work" / "tokens"
         with (folder / f"{p['name']}.arrow").open_input() as f:
             docs = pa.ipc.open_file(f).read_all()
-        docs = docs.filter(pc.equal(docs["split"], 0))
+        train = pc.equal(docs["split"], 0)
+        docs = docs.filter(train)
         keys = docs["key"].to_numpy()
+        copies = p.get("copies", [])
+        if "weighted" in p:
+            from pipeline.engines.mixing import weighted_copies
+            factors = load_npy(folder / f"{p['name']}.factor.npy")[train.to_numpy(zero_copy_only=False)]
+            extra = weighted_copies(factors, keys, p["weighted"]["epochs"], p["weighted"]["cutoff"])
+            copies = [[k, None] for k in range(1, int(extra.max(initial=0)) + 1)]
         out = []
-        for copy, cutoff in p["copies"]:
-            part = docs if cutoff >= 1 else docs.filter(pa.array(partial_draws(keys, copy) < cutoff))
+        for copy, cutoff in copies:
+            if cutoff is None:                  # a weighted source: the documents with that many copies
+                part = docs.filter(pa.array(extra >= copy))
+                cutoff = 1.0
+            else:
+                part = docs
+            part = part if cutoff >= 1 else part.filter(pa.array(partial_draws(keys, copy) < cutoff))
             kept_keys = part["key"].to_numpy()
             part = part.set_column(0, "key", pa.array(copy_keys(kept_keys, copy)))
             part = part.set_column(1, "pos", pc.add(part["pos"], pa.scalar(copy * p["rows"], pa.int64())))
@@ -319,8 +343,9 @@ class Pack(GlobalStage):
         # With workers, each encodes on two threads: two workers on two cores lose nothing to
         # it, and the last shards, once the other workers are done, take half the time.
         encode_threads = min(2, inputs.driver_threads(self))
+        repeat_by = {s: m["repeat_by"] for s, m in (mix or {}).items() if m.get("repeat_by")}
         inputs.map(self.tokenize_shard, shuffle=cfg.shuffle, encode_threads=encode_threads,
-                   **({"sources": sorted(mix)} if mix else {}))
+                   **({"sources": sorted(mix)} if mix else {}), **({"repeat_by": repeat_by} if repeat_by else {}))
         names = inputs.names()
         mix_plan = self._repeat(inputs, work, names) if mix else None
         original_rows = None
@@ -384,12 +409,23 @@ class Pack(GlobalStage):
         source = {name: source_of_shard(name) for name in names}
         train = {s: int(sum(c[:, 3].sum() for n, c in counts.items() if source[n] == s)) for s in mix}
         validation = {s: int(sum(c[:, 4].sum() for n, c in counts.items() if source[n] == s)) for s in mix}
-        epochs = plan_epochs(train, mix)
+        # A weighted source (repeat_by) takes its share in weighted tokens: each train document's
+        # tokens times its factor; its epochs then scale every document's factor alike.
+        weighted = {s: self._weighted_docs(work, [n for n in names if source[n] == s]) for s in mix
+                    if mix[s].get("repeat_by")}
+        epochs = plan_epochs({**train, **{s: int(round(w["weighted"])) for s, w in weighted.items()}}, mix)
         rows = int(sum(c[:, 0].sum() for c in counts.values()))
         cutoffs = {s: self._cutoff(work, [n for n in names if source[n] == s], epochs[s], train[s])
-                   for s in mix if epochs[s] % 1 > 1e-9}
+                   for s in mix if epochs[s] % 1 > 1e-9 and s not in weighted}
+        for s, w in weighted.items():
+            w["cutoff"] = self._weighted_cutoff(w, epochs[s])
         tasks = []
         for name in names:
+            if source[name] in weighted:
+                w = weighted[source[name]]
+                tasks.append({"name": name, "rows": rows, "weighted": {"epochs": epochs[source[name]],
+                                                                        "cutoff": w["cutoff"]}})
+                continue
             e = epochs[source[name]]
             last = math.ceil(e - 1e-9) - 1
             copies = [[k, 1.0 if k < last or e % 1 <= 1e-9 else cutoffs[source[name]]] for k in range(1, last + 1)]
@@ -401,11 +437,45 @@ class Pack(GlobalStage):
             after[source[name.split("~")[0]]] += int(load_npy(work / "tokens" / f"{name}.counts.npy")[:, 3].sum())
         total_weight = sum(m["weight"] for m in mix.values())
         total = sum(after.values())
-        return {"copies": made, "original_rows": rows, "train_tokens": total, "sources": {s: {
+        plan = {"copies": made, "original_rows": rows, "train_tokens": total, "sources": {s: {
             "weight": round(mix[s]["weight"] / total_weight, 6), "max_epochs": mix[s]["max_epochs"],
             "epochs": round(epochs[s], 4), "train_tokens_before": train[s], "train_tokens_after": after[s],
             "repeated_tokens": after[s] - train[s], "share": round(after[s] / total, 6) if total else 0.0,
             "validation_tokens": validation[s]} for s in sorted(mix)}}
+        for s, w in weighted.items():
+            plan["sources"][s]["repeat_by"] = _repeat_by_stats(w, epochs[s], mix[s]["repeat_by"])
+        return plan
+
+    def _weighted_docs(self, work: RunPath, names: list[str]) -> dict:
+        """A weighted source's train documents on the driver: shuffle key, length (EOS included),
+        repeat factor and matched rules of each (28 bytes a document), and its weighted tokens."""
+        keys, lengths, factors, rules = [], [], [], []
+        for name in names:
+            with (work / "tokens" / f"{name}.arrow").open_input() as f:
+                docs = pa.ipc.open_file(f).read_all()
+            train = pc.equal(docs["split"], 0).to_numpy(zero_copy_only=False)
+            keys.append(docs["key"].to_numpy()[train])
+            lengths.append(pc.list_value_length(docs["ids"]).to_numpy(zero_copy_only=False).astype(np.int64)[train] + 1)
+            factors.append(load_npy(work / "tokens" / f"{name}.factor.npy")[train])
+            rules.append(load_npy(work / "tokens" / f"{name}.rules.npy")[train])
+        out = {"keys": np.concatenate(keys) if keys else np.zeros(0, np.uint64),
+               "lengths": np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
+               "factors": np.concatenate(factors) if factors else np.zeros(0),
+               "rules": np.concatenate(rules) if rules else np.zeros(0, np.int64)}
+        out["weighted"] = float(np.dot(out["factors"], out["lengths"]))
+        return out
+
+    def _weighted_cutoff(self, w: dict, epochs: float) -> float:
+        """The ranked-draw cutoff of a weighted source's fractions (mixing.weighted_parts): the
+        documents by rising ranked draw until the source holds epochs x its weighted tokens, to
+        the nearest document. Sets w["copies"]: each document's repeated copies."""
+        from pipeline.engines.mixing import draw_cutoff, weighted_parts
+        whole, ranked = weighted_parts(w["factors"], w["keys"], epochs)
+        part = np.isfinite(ranked)
+        need = epochs * w["weighted"] - float(np.dot(whole, w["lengths"]))
+        cutoff = draw_cutoff(ranked[part], w["lengths"][part], need, past_end=float(2 ** 64)) if part.any() else 1.0
+        w["copies"] = whole - 1 + (ranked < cutoff)
+        return cutoff
 
     def _cutoff(self, work: RunPath, names: list[str], epochs: float, train_tokens: int) -> float:
         """The draw cutoff of a source's partial last copy: its documents by rising draw until
@@ -524,6 +594,17 @@ class Pack(GlobalStage):
                  for s, v in mix["sources"].items()])
                 + f"<p>Over every window of consecutive sequences, moved one sequence at a time "
                 f"({windows[0]['windows']:,} windows of {windows[0]['sequences_per_window']:,}).</p>")
+            for src, v in mix["sources"].items():
+                rb = v.get("repeat_by")
+                if not rb:
+                    continue
+                body += (f"<h3>Repeats by metadata: {src}</h3><p>Each train document {v['epochs']:g} x its factor "
+                         "times (1 plus the adds of the rules it matches; validation once):</p>"
+                         + table(["factor", "documents", "tokens before", "tokens after", "repeated", "times"],
+                                 [[f["factor"], f["documents"], f["tokens_before"], f["tokens_after"],
+                                   f["repeated_tokens"], f["times"]] for f in rb["factors"]])
+                         + table(["rule", "adds", "documents matched", "their tokens"],
+                                 [[r["rule"], r["add"], r["documents"], r["tokens_before"]] for r in rb["rules"]]))
         megatron = stats.get("megatron")
         if megatron:
             figures["megatron"] = megatron
@@ -607,9 +688,33 @@ class Pack(GlobalStage):
             )
 
 
-def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> None:
+def _repeat_by_stats(w: dict, epochs: float, rules: list[dict]) -> dict:
+    """A weighted source's repeats in the manifest: per factor (1 plus the adds a document
+    matched), its train documents and their tokens before and after the mix, and the times each
+    is there on average (epochs x factor); per rule, the documents it matched and their tokens."""
+    lengths, factors, copies = w["lengths"], w["factors"], w["copies"]
+    values = np.round(factors, 6)
+    by_factor = []
+    for v in np.unique(values):
+        sel = values == v
+        before = int(lengths[sel].sum())
+        after = int(((copies[sel] + 1) * lengths[sel]).sum())
+        by_factor.append({"factor": float(v), "documents": int(sel.sum()), "tokens_before": before,
+                          "tokens_after": after, "repeated_tokens": after - before,
+                          "times": round(after / before, 4) if before else 0.0,
+                          "planned_times": round(epochs * float(v), 4)})
+    by_rule = []
+    for i, rule in enumerate(rules):
+        sel = (w["rules"] >> np.int64(i)) & 1 == 1
+        by_rule.append({"rule": rule["label"], "column": rule["column"], "add": rule["add"],
+                        "documents": int(sel.sum()), "tokens_before": int(lengths[sel].sum())})
+    return {"weighted_tokens": int(round(w["weighted"])), "factors": by_factor, "rules": by_rule}
+
+
+def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> np.ndarray:
     """A shard's tokenized documents as work/tokens/NAME.arrow, in key-bin order, and
-    NAME.counts.npy (per bin: rows, documents and tokens by split)."""
+    NAME.counts.npy (per bin: rows, documents and tokens by split). Returns the order taken
+    (the rows of `docs` as written)."""
     n_bins = BINS if shuffle else 1
     bins = (
         (docs["key"].to_numpy() >> np.uint64(64 - BIN_BITS)).astype(np.int64)
@@ -632,3 +737,4 @@ def _write_tokens(folder: RunPath, name: str, docs: pa.Table, shuffle: bool) -> 
             writer.write_batch(batch)
     (folder / f"{name}.arrow").write_bytes(sink.getvalue().to_pybytes())
     save_npy(folder / f"{name}.counts.npy", counts)
+    return order

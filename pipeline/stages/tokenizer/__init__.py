@@ -415,12 +415,29 @@ class TrainTokenizer(GlobalStage):
         for shard, table in inputs.shard_tables():
             yield source_of_shard(shard.name), self._train_rows(table, fraction)
 
-    def _copies(self, table: pa.Table, epochs: float | None) -> list[pa.Table]:
+    def _rules(self, source: str | None) -> list[dict] | None:
+        """The source's repeat_by rules (mix), or None."""
+        mix = self.ctx.mix if self.ctx is not None else None
+        return (mix or {}).get(source, {}).get("repeat_by") if source is not None else None
+
+    def _weighted_times(self, table: pa.Table, epochs: float, rules: list[dict]) -> np.ndarray:
+        """A weighted source's documents' times in the sample: epochs x factor, the fraction by
+        each document's seeded draw (pipeline/engines/mixing.py, cutoff 1)."""
+        from pipeline.engines.mixing import repeat_factors, shuffle_keys, weighted_copies
+
+        keys = shuffle_keys(table["id"].to_pylist(), self.ctx.seed)
+        return weighted_copies(repeat_factors(table, rules)[0], keys, epochs, 1.0) + 1
+
+    def _copies(self, table: pa.Table, epochs: float | None, rules: list[dict] | None = None) -> list[pa.Table]:
         """The train documents as often as the sample takes them: once; with a mix (`epochs`,
         their source's), whole copies, then for the fraction the documents whose seeded draw
-        (a hash of the run seed and the id, as pack's repeated copies) falls below it."""
+        (a hash of the run seed and the id, as pack's repeated copies) falls below it. A
+        weighted source (`rules`): each document epochs x its factor times, the same way."""
         copies = [table]
-        if epochs is not None:
+        if epochs is not None and rules:
+            extra = self._weighted_times(table, epochs, rules) - 1
+            copies += [table.filter(pa.array(extra >= k)) for k in range(1, int(extra.max(initial=0)) + 1)]
+        elif epochs is not None:
             from pipeline.engines.mixing import partial_draws, shuffle_keys
 
             whole = int(math.floor(epochs + 1e-9))
@@ -441,14 +458,23 @@ class TrainTokenizer(GlobalStage):
         from pipeline.tasks import rewrite_shard
 
         epochs = (task.params.get("epochs") or {}).get(source_of_shard(task.shard.name))
+        rules = self._rules(source_of_shard(task.shard.name))
         counted: list[tuple[pa.Array, int]] = []  # (texts, times)
         nbytes = 0
 
         def collect(table: pa.Table, row0: int) -> pa.Table:
             nonlocal nbytes
             train = self._train_rows(table, task.params.get("fraction"))
-            if train.num_rows:
-                parts = self._copies(train, epochs)
+            if train.num_rows and epochs is not None and rules:
+                # A weighted source: each text counted once, times its document's times, the
+                # documents grouped by them (no copy's words counted again).
+                times = self._weighted_times(train, epochs, rules)
+                for k in np.unique(times).tolist():
+                    part = train.filter(pa.array(times == k))
+                    counted.append((part["text"].combine_chunks(), int(k)))
+                    nbytes += _text_bytes(part) * int(k)
+            elif train.num_rows:
+                parts = self._copies(train, epochs, rules)
                 # Whole copies are the same texts: counted once, times their number.
                 whole = sum(part is train for part in parts)
                 counted.append((train["text"].combine_chunks(), whole))
@@ -499,10 +525,20 @@ class TrainTokenizer(GlobalStage):
         from pipeline.engines.mixing import plan_epochs
 
         before = {s: 0 for s in mix}
+        # A weighted source's bytes count its factor times (repeat_by), as its tokens in pack.
+        weighted = {s: 0.0 for s in mix if mix[s].get("repeat_by")}
         for source, table in self._train_tables(inputs):
             before[source] += _text_bytes(table)
-        epochs = plan_epochs(before, {s: {**m, "max_epochs": math.inf} for s, m in mix.items()})
-        return {"epochs": epochs, "bytes_before": before}
+            if source in weighted and table.num_rows:
+                from pipeline.engines.mixing import repeat_factors
+
+                nbytes = pc.binary_length(table["text"].cast(pa.large_string())).to_numpy(zero_copy_only=False)
+                weighted[source] += float(np.dot(repeat_factors(table, mix[source]["repeat_by"])[0],
+                                                 np.nan_to_num(nbytes.astype(np.float64))))
+        epochs = plan_epochs({**before, **{s: int(round(w)) for s, w in weighted.items()}},
+                             {s: {**m, "max_epochs": math.inf} for s, m in mix.items()})
+        return {"epochs": epochs, "bytes_before": before,
+                **({"weighted_bytes": {s: int(round(w)) for s, w in weighted.items()}} if weighted else {})}
 
     def _train_batches(self, inputs, counter: dict, sample: dict | None = None) -> Iterator[list[str]]:
         """The texts the tokenizer learns from (the sample: _train_tables, _copies), on the
@@ -513,7 +549,7 @@ class TrainTokenizer(GlobalStage):
         for source, table in self._train_tables(inputs):
             if not table.num_rows:
                 continue
-            for part in self._copies(table, epochs[source] if epochs else None):
+            for part in self._copies(table, epochs[source] if epochs else None, self._rules(source)):
                 counter["docs"] += part.num_rows
                 if after is not None:
                     after[source] += _text_bytes(part)
@@ -633,6 +669,8 @@ class TrainTokenizer(GlobalStage):
                     "bytes_before": sample["bytes_before"][s],
                     "bytes_after": sample.get("bytes_after", {}).get(s, 0),
                     "share": sample.get("share", {}).get(s, 0.0),
+                    **({"weighted_bytes": sample["weighted_bytes"][s]}
+                       if s in sample.get("weighted_bytes", {}) else {}),
                 }
                 for s in sorted(sample["epochs"])
             }
