@@ -144,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "pseudonymizes them), one a line")
     what.add_argument("--patients", metavar="FILE", help="values of the patient field (split's `by`) as the "
                                                          "input gives them, one a line: all their documents")
+    er.add_argument("--report", action="store_true", help="write report.html again (else it is removed: it "
+                                                          "shows removed documents; medprep report RUN writes it)")
     _progress_arguments(er)
     insp = sub.add_parser("inspect", help="list the documents a run removed, by stage and reason (or --summary)",
                           description="Removed documents of a run folder with their reason, the stage's score "
@@ -247,7 +249,7 @@ def inspect(args) -> None:
 def erase(args) -> None:
     from pipeline.erase import erase as erase_documents
     _configure_progress(args)
-    receipt = erase_documents(args.run_dir, ids_file=args.ids, patients_file=args.patients)
+    receipt = erase_documents(args.run_dir, ids_file=args.ids, patients_file=args.patients, report=args.report)
     run_line(f"erased: {receipt['documents']} documents from {args.run_dir} ({receipt['asked']['values']} "
              f"{receipt['asked']['kind']} asked; receipt {receipt['path']})", "erase_end",
              documents=receipt["documents"], receipt=receipt["path"])

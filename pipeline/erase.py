@@ -397,7 +397,7 @@ def write_receipt(run_dir: Path, receipt: dict) -> Path:
 
 # ---- the command ----------------------------------------------------------------------------
 
-def erase(run_dir: str, ids_file: str | None = None, patients_file: str | None = None) -> dict:
+def erase(run_dir: str, ids_file: str | None = None, patients_file: str | None = None, report: bool = False) -> dict:
     """Erase documents from a finished run folder (the module docstring); returns the receipt."""
     if bool(ids_file) == bool(patients_file):
         raise UserError("give the documents to erase: --ids FILE or --patients FILE (one value a line)")
@@ -413,10 +413,10 @@ def erase(run_dir: str, ids_file: str | None = None, patients_file: str | None =
     check_finished(config, run)
     from pipeline.preflight import run_folder_lock
     with run_folder_lock(config.output_dir):
-        return _erase(config, manifest, run, values, by_patient=bool(patients_file))
+        return _erase(config, manifest, run, values, by_patient=bool(patients_file), report=report)
 
 
-def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: bool) -> dict:
+def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: bool, report: bool) -> dict:
     from pipeline.runner import bare_stage, run_stage, stage_dirs_for
     from pipeline.stages.base import DocumentStage
     t0 = time.perf_counter()
@@ -480,6 +480,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     for leftover in (run / "stages").glob("*.tmp"):
         shutil.rmtree(leftover)
 
+    t_filtered = time.perf_counter()
     # The whole-corpus stages again, from the per-document stages' outputs.
     from pipeline.executor import make_executor
     executor = make_executor(config.run.executor, config.run.num_proc)
@@ -499,7 +500,8 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         if f"cache/tokenizer_compare/{entry.name}" not in used:
             shutil.rmtree(entry)
 
-    _finish_run(config, manifest, dirs, executor_info)
+    t_rerun = time.perf_counter()
+    _finish_run(config, manifest, dirs, executor_info, report and config.run.report)
     after = final_digest(run)
     seconds = time.perf_counter() - t0
     receipt = {
@@ -514,6 +516,8 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         "final_digest": {"before": before, "after": after,
                          "what": "sha256 over final/'s files (path, sha256) but README.md, the dataset card"},
         "seconds": round(seconds, 3),
+        "seconds_by_step": {"filter": round(t_filtered - t0, 3), "rerun": round(t_rerun - t_filtered, 3),
+                            "finish": round(time.perf_counter() - t_rerun, 3)},
         # This process's CPU seconds and the rerun stages' workers'.
         "cpu_seconds": round(time.process_time() - cpu0 + worker_cpu, 3),
     }
@@ -521,16 +525,21 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     return receipt
 
 
-def _finish_run(config, old_manifest: dict, dirs: dict, executor_info: dict) -> None:
+def _finish_run(config, old_manifest: dict, dirs: dict, executor_info: dict, write_report_too: bool) -> None:
     """manifest.json, report.html and the dataset card from the stages' stats, as a run ends."""
     from pipeline.card import write_card
     from pipeline.finished_run import FinishedRun
     from pipeline.runner import bare_stage, run_folder_size, write_manifest
     all_stats = [read_json(dirs[s.key] / STATS) for s in config.stages]
     manifest = write_manifest(config, all_stats, old_manifest.get("seconds", 0.0), executor_info)
-    if config.run.report:
+    report = config.output_dir.local / "report.html"
+    if write_report_too:
         from pipeline.report import write_report
         write_report(config.output_dir)
+    else:
+        # It shows removed documents' texts and the old counts; rewriting it takes as long as the
+        # rest of the erasure (its plots, phi's redactor): `medprep report RUN` or --report.
+        report.unlink(missing_ok=True)
     for spec in config.stages:
         privacy = bare_stage(spec).privacy()
         if privacy is None:
