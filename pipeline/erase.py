@@ -80,6 +80,8 @@ def load_run_config(run_dir: Path):
 
     from pipeline.config import load_config
     manifest = read_json(RunPath.of(run_dir) / "manifest.json")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
+        raise UserError(f"{run_dir}: manifest.json holds no config (not a finished run of this medprep)")
     with tempfile.TemporaryDirectory(prefix="medprep-erase-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(manifest["config"], sort_keys=False), encoding="utf-8")
