@@ -232,6 +232,10 @@ def test_erasing_patients_gives_the_fresh_runs_final_and_crosswalk(tmp_path):
     mine, theirs = _final_files(run), _final_files(fresh)
     assert sorted(mine) == sorted(theirs) and [k for k in mine if mine[k] != theirs[k]] == []
     assert crosswalk.read_bytes() == fresh_crosswalk.read_bytes()
+    for folder in sorted((run / "stages").iterdir()):          # normalize and heuristics purged by phi
+        a = json.loads((folder / "stats.json").read_text())
+        b = json.loads((fresh / "stages" / folder.name / "stats.json").read_text())
+        assert (a["docs_in"], a["docs_out"], a["removed"]) == (b["docs_in"], b["docs_out"], b["removed"]), folder.name
 
     key = KEY.encode()
     pseudonyms = set(pseudonymize(gone_ids, key)) | set(pseudonymize(patients, key))
