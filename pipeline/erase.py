@@ -349,6 +349,28 @@ def erase_phi_cache(cache_dir: Path, used: set[str], texts: set[str]) -> None:
                 RunPath.of(path).write_bytes(arrow_file_bytes(table.filter(pa.array(~hit))))
 
 
+def mark_unread(folder: Path) -> list[Path]:
+    """The entry files under `folder`, each with its access time set to 0: reading one sets it
+    again (relatime, the default, updates an access time older than the modification time), so
+    afterwards those still at 0 were not read. On a filesystem that keeps no access times none
+    looks read, and all are removed: the safe side."""
+    out = []
+    for path in sorted(folder.rglob("*.arrow")) if folder.is_dir() else ():
+        st = path.stat()
+        os.utime(path, ns=(0, st.st_mtime_ns))
+        out.append(path)
+    return out
+
+
+def remove_unread(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            if path.stat().st_atime_ns == 0:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 def erase_crosswalk(path: str, match: set[str]) -> int:
     """The crosswalk (pseudonym, id) without the erased documents' rows, under a temp name renamed
     into place (mode 0600). Returns the rows taken out."""
@@ -474,8 +496,10 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     erase_phi_cache(cache_dir, used, phi_texts)
     if cache_dir.is_dir():
         for kind in sorted(cache_dir.iterdir()):
-            if kind.name not in ("scores", "phi", "tokenizer_compare", *CORPUS_FREE_CACHES):
-                shutil.rmtree(kind)                   # tokenizer word counts: counted again by the rerun
+            if kind.name not in ("scores", "phi", "tokenizer_compare", "tokenizer_words", *CORPUS_FREE_CACHES):
+                shutil.rmtree(kind)                   # a kind erase does not know: its entries cannot be told apart
+    words = cache_dir / "tokenizer_words"
+    unread = mark_unread(words)
     for spec, _ in phi_keys(config):
         if spec.config.crosswalk_file:
             erase_crosswalk(spec.config.crosswalk_file, match | raw_ids)
@@ -497,6 +521,12 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     used = set()
     for spec in config.stages:
         used.update(json.loads((dirs[spec.key].local / STATS).read_text()).get("cache_keys") or [])
+    # The tokenizer's word counts are keyed by the texts counted: the entries the rerun read are
+    # those of shards without an erased document; the others (and other namespaces) go.
+    remove_unread(unread)
+    for ns in sorted(words.glob("*")) if words.is_dir() else ():
+        if f"cache/tokenizer_words/{ns.name}" not in used:
+            shutil.rmtree(ns)
     compare = cache_dir / "tokenizer_compare"
     for entry in sorted(compare.glob("*")) if compare.is_dir() else ():
         if f"cache/tokenizer_compare/{entry.name}" not in used:
