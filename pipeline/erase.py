@@ -53,6 +53,8 @@ from pipeline.shards import (
 )
 
 ERASURES = "erasures"
+# Written before an erasure changes anything, removed after its receipt: an erasure cut short.
+PENDING = "PENDING"
 # Cache kinds whose entries derive from no document of the corpus (a benchmark's n-grams): kept.
 CORPUS_FREE_CACHES = ("benchmarks",)
 
@@ -88,13 +90,28 @@ def load_run_config(run_dir: Path):
         return load_config(path, output_dir=str(run_dir), check_inputs=False), manifest
 
 
-def check_finished(config, run_dir: Path) -> None:
-    """Every stage finished (or purged by the phi stage after the run, as it does), documents kept."""
+def split_stages(config) -> tuple[list, list]:
+    """(stages filtered in place, stages run again): a whole-corpus stage, and every stage after
+    one, run again; the per-document stages before them are filtered."""
+    from pipeline.runner import bare_stage
+    from pipeline.stages.base import DocumentStage
+    rerun: list = []
+    for spec in config.stages:
+        if not isinstance(bare_stage(spec), DocumentStage) or any(p in rerun for p in config.previous(spec)):
+            rerun.append(spec)
+    return [s for s in config.stages if s not in rerun], rerun
+
+
+def check_finished(config, run_dir: Path, config_file: str) -> None:
+    """Every stage finished (or purged by the phi stage after the run, as it does), documents kept.
+    After an erasure cut short (erasures/PENDING), the stages it runs again may be unfinished."""
     from pipeline.runner import bare_stage, stage_dirs_for
     if config.run.keep == "final":
         raise UserError(f"{run_dir}: the run kept only final/ (keep: final), so its stages' documents, which "
                         "erase re-derives final/ from, are gone; rerun it on the input without those documents")
     dirs = stage_dirs_for(config)
+    pending = (run_dir / ERASURES / PENDING).exists()
+    rerun = {s.key for s in split_stages(config)[1]}
     purged_ok = set()
     for chain in config.chains().values():
         for i, spec in enumerate(chain):
@@ -103,10 +120,10 @@ def check_finished(config, run_dir: Path) -> None:
                 purged_ok.update(s.key for s in chain[:i])
     for spec in config.stages:
         folder = dirs[spec.key]
-        if is_done(folder) or (is_purged(folder) and spec.key in purged_ok):
+        if is_done(folder) or (is_purged(folder) and spec.key in purged_ok) or (pending and spec.key in rerun):
             continue
         raise UserError(f"{run_dir}: stage {spec.key} has not finished ({folder.name}); finish the run first "
-                        f"('medprep run --config {config.source}')")
+                        f"('medprep run --config {config_file} --output {run_dir}')")
 
 
 def phi_keys(config) -> list[tuple[object, bytes]]:
@@ -302,13 +319,15 @@ def recount_stats(folder: Path, erased_in: int, erased_removed: Counter) -> None
 
 # ---- caches ---------------------------------------------------------------------------------
 
-def erase_scores(cache_dir: Path, stage_name: str, used_key: str | None, masks: dict[str, np.ndarray] | None) -> None:
-    """A filter stage's stored scores: the folder its stats name loses the erased rows (aligned
-    with its input shards, `masks` by shard name); another folder of the stage (scores of another
-    configuration, whose input is not at hand) or one without masks is removed."""
-    root = cache_dir / "scores" / stage_name
-    for folder in sorted(root.glob("*")) if root.is_dir() else ():
-        if used_key is None or f"scores/{stage_name}/{folder.name}" not in used_key or masks is None:
+def erase_scores(cache_dir: Path, score_masks: dict[str, dict | None]) -> None:
+    """The filter stages' stored scores: a folder a filtered stage uses (`score_masks`, by its
+    cache key) loses the erased rows, aligned with its input shards (keep masks by shard name);
+    any other folder (scores of another configuration, whose input is not at hand), or one whose
+    masks are not at hand, is removed."""
+    root = cache_dir / "scores"
+    for folder in sorted(root.glob("*/*")) if root.is_dir() else ():
+        masks = score_masks.get(f"cache/scores/{folder.parent.name}/{folder.name}")
+        if masks is None:
             shutil.rmtree(folder)
             continue
         for path in sorted(folder.glob("*.arrow")):
@@ -434,15 +453,14 @@ def erase(run_dir: str, ids_file: str | None = None, patients_file: str | None =
     config, manifest = load_run_config(run)
     if config.output_dir.local is None:
         raise UserError(f"{run_dir}: erase works on a run folder on this machine's disk")
-    check_finished(config, run)
+    check_finished(config, run, manifest.get("config_file") or "C")
     from pipeline.preflight import run_folder_lock
     with run_folder_lock(config.output_dir):
         return _erase(config, manifest, run, values, by_patient=bool(patients_file), report=report)
 
 
 def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: bool, report: bool) -> dict:
-    from pipeline.runner import bare_stage, run_stage, stage_dirs_for
-    from pipeline.stages.base import DocumentStage
+    from pipeline.runner import run_stage, stage_dirs_for
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     before = final_digest(run)
@@ -451,12 +469,16 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     match = with_pseudonyms(raw_ids, keys)
     dirs = stage_dirs_for(config)
 
-    # Which stages are filtered in place, which run again: a whole-corpus stage and every stage after one.
-    rerun: list = []
-    for spec in config.stages:
-        if not isinstance(bare_stage(spec), DocumentStage) or any(p in rerun for p in config.previous(spec)):
-            rerun.append(spec)
-    filtered = [s for s in config.stages if s not in rerun]
+    filtered, rerun = split_stages(config)
+    # Cut short from here on, the run folder says so: the stages run again lose _SUCCESS (a
+    # `medprep run` would otherwise skip them, leaving final/ as it was), final/ and report.html
+    # (which hold the documents) go, and erasures/PENDING lets the same command finish the job.
+    (run / ERASURES).mkdir(exist_ok=True)
+    (run / ERASURES / PENDING).write_text("an erasure was cut short: run the same medprep erase again\n")
+    for spec in rerun:
+        (dirs[spec.key].local / "_SUCCESS").unlink(missing_ok=True)
+    shutil.rmtree(run / "final", ignore_errors=True)
+    (run / "report.html").unlink(missing_ok=True)
 
     eraser = StageEraser(run / "stages", match)
     for spec in filtered:
@@ -483,15 +505,20 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         stats_path = dirs[spec.key].local / STATS
         if stats_path.exists():
             used.update(json.loads(stats_path.read_text()).get("cache_keys") or [])
+    # Each stored-scores folder a filtered stage uses, with the keep masks of its input shards
+    # (the previous stages' data rows as they were), or None where they are not at hand.
+    score_masks: dict[str, dict | None] = {}
     for spec in filtered:
         stats = json.loads((dirs[spec.key].local / STATS).read_text())
-        keys_used = [k for k in stats.get("cache_keys") or [] if k.startswith("cache/scores/")]
         previous = config.previous(spec)
         masks = None
         if previous and all(dirs[p.key].local.joinpath("data").is_dir() for p in previous):
-            masks = {shard: m for (folder, shard), m in eraser.data_masks.items()
-                     if folder in {dirs[p.key].name for p in previous}}
-        erase_scores(cache_dir, spec.name, keys_used[0] if keys_used else None, masks)
+            names = {dirs[p.key].name for p in previous}
+            masks = {shard: m for (folder, shard), m in eraser.data_masks.items() if folder in names}
+        for key in stats.get("cache_keys") or []:
+            if key.startswith("cache/scores/"):
+                score_masks[key] = masks
+    erase_scores(cache_dir, score_masks)
     phi_texts = {t for spec in filtered if spec.name == "phi" for t in eraser.erased_texts[dirs[spec.key].name]}
     erase_phi_cache(cache_dir, used, phi_texts)
     if cache_dir.is_dir():
@@ -554,6 +581,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         "cpu_seconds": round(time.process_time() - cpu0 + worker_cpu, 3),
     }
     receipt["path"] = str(write_receipt(run, receipt).relative_to(run))
+    (run / ERASURES / PENDING).unlink(missing_ok=True)
     return receipt
 
 

@@ -165,6 +165,16 @@ def test_erasing_documents_gives_the_fresh_runs_final_and_leaves_no_trace(tmp_pa
     assert code == 0 and err.count("skipped") == 9, err[-3000:]
     assert _final_files(run) == mine
 
+    # A retune afterwards decides from the stored scores, which lost the erased rows with their
+    # shards: the same final/ as the fresh run retuned.
+    for folder, cfg in ((run, tmp_path / "a2.yaml"), (fresh, tmp_path / "b2.yaml")):
+        data = tmp_path / ("all.jsonl" if folder == run else "without.jsonl")
+        text = _abstracts_config(cfg, data, folder).read_text()
+        cfg.write_text(text.replace("- langid: {}", "- langid: {min_score: 0.8}"))
+        code, _, err = run_in_process("run", "--config", cfg)
+        assert code == 0 and "deciding from the scores" in err, err[-3000:]
+    assert _final_files(run) == _final_files(fresh) != mine
+
     # Refused in one line before any work: patients without a split by patient; a stage unfinished.
     (tmp_path / "p.txt").write_text("p1\n")
     code, _, err = run_in_process("erase", str(run), "--patients", str(tmp_path / "p.txt"))
@@ -172,6 +182,12 @@ def test_erasing_documents_gives_the_fresh_runs_final_and_leaves_no_trace(tmp_pa
     (run / "stages" / "09_pack" / "_SUCCESS").unlink()
     code, _, err = run_in_process("erase", str(run), "--ids", str(tmp_path / "ids.txt"))
     assert code == 2 and "has not finished" in err and len(err.strip().splitlines()) == 1, err
+    # An erasure cut short (erasures/PENDING, a stage it reruns unfinished) is finished by the same command.
+    retuned = _final_files(fresh)
+    (run / "erasures" / "PENDING").write_text("")
+    code, _, err = run_in_process("erase", str(run), "--ids", str(tmp_path / "ids.txt"))
+    assert code == 0 and "erased: 0 documents" in err, err[-3000:]
+    assert _final_files(run) == retuned and not (run / "erasures" / "PENDING").exists()
 
 
 def _notes_by_patient(per_patient: int) -> list[dict]:
