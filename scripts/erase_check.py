@@ -7,7 +7,12 @@ whether final/ is byte-identical (the dataset card aside), and writes bench/eras
 
 The input without the documents: JSON lines files are written without their lines; a MEDLINE XML
 file without their <PubmedArticle> records (the others byte for byte) and, under a `limit`, the
-limit less the records taken out (the same first documents)."""
+limit less the records taken out (the same first documents).
+
+--notes-by-patient: the config's dev notes (data/deid-dev/notes.jsonl, ids PATIENT-NOTE) get a
+patient_id field from their ids, phi carries it on (group_field) and split splits by it, so that
+--patients has patients to erase on a config whose notes have no patient field (configs/medbot.yaml).
+Its other sources and its mix go: split cannot split a shared tail by a field one source lacks."""
 from __future__ import annotations
 
 import argparse
@@ -63,6 +68,32 @@ def _without_xml(path: Path, out: Path, ids: set[str]) -> int:
     return dropped
 
 
+def _by_patient(raw: dict, work: Path) -> Path:
+    """The config with its dev notes by patient (--notes-by-patient), written into `work`."""
+    notes = work / "notes_by_patient.jsonl"
+    with open(ROOT / "data/deid-dev/notes.jsonl", encoding="utf-8") as src, open(notes, "w", encoding="utf-8") as dst:
+        for line in src:
+            row = json.loads(line)
+            dst.write(json.dumps({"id": row["id"], "patient_id": row["id"].split("-")[0], "text": row["text"]}) + "\n")
+    raw["sources"] = {k: v for k, v in raw["sources"].items() if v["input"]["paths"] == ["data/deid-dev/notes.jsonl"]}
+    raw.pop("mix", None)
+    for src in raw["sources"].values():
+        if True:
+            src["input"] = {**src["input"], "paths": [str(notes)], "columns": ["patient_id"]}
+            for entry in src["stages"]:
+                if "phi" in entry:
+                    entry["phi"] = {**entry["phi"], "group_field": "patient_id"}
+    for entry in raw["stages"]:
+        options = next(iter(entry.values()))
+        if isinstance(options, dict) and "priority" in options:
+            options["priority"] = [p for p in options["priority"] if p in raw["sources"]]
+        if "split" in entry:
+            entry["split"] = {**entry["split"], "by": "patient_id"}
+    path = work / "by_patient.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
 def _final_files(run: Path) -> dict[str, bytes]:
     final = run / "final"
     return {p.relative_to(final).as_posix(): p.read_bytes() for p in sorted(final.rglob("*"))
@@ -75,6 +106,7 @@ def main() -> None:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--ids")
     what.add_argument("--patients")
+    ap.add_argument("--notes-by-patient", action="store_true")
     ap.add_argument("--work", default="bench/work/erase")
     ap.add_argument("--out", default="bench/erase.json")
     args = ap.parse_args()
@@ -83,6 +115,8 @@ def main() -> None:
     work.mkdir(parents=True)
     values = {v.strip() for v in Path(args.ids or args.patients).read_text().splitlines() if v.strip()}
     raw = yaml.safe_load((ROOT / args.config).read_text())
+    if args.notes_by_patient:
+        args.config = str(_by_patient(raw, work))
     by = next((s["split"].get("by") for s in raw.get("stages", []) if isinstance(s, dict) and "split" in s), None)
     med = [sys.executable, "-m", "pipeline"]
     run = work / "run"
