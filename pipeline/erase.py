@@ -153,9 +153,10 @@ def with_pseudonyms(values: set[str], keys: list[bytes]) -> set[str]:
     return out
 
 
-def patient_ids(config, patients: list[str], keys: list[bytes]) -> set[str]:
+def patient_ids(config, patients: list[str], keys: list[bytes]) -> tuple[set[str], int]:
     """Ids of every document whose patient field (split's `by`) holds one of `patients`: from each
-    source that reads that column, and from every stage output that carries it (a pseudonym there)."""
+    source that reads that column, and from every stage output that carries it (a pseudonym there);
+    and how many of the patients had one."""
     from pipeline.readers import read_documents
     by = next((s.config.by for s in config.stages if s.name == "split" and getattr(s.config, "by", None)), None)
     if by is None:
@@ -163,6 +164,7 @@ def patient_ids(config, patients: list[str], keys: list[bytes]) -> set[str]:
                         "patients; give the documents with --ids")
     wanted = with_pseudonyms(set(patients), keys)
     ids: set[str] = set()
+    seen: set[str] = set()
     for source, input_cfg in config.inputs.items():
         if by not in input_cfg.columns:
             continue
@@ -173,16 +175,18 @@ def patient_ids(config, patients: list[str], keys: list[bytes]) -> set[str]:
                     break
                 hit = pc.is_in(table[by].cast(pa.string()), value_set=pa.array(sorted(wanted), pa.string()))
                 ids.update(table.filter(hit)["id"].to_pylist())
+                seen.update(table.filter(hit)[by].cast(pa.string()).to_pylist())
         except (OSError, UserError):
             pass                                   # the source is gone: the stages' outputs below
     from pipeline.runner import stage_dirs_for
-    for spec, folder in ((s, d) for s in config.stages for d in [stage_dirs_for(config)[s.key]]):
-        for shard in sorted((folder.local / "data").glob("*.arrow")) if folder.local else ():
+    for folder in stage_dirs_for(config).values():
+        for shard in sorted((folder.local / "data").glob("*.arrow")):
             table = _read(shard)
             if by in table.column_names:
                 hit = pc.is_in(table[by].cast(pa.string()), value_set=pa.array(sorted(wanted), pa.string()))
                 ids.update(table.filter(hit)["id"].to_pylist())
-    return ids
+                seen.update(table.filter(hit)[by].cast(pa.string()).to_pylist())
+    return ids, sum(1 for p in patients if p in seen or with_pseudonyms({p}, keys) & seen)
 
 
 # ---- the stages' files ---------------------------------------------------------------------------
@@ -226,6 +230,7 @@ class StageEraser:
         self.erased_texts: dict[str, list[str]] = {}      # stage folder -> texts of erased rows (text holders)
         self.counts: dict[str, dict] = {}                 # stage folder -> erased rows in data / removed
         self.removed_reasons: dict[str, Counter] = {}     # stage folder -> reasons of its erased removed rows
+        self.found: set[str] = set()                      # the ids (raw or pseudonyms) erased rows had
 
     def erase_stage(self, folder: Path) -> None:
         name = folder.name
@@ -235,6 +240,8 @@ class StageEraser:
             table = _read(shard)
             keep = _keep_mask(table, self.match)
             self.data_masks[(name, shard.stem)] = keep
+            if not keep.all():
+                self.found.update(table.filter(pa.array(~keep))["id"].to_pylist())
             refs = TEXT_ROW in table.column_names
             remap = refs and any(f in self.row_maps for f in pc.unique(table[TEXT_FILE]).to_pylist())
             if keep.all() and not remap:
@@ -264,6 +271,7 @@ class StageEraser:
             if keep.all():
                 continue
             gone = table.filter(pa.array(~keep))
+            self.found.update(gone["id"].to_pylist())
             if "text" in gone.column_names:
                 texts.extend(t for t in gone["text"].to_pylist() if t is not None)
             _write(shard, table.filter(pa.array(keep)), table.schema)
@@ -465,7 +473,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     cpu0 = time.process_time()
     before = final_digest(run)
     keys = [k for _, k in phi_keys(config)]
-    raw_ids = patient_ids(config, values, keys) if by_patient else set(values)
+    raw_ids, matched = patient_ids(config, values, keys) if by_patient else (set(values), 0)
     match = with_pseudonyms(raw_ids, keys)
     dirs = stage_dirs_for(config)
 
@@ -520,6 +528,12 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
                 score_masks[key] = masks
     erase_scores(cache_dir, score_masks)
     phi_texts = {t for spec in filtered if spec.name == "phi" for t in eraser.erased_texts[dirs[spec.key].name]}
+    for spec in rerun:                           # a phi stage after a whole-corpus one: its texts before it reruns
+        if spec.name == "phi":
+            for shard in sorted((dirs[spec.key].local / "data").glob("*.arrow")):
+                table = _read(shard)
+                if "text" in table.column_names:
+                    phi_texts.update(table.filter(pa.array(~_keep_mask(table, eraser.match)))["text"].to_pylist())
     erase_phi_cache(cache_dir, used, phi_texts)
     if cache_dir.is_dir():
         for kind in sorted(cache_dir.iterdir()):
@@ -533,6 +547,8 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     for leftover in (run / "stages").glob("*.tmp"):
         shutil.rmtree(leftover)
 
+    if not by_patient:
+        matched = sum(1 for v in values if v in eraser.found or with_pseudonyms({v}, keys) & eraser.found)
     t_filtered = time.perf_counter()
     # The whole-corpus stages again, from the per-document stages' outputs.
     from pipeline.executor import make_executor
@@ -570,6 +586,8 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
                   "keyed_digests": keyed_digests(values, receipt_key(config), "patient" if by_patient else "id"),
                   "digest": "HMAC-SHA256 (first 128 bits) of 'medprep-erase:KIND:VALUE' under the run's PHI key"},
         "documents": documents,
+        # Ids asked for that named a document (under either name); patients: that had one.
+        "values_matched": matched,
         "documents_by_stage": {s.key: erased_in[s.key] for s in filtered},
         "stages_rerun": [s.key for s in rerun],
         "final_digest": {"before": before, "after": after,

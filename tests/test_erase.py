@@ -152,7 +152,8 @@ def test_erasing_documents_gives_the_fresh_runs_final_and_leaves_no_trace(tmp_pa
     receipt = json.loads(receipts[0].read_text())
     raw = receipts[0].read_text()
     assert not [i for i in erased if i in raw]
-    assert receipt["documents"] == 20 and receipt["asked"] == {**receipt["asked"], "kind": "ids", "values": 20}
+    assert receipt["documents"] == 20 and receipt["values_matched"] == 20
+    assert receipt["asked"] == {**receipt["asked"], "kind": "ids", "values": 20}
     assert len(receipt["asked"]["keyed_digests"]) == 20
     assert receipt["final_digest"]["before"] != receipt["final_digest"]["after"]
     from pipeline.erase import final_digest
@@ -262,6 +263,7 @@ def test_erasing_patients_gives_the_fresh_runs_final_and_crosswalk(tmp_path):
     assert [p for p in probes if p in text] == []
     assert not ids & (pseudonyms | set(gone_ids))
     raw = next((run / "erasures").glob("*.json")).read_text()
+    assert json.loads(raw)["documents"] == 9 and json.loads(raw)["values_matched"] == 3
     assert not [v for v in [*patients, *gone_ids, *pseudonyms] if f'"{v}"' in raw]
 
 
