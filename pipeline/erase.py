@@ -84,10 +84,29 @@ def load_run_config(run_dir: Path):
     manifest = read_json(RunPath.of(run_dir) / "manifest.json")
     if not isinstance(manifest, dict) or not isinstance(manifest.get("config"), dict):
         raise UserError(f"{run_dir}: manifest.json holds no config (not a finished run of this medprep)")
+    config_file = manifest.get("config_file")
+    try:
+        # The run's config file, as it was (its keys' order, its name, for the card) ...
+        config = load_config(config_file, output_dir=str(run_dir), check_inputs=False)
+        if json.loads(json.dumps(config.raw, sort_keys=True)) == json.loads(json.dumps(
+                {**manifest["config"], "output_dir": str(run_dir)}, sort_keys=True)):
+            return config, manifest
+    except Exception:
+        pass
+    # ... else the manifest's (its keys sorted).
+    raw = dict(manifest["config"])
+    if isinstance(raw.get("sources"), dict):
+        # manifest.json's keys are sorted; the sources' order is the run's (its stages' order),
+        # which the stages' order, and so the manifest and the card, follow.
+        order = list(dict.fromkeys(s.get("source") for s in manifest.get("stages") or [] if s.get("source")))
+        raw["sources"] = {name: raw["sources"][name] for name in
+                          [n for n in order if n in raw["sources"]] + [n for n in raw["sources"] if n not in order]}
     with tempfile.TemporaryDirectory(prefix="medprep-erase-") as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(manifest["config"], sort_keys=False), encoding="utf-8")
-        return load_config(path, output_dir=str(run_dir), check_inputs=False), manifest
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        config = load_config(path, output_dir=str(run_dir), check_inputs=False)
+    config.source = config_file or config.source
+    return config, manifest
 
 
 def split_stages(config) -> tuple[list, list]:
