@@ -115,6 +115,7 @@ def main() -> None:
     work.mkdir(parents=True)
     values = {v.strip() for v in Path(args.ids or args.patients).read_text().splitlines() if v.strip()}
     raw = yaml.safe_load((ROOT / args.config).read_text())
+    asked_config = args.config
     if args.notes_by_patient:
         args.config = str(_by_patient(raw, work))
     by = next((s["split"].get("by") for s in raw.get("stages", []) if isinstance(s, dict) and "split" in s), None)
@@ -150,7 +151,8 @@ def main() -> None:
     a, b = _final_files(run), _final_files(fresh_run)
     same = a == b
     receipt = json.loads(sorted((run / "erasures").glob("*.json"))[-1].read_text())
-    result = {"config": args.config, "kind": "ids" if args.ids else "patients", "values": len(values),
+    result = {"config": asked_config, "notes_by_patient": args.notes_by_patient,
+              "kind": "ids" if args.ids else "patients", "values": len(values),
               "documents": receipt["documents"], "run": first, "erase": erase, "fresh": fresh,
               "erase_share_of_fresh_seconds": round(erase["seconds"] / fresh["seconds"], 3),
               "erase_share_of_fresh_cpu": round(erase["cpu_seconds"] / fresh["cpu_seconds"], 3),
