@@ -248,7 +248,6 @@ class StageEraser:
         self.data_masks: dict[tuple[str, str], np.ndarray] = {}
         self.erased_texts: dict[str, list[str]] = {}      # stage folder -> texts of erased rows (text holders)
         self.counts: dict[str, dict] = {}                 # stage folder -> erased rows in data / removed
-        self.removed_reasons: dict[str, Counter] = {}     # stage folder -> reasons of its erased removed rows
         self.found: set[str] = set()                      # the ids (raw or pseudonyms) erased rows had
 
     def erase_stage(self, folder: Path) -> None:
@@ -283,7 +282,6 @@ class StageEraser:
             data_erased += int((~keep).sum())
             self._recount_marker(folder, shard.stem, data_out=kept.num_rows, erased_in=int((~keep).sum()))
         removed_erased = 0
-        reasons_all: Counter = Counter()
         for shard in sorted((folder / "removed").glob("*.arrow")):
             table = _read(shard)
             keep = _keep_mask(table, self.match)
@@ -295,12 +293,10 @@ class StageEraser:
                 texts.extend(t for t in gone["text"].to_pylist() if t is not None)
             _write(shard, table.filter(pa.array(keep)), table.schema)
             removed_erased += len(gone)
-            reasons_all.update(gone["reason"].to_pylist())
             self._recount_marker(folder, shard.stem, reasons=Counter(gone["reason"].to_pylist()),
                                  erased_in=len(gone))
         self.erased_texts[name] = texts
         self.counts[name] = {"data": data_erased, "removed": removed_erased}
-        self.removed_reasons[name] = reasons_all
 
     def _recount_marker(self, folder: Path, shard: str, *, data_out: int | None = None, erased_in: int = 0,
                         reasons: Counter | None = None) -> None:
@@ -320,9 +316,10 @@ class StageEraser:
         write_json(RunPath.of(path), marker)
 
 
-def recount_stats(folder: Path, erased_in: int, erased_removed: Counter) -> None:
-    """stats.json's counts again: from the shards' markers, or (a purged stage, without them)
-    less the erased documents it read and removed."""
+def recount_stats(folder: Path, next_docs_in: int | None) -> int:
+    """stats.json's counts again: from the shards' markers; a purged stage, without them, from
+    what it passed on (the next stage's docs_in, `next_docs_in`) and its removed/ records, so a
+    recount after an erasure cut short is right too. Returns its docs_in."""
     stats_path = folder / STATS
     stats = json.loads(stats_path.read_text())
     markers = {p.stem: json.loads(p.read_text()) for p in sorted((folder / MARKERS).glob("*.json"))}
@@ -335,13 +332,15 @@ def recount_stats(folder: Path, erased_in: int, erased_removed: Counter) -> None
         stats["removed"] = dict(sorted((k, v) for k, v in reasons.items() if v))
         if "docs_by_source" in stats:
             stats["docs_by_source"] = counts_by_source(markers.items())
-    else:
-        stats["docs_in"] -= erased_in
-        reasons = Counter(stats["removed"])
-        reasons.subtract(erased_removed)
-        stats["removed"] = dict(sorted((k, v) for k, v in reasons.items() if v > 0))
-        stats["docs_out"] = stats["docs_in"] - sum(stats["removed"].values())
+    elif next_docs_in is not None:
+        reasons = Counter()
+        for shard in sorted((folder / "removed").glob("*.arrow")):
+            reasons.update(_read(shard)["reason"].to_pylist())
+        stats["removed"] = dict(sorted(reasons.items()))
+        stats["docs_out"] = next_docs_in
+        stats["docs_in"] = next_docs_in + sum(reasons.values())
     write_json(RunPath.of(stats_path), stats)
+    return stats["docs_in"]
 
 
 # ---- caches ---------------------------------------------------------------------------------
@@ -520,9 +519,14 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
             c = eraser.counts[dirs[spec.key].name]
             erased_in[spec.key] = (c["data"] if c["data"] is not None else following) + c["removed"]
             following = erased_in[spec.key]
-    for spec in filtered:
-        folder = dirs[spec.key].local
-        recount_stats(folder, erased_in[spec.key], eraser.removed_reasons[folder.name])
+    for source, chain in config.chains().items():
+        own = [s for s in chain if s in filtered and s.source == source]
+        next_docs_in = None
+        for spec in reversed(own):
+            next_docs_in = recount_stats(dirs[spec.key].local, next_docs_in)
+    for spec in filtered:                      # a shared tail's own per-document stages
+        if spec.source is None and config.multi_source:
+            recount_stats(dirs[spec.key].local, None)
     documents = sum(erased_in.get(s.key, 0) for s in filtered if config.reads_source(s))
 
     # Caches.
