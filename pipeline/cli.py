@@ -1,4 +1,4 @@
-"""The commands: `medprep run|stage|stages|init|fetch|report|inspect|cache` (the same as
+"""The commands: `medprep run|stage|stages|init|fetch|report|inspect|cache|erase` (the same as
 `python -m pipeline ...`, pipeline/__main__.py) and `python -m pipeline.stage NAME ...`
 (pipeline/stage.py, the same as `medprep stage NAME ...`); all print a user error as one line."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pipeline.config import CONFIG_HELP
 from pipeline.errors import UserError
 from pipeline.progress import run_line
 
-RUN_HELP = """medprep run|stage|stages|init|fetch|report|inspect|cache (or python -m pipeline ...)
+RUN_HELP = """medprep run|stage|stages|init|fetch|report|inspect|cache|erase (or python -m pipeline ...)
 
 Start with `medprep init --input YOUR_FILE` (a starter config for your data), or run a config
 that ships with medprep by name: `medprep run --config tiny`. To run or rerun one stage or a
@@ -132,6 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
     cached.add_argument("--config", required=True, metavar="YAML", help=CONFIG_HELP)
     cached.add_argument("--output", help="run folder instead of the config's output_dir")
     cached.add_argument("--prune", action="store_true", help="remove unused namespaces, then trim to cache.max_mb")
+    er = sub.add_parser("erase", help="take documents (by id or patient) out of a finished run folder",
+                        description="Removes the documents from every stage's output, the caches, the phi "
+                                    "crosswalk and final/, re-derives dedup, split, tokenizer and pack from the stored "
+                                    "per-document results (final/ as a fresh run without them would write it) and "
+                                    "writes a receipt to RUN/erasures/ (keyed digests, never the values). "
+                                    "Remove them from your input files too: a later run from them brings them back.")
+    er.add_argument("run_dir", metavar="RUN")
+    what = er.add_mutually_exclusive_group(required=True)
+    what.add_argument("--ids", metavar="FILE", help="document ids as the input gives them (before phi "
+                                                    "pseudonymizes them), one a line")
+    what.add_argument("--patients", metavar="FILE", help="values of the patient field (split's `by`) as the "
+                                                         "input gives them, one a line: all their documents")
+    er.add_argument("--report", action="store_true", help="write report.html again (else it is removed: it "
+                                                          "shows removed documents; medprep report RUN writes it)")
+    _progress_arguments(er)
     insp = sub.add_parser("inspect", help="list the documents a run removed, by stage and reason (or --summary)",
                           description="Removed documents of a run folder with their reason, the stage's score "
                                       "columns and, where the run kept it, their text; --summary prints the funnel. "
@@ -231,6 +246,15 @@ def inspect(args) -> None:
     inspect_main(args)
 
 
+def erase(args) -> None:
+    from pipeline.erase import erase as erase_documents
+    _configure_progress(args)
+    receipt = erase_documents(args.run_dir, ids_file=args.ids, patients_file=args.patients, report=args.report)
+    run_line(f"erased: {receipt['documents']} documents from {args.run_dir} ({receipt['asked']['values']} "
+             f"{receipt['asked']['kind']} asked; receipt {receipt['path']})", "erase_end",
+             documents=receipt["documents"], receipt=receipt["path"])
+
+
 def init(args) -> None:
     from pipeline.init import write_starter_config
     write_starter_config(args.input, args.config, profile=args.profile, force=args.force)
@@ -269,7 +293,7 @@ def stage(args) -> None:
 
 
 COMMANDS = {"stages": list_stages, "run": run, "stage": stage, "init": init, "fetch": fetch, "cache": cache,
-            "report": report, "inspect": inspect}
+            "report": report, "inspect": inspect, "erase": erase}
 
 
 def stage_main(argv: list[str] | None = None) -> None:
