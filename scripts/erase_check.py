@@ -140,8 +140,10 @@ def main() -> None:
                 dropped = _without_xml(path, out, ids)
                 if inp.get("limit"):
                     inp["limit"] -= dropped
+            elif path.is_dir() and not {v for v in ids if v.startswith("pmc:")}:
+                out, dropped = path, 0          # full texts (JATS), none of them asked: as they are
             else:
-                raise SystemExit(f"{path}: only JSON lines and MEDLINE XML inputs are filtered here")
+                raise SystemExit(f"{path}: only JSON lines, MEDLINE XML and unasked JATS folders are filtered here")
             new_paths.append(str(out))
         inp["paths"] = new_paths
     cfg = work / "fresh.yaml"
