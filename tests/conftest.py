@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -160,3 +161,16 @@ def shard_inputs(table: pa.Table, folder: Path, batch_size: int):
 def write_config(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def notes_by_patient(per_patient: int) -> list[dict]:
+    """Up to `per_patient` real dev notes of every patient (ids are PATIENT-NOTE)."""
+    taken: Counter = Counter()
+    out = []
+    for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines():
+        note = json.loads(line)
+        patient = note["id"].split("-")[0]
+        if taken[patient] < per_patient:
+            taken[patient] += 1
+            out.append({"id": note["id"], "patient_id": patient, "text": note["text"]})
+    return out

@@ -2,13 +2,12 @@
 byte for byte what a fresh run on the input without them writes (the dataset card aside), no
 file of the run folder may hold their text or their id, and the receipt names no value."""
 import json
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from conftest import ROOT, run_in_process, write_config, write_jsonl
+from conftest import notes_by_patient, run_in_process, write_config, write_jsonl
 
 KEY = "erase-test-key-not-secret"
 
@@ -191,18 +190,6 @@ def test_erasing_documents_gives_the_fresh_runs_final_and_leaves_no_trace(tmp_pa
     assert _final_files(run) == retuned and not (run / "erasures" / "PENDING").exists()
 
 
-def _notes_by_patient(per_patient: int) -> list[dict]:
-    taken: Counter = Counter()
-    out = []
-    for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines():
-        note = json.loads(line)
-        patient = note["id"].split("-")[0]
-        if taken[patient] < per_patient:
-            taken[patient] += 1
-            out.append({"id": note["id"], "patient_id": patient, "text": note["text"]})
-    return out
-
-
 def _notes_config(path: Path, data: Path, out: Path, crosswalk: Path) -> Path:
     return write_config(path, f"""
 input: {{paths: [{data}], columns: [patient_id]}}
@@ -226,7 +213,7 @@ stages:
 
 def test_erasing_patients_gives_the_fresh_runs_final_and_crosswalk(tmp_path):
     from pipeline.stages.phi.identifiers import pseudonymize
-    notes = _notes_by_patient(3)
+    notes = notes_by_patient(3)
     write_jsonl(tmp_path / "all.jsonl", notes)
     run, crosswalk = tmp_path / "run", tmp_path / "crosswalk.csv"
     code, _, err = run_in_process("run", "--config", _notes_config(tmp_path / "a.yaml", tmp_path / "all.jsonl", run,

@@ -5,24 +5,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from conftest import ROOT, read_arrow_dir, run_in_process, write_config, write_jsonl
-
-
-def _notes_by_patient(per_patient: int) -> list[dict]:
-    """Up to `per_patient` real dev notes of every patient (ids are PATIENT-NOTE)."""
-    taken: Counter = Counter()
-    out = []
-    for line in (ROOT / "data/deid-dev/notes.jsonl").read_text().splitlines():
-        note = json.loads(line)
-        patient = note["id"].split("-")[0]
-        if taken[patient] < per_patient:
-            taken[patient] += 1
-            out.append({"id": note["id"], "patient_id": patient, "text": note["text"]})
-    return out
+from conftest import notes_by_patient, read_arrow_dir, run_in_process, write_config, write_jsonl
 
 
 def test_each_patient_lands_whole_in_one_split_under_a_pseudonym(tmp_path):
-    notes = _notes_by_patient(4)
+    notes = notes_by_patient(4)
     write_jsonl(tmp_path / "notes.jsonl", notes)
     cfg = write_config(tmp_path / "c.yaml", f"""
 input: {{paths: [{tmp_path / 'notes.jsonl'}], columns: [patient_id]}}
