@@ -217,3 +217,17 @@ def test_the_card_states_the_repeats_per_factor(weighted):
     card = (weighted["run"] / "final/README.md").read_text()
     assert "pubmed's train documents repeated by their metadata" in card and "funded: +0.5" in card
     assert "| 3 |" in card
+
+
+@pytest.mark.ray
+def test_a_weighted_mix_gives_the_same_bytes_under_ray(weighted, ray_instance, tmp_path):
+    """The weighted run under the session's Ray instance: the same final/ as the local run's."""
+    from pipeline.runner import run_chain
+    text = weighted["config"].read_text().replace(str(weighted["run"]), str(tmp_path / "ray"))
+    config = write_config(tmp_path / "ray.yaml", text.replace("progress: false\n",
+                                                              "progress: false\nnum_proc: 1\n"
+                                                              "executor: {kind: ray, num_cpus: 2}\n"))
+    run_chain(load_config(config))
+    manifest = json.loads((tmp_path / "ray/manifest.json").read_text())
+    assert manifest["executor"]["kind"] == "ray"
+    assert _final_digests(tmp_path / "ray") == _final_digests(weighted["run"])
