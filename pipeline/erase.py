@@ -145,22 +145,24 @@ def check_finished(config, run_dir: Path, config_file: str) -> None:
                         f"('medprep run --config {config_file} --output {run_dir}')")
 
 
-def phi_keys(config) -> list[tuple[object, bytes]]:
-    """(phi stage spec, key) of every phi stage that pseudonymizes ids."""
-    from pipeline.phi.secret import load_phi_key
-    out = []
-    for spec in config.stages:
-        if spec.name == "phi" and getattr(spec.config, "id_mode", "keep") == "pseudonymize":
-            out.append((spec, load_phi_key(spec.config.key_file)))
-    return out
+def _privacies(config) -> list:
+    """The privacy duties (Privacy) of the run's stages that have them, in chain order."""
+    from pipeline.runner import bare_stage
+    return [p for p in (bare_stage(spec).privacy() for spec in config.stages) if p is not None]
+
+
+def id_keys(config) -> list[tuple[object, bytes]]:
+    """(privacy duties, key) of every stage that renames ids to keyed pseudonyms."""
+    return [(p, p.key()) for p in _privacies(config) if p.renames_ids()]
 
 
 def receipt_key(config) -> bytes:
-    """The key of the receipt's digests: the run's PHI key (the first phi stage's, else the default)."""
+    """The key of the receipt's digests: the first keyed stage's, else the default PHI key."""
     from pipeline.phi.secret import load_phi_key
-    for spec in config.stages:
-        if spec.name == "phi":
-            return load_phi_key(spec.config.key_file)
+    for privacy in _privacies(config):
+        key = privacy.key()
+        if key is not None:
+            return key
     return load_phi_key(None)
 
 
@@ -177,7 +179,8 @@ def patient_ids(config, patients: list[str], keys: list[bytes]) -> tuple[set[str
     source that reads that column, and from every stage output that carries it (a pseudonym there);
     and how many of the patients had one."""
     from pipeline.readers import read_documents
-    by = next((s.config.by for s in config.stages if s.name == "split" and getattr(s.config, "by", None)), None)
+    from pipeline.runner import bare_stage
+    by = next(filter(None, (bare_stage(spec).group_field() for spec in config.stages)), None)
     if by is None:
         raise UserError("--patients: the run's split has no `by` field (split: {by: FIELD}), so it knows no "
                         "patients; give the documents with --ids")
@@ -490,7 +493,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     before = final_digest(run)
-    keys = [k for _, k in phi_keys(config)]
+    keys = [k for _, k in id_keys(config)]
     raw_ids, matched = patient_ids(config, values, keys) if by_patient else (set(values), 0)
     match = with_pseudonyms(raw_ids, keys)
     dirs = stage_dirs_for(config)
@@ -564,9 +567,9 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
                 shutil.rmtree(kind)                   # a kind erase does not know: its entries cannot be told apart
     words = cache_dir / "tokenizer_words"
     unread = mark_unread(words)
-    for spec, _ in phi_keys(config):
-        if spec.config.crosswalk_file:
-            erase_crosswalk(spec.config.crosswalk_file, match | raw_ids)
+    for privacy, _ in id_keys(config):
+        if privacy.crosswalk_file():
+            erase_crosswalk(privacy.crosswalk_file(), match | raw_ids)
     for leftover in (run / "stages").glob("*.tmp"):
         shutil.rmtree(leftover)
 

@@ -211,6 +211,11 @@ class Stage(TaskOwner):
         than one sequence), or None. The run then ends with that line."""
         return None
 
+    def group_field(self) -> str | None:
+        """The input column whose values this stage keeps together (split's `by`: a patient), or
+        None: `medprep erase --patients` erases by it."""
+        return None
+
     # -- privacy: a stage that removes PHI returns its duties (a Privacy); every other, None --
     def privacy(self) -> "Privacy | None":
         """The stage's privacy duties, which the runner, the report and `inspect` carry out for
@@ -252,6 +257,19 @@ class Privacy:
         """Whether the documents of this stage and of the stages before it are private (raw
         PHI, or pseudonyms of it): tools that list documents (`pipeline inspect`) refuse them."""
         return False
+
+    def key(self) -> bytes | None:
+        """The secret key behind this stage's pseudonyms (`medprep erase` digests what it is
+        asked with it), or None."""
+        return None
+
+    def renames_ids(self) -> bool:
+        """Whether the ids after this stage are keyed pseudonyms of the ones it read (under key())."""
+        return False
+
+    def crosswalk_file(self) -> str | None:
+        """The (pseudonym, id) file this stage writes outside the run folder, or None."""
+        return None
 
 
 class DocumentStage(Stage):

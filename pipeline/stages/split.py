@@ -39,6 +39,9 @@ class Split(GlobalStage):
     engines = ("xxhash", "datasketch")
     needs = ("dedup_minhash",)        # the leak check uses its LSH settings
 
+    def group_field(self) -> str | None:
+        return self.config.by
+
     def output_fields(self):
         return [pa.field("split", pa.string())]
 

@@ -66,6 +66,16 @@ class PhiPrivacy(Privacy):
         # Abstracts' identifiers are public (PMIDs, authors); notes' are not.
         return self.config.profile != "literature"
 
+    def key(self) -> bytes:
+        from pipeline.phi.secret import load_phi_key
+        return load_phi_key(self.config.key_file)
+
+    def renames_ids(self) -> bool:
+        return self.config.id_mode == "pseudonymize"
+
+    def crosswalk_file(self) -> str | None:
+        return self.config.crosswalk_file
+
     def report_redactor(self):
         # The clinical profile whatever the run's: the report is read by people, recall first.
         from pipeline.phi.engine import PhiEngine
