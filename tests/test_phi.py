@@ -432,5 +432,7 @@ def test_detector_model_is_checked_up_front(tmp_path):
         PhiConfig(detector_path=str(bad))
     with pytest.raises(ValidationError, match="not a python-crfsuite model"):
         PhiConfig(word_free_detector_path=str(bad))
+    with pytest.raises(ValidationError, match="word_free_detector is false"):
+        PhiConfig(word_free_detector=False, word_free_detector_path=str(tmp_path / "other.crfsuite"))
     with pytest.raises(ValidationError):
         PhiConfig(detector_threshold=1.5)

@@ -29,9 +29,9 @@ def detector():
 
 def test_the_word_free_model_reads_no_word_and_the_pair_takes_the_larger_marginal(detector):
     words, word_free = PhiDetector(DEFAULT_MODEL), PhiDetector(DEFAULT_WORD_FREE_MODEL)
-    attributes = word_free.taggers[0][0].info().attributes
+    attributes = word_free.models[0].tagger.info().attributes
     assert attributes and not [a for a in attributes if a.startswith(("w=", "pw=", "nw=", "-1:w=", "1:w="))]
-    assert [t[3] for t in detector.taggers] == [True, False]
+    assert [m.words for m in detector.models] == [True, False]
     text = ("per dr kowalczyk, sister ingeborg called from tromsø; Ms. Quist and Tadeusz Wrona visited "
             "the Ashgrove clinic. " + TEXT)
     toks, both, _ = detector.token_probabilities(text)

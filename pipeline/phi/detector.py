@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.phi.lexicon import (
     DATA,
@@ -404,6 +405,15 @@ def check_model(path: str | Path) -> None:
         raise ValueError(f"{path}: labels {sorted(labels)} are not the detector's (O, B-/I- PER, LOC)")
 
 
+class _Model(NamedTuple):
+    """One CRF of the detector, with what its features and labels are."""
+    tagger: object
+    per: list[str]          # its PER labels (B-PER, I-PER)
+    loc: list[str]
+    uses_entities: bool     # reads spaCy's entities
+    words: bool             # reads the words themselves (the word-free model does not)
+
+
 class PhiDetector:
     """The trained CRFs: spans of PERSON and LOCATION with their marginal probability. With
     several models (the committed one and its word-free companion), a token's marginal is the
@@ -414,16 +424,16 @@ class PhiDetector:
         import pycrfsuite
         self.model_path = str(model_path or DEFAULT_MODEL)
         self.threshold = self._lowest = threshold
-        self.taggers = []
+        self.models = []
         for path in (self.model_path, *map(str, more_models)):
             tagger = pycrfsuite.Tagger()
             tagger.open(path)
             info = tagger.info()
-            # (tagger, non-O labels, reads spaCy entities, reads the words themselves)
-            self.taggers.append((tagger, [lab for lab in info.labels if lab != "O"],
-                                 any(a.startswith("ent=") for a in info.attributes),
-                                 any(a.startswith("w=") for a in info.attributes)))
-        self.uses_entities = any(t[2] for t in self.taggers)
+            self.models.append(_Model(tagger, [lab for lab in info.labels if lab.endswith("PER")],
+                                      [lab for lab in info.labels if lab.endswith("LOC")],
+                                      any(a.startswith("ent=") for a in info.attributes),
+                                      any(a.startswith("w=") for a in info.attributes)))
+        self.uses_entities = any(m.uses_entities for m in self.models)
         self.lex = detector_lexicon()
 
     def token_probabilities(self, text: str, ents=None):
@@ -435,13 +445,11 @@ class PhiDetector:
             return toks, [], []
         p_phi, lean = [0.0] * len(toks), [0.0] * len(toks)
         parts = {}
-        for tagger, labels, uses_entities, words in self.taggers:
+        for tagger, per, loc, uses_entities, words in self.models:
             if uses_entities not in parts:
                 parts[uses_entities] = featurize_parts(text, toks, self.lex, ents if uses_entities else None)
             word_free, word_only = parts[uses_entities]
             tagger.set([f + w for f, w in zip(word_free, word_only)] if words else word_free)
-            per = [lab for lab in labels if lab.endswith("PER")]
-            loc = [lab for lab in labels if lab.endswith("LOC")]
             for i in range(len(toks)):
                 p = 1.0 - tagger.marginal("O", i)
                 if p > p_phi[i]:

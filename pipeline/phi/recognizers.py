@@ -15,7 +15,7 @@ _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|
 _DAY = r"(?:0?[1-9]|[12]\d|3[01])(?i:st|nd|rd|th)?"
 # Any case. Abbreviations that are also words or acronyms ("may", "MAR" the medication record,
 # "DEC" decreased) are dates only with a year after them ("28 may 1948", "14MAR2019").
-_YEAR_AFTER = r"(?=[\s,.-]*(?:\d{1,2}(?:st|nd|rd|th)?[\s,.-]+)?(?:(?:19|20)\d\d|['’]\d\d))"
+_YEAR_AFTER = r"(?=[\s,.-]*(?:\d{1,2}(?i:st|nd|rd|th)?[\s,.-]+)?(?:(?:19|20)\d\d|['’]\d\d))"
 _MONTH_ANY = (r"(?:(?i:january|february|march|april|june|july|august|september|october|november|december)|"
               r"[Jj]an|[Ff]eb|[Mm]ar|[Aa]pr|[Jj]un|[Jj]ul|[Aa]ug|[Ss]ept?|[Oo]ct|[Nn]ov|[Dd]ec|May|"
               rf"(?:may|MAY|JAN|FEB|MAR|APR|JUN|JUL|AUG|SEPT?|OCT|NOV|DEC){_YEAR_AFTER}|"

@@ -115,6 +115,8 @@ class PhiConfig(StageConfig):
         if self.known_phi is not None and self.group_field is None:
             raise ValueError("known_phi needs patient_field (the input column naming each document's patient, "
                              "read with input.columns)")
+        if self.word_free_detector_path is not None and not self.word_free_detector:
+            raise ValueError("word_free_detector_path is given but word_free_detector is false: drop one")
         return self
 
 
@@ -362,12 +364,11 @@ class PhiDeidentify(DocumentStage):
         return {**super().engine_versions(), **package_versions(self.list_packages)}
 
     def fingerprint_files(self) -> list[Path]:
-        """Besides the `*_path` options (the base class's), the files the engine reads
-        whatever the options say: the detector models in use when their options are unset (the
-        committed data/phi/phi_detector.crfsuite and its word-free companion), the name, word and
-        place lists of data/phi
-        and the hospital list the detector's features come from. A retrained model or a
-        rebuilt list reruns the stage and starts a new cache namespace."""
+        """Besides the `*_path` options (the base class's), the files the engine reads whatever
+        the options say: the detector models in use when their options are unset (the committed
+        data/phi/phi_detector.crfsuite and its word-free companion), the name, word and place
+        lists of data/phi and the hospital list the detector's features come from. A retrained
+        model or a rebuilt list reruns the stage and starts a new cache namespace."""
         from pipeline.phi import detector, lexicon
         files = super().fingerprint_files()
         if not self.config.detector_path:
