@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.cache import keys_in_use
 from pipeline.errors import UserError
 from pipeline.runpath import RunPath, read_json, write_json
 from pipeline.shards import (
@@ -272,12 +273,15 @@ class StageEraser:
             schema = table.schema
             kept = table.filter(pa.array(keep))
             if refs and remap:
-                files = kept[TEXT_FILE].to_pylist()
-                rows = kept[TEXT_ROW].to_numpy()
-                new = np.array([self.row_maps[f][r] if f in self.row_maps else r for f, r in zip(files, rows)],
-                               np.int64)
+                rows = kept[TEXT_ROW].to_numpy(zero_copy_only=False).astype(np.int64)
+                new = rows.copy()
+                for f in pc.unique(kept[TEXT_FILE]).to_pylist():
+                    if f in self.row_maps:
+                        at = pc.equal(kept[TEXT_FILE], f).to_numpy(zero_copy_only=False)
+                        new[at] = self.row_maps[f][rows[at]]
                 if (new < 0).any():
-                    raise RuntimeError(f"{shard}: a kept row refers to an erased text")
+                    raise UserError(f"{shard}: a kept row refers to an erased text (an erasure cut short "
+                                    "between two stages): run the chain again ('medprep run') before erasing")
                 kept = kept.set_column(kept.schema.get_field_index(TEXT_ROW), TEXT_ROW, pa.array(new, pa.int64()))
             if "text" in table.column_names and not refs and not keep.all():
                 self.row_maps[f"{name}/data/{shard.name}"] = _renumber(keep)
@@ -420,20 +424,19 @@ def remove_unread(paths: list[Path]) -> None:
 
 
 def erase_crosswalk(path: str, match: set[str]) -> int:
-    """The crosswalk (pseudonym, id) without the erased documents' rows, under a temp name renamed
-    into place (mode 0600). Returns the rows taken out."""
+    """The crosswalk (pseudonym, id) without the erased documents' rows, written as phi writes it
+    (mode 0600, temp name renamed into place). Returns the rows taken out."""
+    from pipeline.stages.phi.identifiers import write_private_csv
     p = Path(path)
     if not p.is_file():
         return 0
     with open(p, encoding="utf-8", newline="") as fh:
         rows = list(csv.reader(fh))
-    keep = [rows[0]] + [r for r in rows[1:] if not (set(r) & match)]
-    tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8", newline="") as fh:
-        csv.writer(fh).writerows(keep)
-    os.replace(tmp, p)
-    return len(rows) - len(keep)
+    if not rows:
+        return 0
+    keep = [r for r in rows[1:] if not (set(r) & match)]
+    write_private_csv(p, rows[0], keep)
+    return len(rows) - 1 - len(keep)
 
 
 # ---- digests and receipt --------------------------------------------------------------------
@@ -534,11 +537,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
 
     # Caches.
     cache_dir = Path(str(config.run.cache.folder)) / "cache" if config.run.cache.folder else run / "cache"
-    used: set[str] = set()
-    for spec in config.stages:
-        stats_path = dirs[spec.key].local / STATS
-        if stats_path.exists():
-            used.update(json.loads(stats_path.read_text()).get("cache_keys") or [])
+    used = keys_in_use(RunPath.of(run))
     # Each stored-scores folder a filtered stage uses, with the keep masks of its input shards
     # (the previous stages' data rows as they were), or None where they are not at hand.
     score_masks: dict[str, dict | None] = {}
@@ -571,7 +570,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         if privacy.crosswalk_file():
             erase_crosswalk(privacy.crosswalk_file(), match | raw_ids)
     for leftover in (run / "stages").glob("*.tmp"):
-        shutil.rmtree(leftover)
+        shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
 
     if not by_patient:
         matched = sum(1 for v in values if v in eraser.found or with_pseudonyms({v}, keys) & eraser.found)
@@ -587,9 +586,7 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         executor_info = executor.describe()
     finally:
         executor.close()
-    used = set()
-    for spec in config.stages:
-        used.update(json.loads((dirs[spec.key].local / STATS).read_text()).get("cache_keys") or [])
+    used = keys_in_use(RunPath.of(run))
     # The tokenizer's word counts are keyed by the texts counted: the entries the rerun read are
     # those of shards without an erased document; the others (and other namespaces) go.
     remove_unread(unread)

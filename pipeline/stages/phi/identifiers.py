@@ -164,24 +164,32 @@ def write_crosswalk(path: str, shards, key: bytes) -> int:
     """(pseudonym, id) of every document of the input shards, in input order, as CSV (mode
     0600), under a temp name renamed into place. Written by the driver from the input's ids,
     whatever number of workers and shards ran the stage. Returns the number of rows."""
-    path = Path(path)
+    def rows():
+        for shard in shards:
+            for table in read_shard(shard.path, None, ["id"]):
+                ids = table["id"].to_pylist()
+                yield from zip(pseudonymize(ids, key), ids)
+    return write_private_csv(Path(path), ["pseudonym", "id"], rows())
+
+
+def write_private_csv(path: Path, header: list[str], rows) -> int:
+    """A CSV only its owner reads (mode 0600), under a temp name renamed into place; the temp
+    file goes if writing fails. Returns the number of rows."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    rows = 0
+    n = 0
     try:
         with open(fd, "w", encoding="utf-8", newline="") as fh:
             writer = csv.writer(fh)
-            writer.writerow(["pseudonym", "id"])
-            for shard in shards:
-                for table in read_shard(shard.path, None, ["id"]):
-                    ids = table["id"].to_pylist()
-                    writer.writerows(zip(pseudonymize(ids, key), ids))
-                    rows += len(ids)
+            writer.writerow(header)
+            for row in rows:
+                writer.writerow(row)
+                n += 1
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return rows
+    return n
 
 
 def _inside(path: Path, folder) -> bool:
