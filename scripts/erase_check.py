@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _timed(cmd: list[str]) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        sys.exit(f"{' '.join(cmd[2:4])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"seconds": round(time.perf_counter() - t0, 2), "cpu_seconds": round(cpu, 2)}
@@ -78,11 +80,10 @@ def _by_patient(raw: dict, work: Path) -> Path:
     raw["sources"] = {k: v for k, v in raw["sources"].items() if v["input"]["paths"] == ["data/deid-dev/notes.jsonl"]}
     raw.pop("mix", None)
     for src in raw["sources"].values():
-        if True:
-            src["input"] = {**src["input"], "paths": [str(notes)], "columns": ["patient_id"]}
-            for entry in src["stages"]:
-                if "phi" in entry:
-                    entry["phi"] = {**entry["phi"], "group_field": "patient_id"}
+        src["input"] = {**src["input"], "paths": [str(notes)], "columns": ["patient_id"]}
+        for entry in src["stages"]:
+            if "phi" in entry:
+                entry["phi"] = {**entry["phi"], "group_field": "patient_id"}
     for entry in raw["stages"]:
         options = next(iter(entry.values()))
         if isinstance(options, dict) and "priority" in options:
