@@ -231,3 +231,19 @@ def test_a_weighted_mix_gives_the_same_bytes_under_ray(weighted, ray_instance, t
     manifest = json.loads((tmp_path / "ray/manifest.json").read_text())
     assert manifest["executor"]["kind"] == "ray"
     assert _final_digests(tmp_path / "ray") == _final_digests(weighted["run"])
+
+
+def test_a_rule_on_a_column_of_the_wrong_kind_is_refused_at_pack_in_one_line():
+    """Inputs whose columns the config check cannot know (parquet, datasets folders): pack names the rule."""
+    import pyarrow as pa
+
+    from pipeline.engines.mixing import repeat_factors
+    from pipeline.errors import UserError
+    table = pa.table({"year": pa.array([2019, 2021], pa.int32()), "kind": pa.array(["a", "b"])})
+    with pytest.raises(UserError, match="rule 'recent': any_of needs a text column; 'year' holds int32"):
+        repeat_factors(table, [{"column": "year", "any_of": ["2021"], "add": 1, "label": "recent"}])
+    with pytest.raises(UserError, match="rule 'k': min:/max: need a number column; 'kind' holds string"):
+        repeat_factors(table, [{"column": "kind", "min": 1, "add": 1, "label": "k"}])
+    factors, _ = repeat_factors(table, [{"column": "year", "min": 2020, "add": 0.5, "label": "r"},
+                                        {"column": "kind", "any_of": ["a"], "add": 1, "label": "a"}])
+    assert factors.tolist() == [2.0, 1.5]

@@ -80,6 +80,14 @@ def repeat_factors(table, rules: list[dict]) -> tuple[np.ndarray, np.ndarray]:
         col = table[rule["column"]]
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks() if col.num_chunks else pa.array([], col.type)
+        text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+        item = col.type.value_type if pa.types.is_list(col.type) or pa.types.is_large_list(col.type) else None
+        if rule.get("any_of") is not None and not (text or item is not None and pa.types.is_string(item)):
+            raise UserError(f"mix: repeat_by rule '{rule['label']}': any_of needs a text column; "
+                            f"'{rule['column']}' holds {col.type}: use min:/max:")
+        if rule.get("any_of") is None and not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            raise UserError(f"mix: repeat_by rule '{rule['label']}': min:/max: need a number column; "
+                            f"'{rule['column']}' holds {col.type}: use any_of:")
         if rule.get("any_of") is not None:
             values = pa.array(rule["any_of"], pa.string())
             hit = np.zeros(n, bool)

@@ -448,7 +448,7 @@ class Pack(GlobalStage):
 
     def _weighted_docs(self, work: RunPath, names: list[str]) -> dict:
         """A weighted source's train documents on the driver: shuffle key, length (EOS included),
-        repeat factor and matched rules of each (28 bytes a document), and its weighted tokens."""
+        repeat factor and matched rules of each (32 bytes a document), and its weighted tokens."""
         keys, lengths, factors, rules = [], [], [], []
         for name in names:
             with (work / "tokens" / f"{name}.arrow").open_input() as f:
