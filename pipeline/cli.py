@@ -286,7 +286,10 @@ def stage(args) -> None:
             dirs[spec.key] = out if len(specs) == 1 else out / spec.folder
     from pipeline.preflight import run_folder_lock
     with run_folder_lock(out if args.output else config.output_dir):
+        from pipeline.private_chain import purger_of
         for i, spec in enumerate(specs):
+            if args.input is None and purger_of(config, spec) not in (None, spec) and purger_of(config, spec) in specs:
+                continue                 # its chain's PHI stage runs it, in memory
             run_stage(config, spec, input_paths=args.input if i == 0 else None,
                       output_dir=dirs[spec.key] if args.output else None, force=args.force,
                       stage_dirs=dirs)

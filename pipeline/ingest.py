@@ -36,7 +36,7 @@ def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: I
     if source is not None:
         # A multi-source run: every document carries its source, every shard's name starts with it.
         prefix = f"{source}.{prefix}"
-        batches = _with_source(batches, source)
+        batches = with_source(batches, source)
     writer = ShardWriter(folder, None, shard_size, prefix=prefix)
     asides: dict[int, list] = {}
     empty_schema = None
@@ -65,7 +65,7 @@ def _write_shards(batches, folder: RunPath, shard_size: int, prefix: str, ids: I
     return [[n, c] for n, c in zip(names, counts)], writer.schema, text_bytes
 
 
-def _with_source(batches, source: str):
+def with_source(batches, source: str):
     """The reader's batches with a `source` column (the source's name on every row)."""
     import pyarrow as pa
     for batch in batches:

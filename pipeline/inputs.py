@@ -113,6 +113,13 @@ class StageInputs:
                 if table.num_rows:
                     yield shard, table
 
+    def ids(self) -> Iterator[list]:
+        """The documents' ids, shard by shard in input order."""
+        from pipeline.shards import read_shard
+        for shard in self.shards:
+            for table in read_shard(shard.path, None, ["id"]):
+                yield table["id"].to_pylist()
+
     def duplicate_ids(self) -> dict | None:
         """{"documents": rows whose id an earlier row already had, "ids": distinct such ids},
         counted while the source was cut into shards; None for a stage that does not read it."""

@@ -6,98 +6,36 @@ manifest fields, and its privacy hooks) the stage declares on its class (pipelin
 from __future__ import annotations
 
 import logging
-import os
 import platform
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import pipeline
-from pipeline.cache import cache_root, run_cache
+from pipeline.binding import (
+    bare_stage,
+    make_stage,
+    publish,
+    score_fingerprint,
+    source_fingerprint,
+    stage_dirs_for,
+    stage_executor,
+    stage_fingerprint,
+    where_in_config,
+)
+from pipeline.cache import cache_root
 from pipeline.config import Config, InputConfig, StageSpec, expand_paths
-from pipeline.digests import code_digest, content_digest, digest, package_versions, plugin_code_digest
-from pipeline.documents import SOURCE
+from pipeline.digests import digest, package_versions
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
 from pipeline.progress import stage_line, stage_progress
 from pipeline.runpath import RunPath, read_json, write_json
 from pipeline.shards import STATS, StageOutput, is_done, is_purged, purge_documents, purge_note, stage_shards
 from pipeline.stages import GROUPS, REGISTRY
-from pipeline.stages.base import DocumentStage, RunContext, Stage, StoredScores
+from pipeline.stages.base import DocumentStage, Stage, StoredScores
 from pipeline.tasks import InputShard
 
 log = logging.getLogger("medprep")
-
-
-# ---- fingerprints: a stage reruns when one changes -----------------------------------------
-
-def source_fingerprint(input_cfg) -> str:
-    files = expand_paths(input_cfg.paths)
-    return digest(input_cfg.model_dump(), [(str(f), content_digest(f)) for f in files if f.exists()])
-
-
-def stage_fingerprint(stage: Stage, spec: StageSpec, input_fp: str, config: Config, options: dict | None = None) -> str:
-    # num_proc, batch_size and progress do not change a stage's output, so they are left out.
-    # Files the stage reads (models, other stages' files) count by content, engines by version.
-    run = config.run
-    file_digests = [(str(f), content_digest(f)) for f in stage.fingerprint_files() if f.exists()]
-    options = spec.config.model_dump() if options is None else options
-    plugin = plugin_code_digest(type(stage))          # a stage from another package: its code too
-    return digest(pipeline.__version__, code_digest(), spec.name, options, input_fp, run.seed, run.shard_size,
-                  run.keep_removed_text, file_digests, stage.engine_versions(), *stage.fingerprint_inputs(),
-                  *([plugin] if plugin else []))
-
-
-def score_fingerprint(stage: DocumentStage, spec: StageSpec, input_fp: str, config: Config) -> str:
-    """What a filter stage's score columns depend on: its fingerprint without the options that
-    only decide (thresholds), so a retuned threshold finds the stored scores again."""
-    options = {k: v for k, v in spec.config.model_dump().items() if k not in stage.threshold_options}
-    return stage_fingerprint(stage, spec, input_fp, config, options=options)
-
-
-# ---- a stage and what it gets from the run --------------------------------------------------
-
-def bare_stage(spec: StageSpec) -> Stage:
-    """The stage of `spec` without a run context: for its declarations and hooks."""
-    return REGISTRY[spec.name](spec.config, None)
-
-
-def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) -> Stage:
-    """The stage of `spec` with its RunContext: the options of the stages it `needs`, where the
-    files it `reads` are, its cache, and the columns the stages before it add."""
-    stage = bare_stage(spec)
-    earlier = config.before(spec)
-    chain = earlier + [s for s in config.stages if s.source == spec.source and s.position > spec.position]
-    stage.ctx = RunContext(
-        run_dir=config.output_dir, seed=config.run.seed,
-        upstream={s.name: s.config for s in reversed(chain) if s.name in stage.needs},
-        read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.cache_namespace()),
-        # A multi-source run's `source` column is the run's own (set from the config, replacing any
-        # field of that name): an annotation, kept by a stage that drops the source's other fields.
-        annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields())
-        + ((SOURCE,) if config.multi_source else ()),
-        mix={k: v.dump() for k, v in config.run.mix.items()} if config.run.mix else None)
-    return stage
-
-
-def read_paths(config: Config, stage: Stage, stage_dirs: dict[str, RunPath]) -> dict[str, RunPath | Path]:
-    """Where each file the stage `reads` is: the publishing stage's own output if it has finished
-    (its folder, wherever `pipeline.stage NAME --output` put it), else the run folder's published
-    copy, else the file the publisher takes it from (`published_source`)."""
-    out = {}
-    for name, publisher in stage.reads.items():
-        candidates = [config.output_dir / REGISTRY[publisher].publishes[name]]
-        if config.has_stage(publisher):
-            candidates.insert(0, stage_dirs[config.stage(publisher).key] / name)
-            source = bare_stage(config.stage(publisher)).published_source(name)
-            if source:
-                candidates.append(Path(source))
-        out[name] = next((c for c in candidates if c.exists()), config.output_dir / REGISTRY[publisher].publishes[name])
-    return out
-
-
-def _where(config: Config, spec: StageSpec) -> str:
-    return f"{config.source}: {spec.where}"
 
 
 # ---- one stage ------------------------------------------------------------------------------
@@ -146,34 +84,18 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     return (lambda output, executor: StageInputs(shards_in, batch_size=run.batch_size)), fingerprint
 
 
-def stage_dirs_for(config: Config) -> dict[str, RunPath]:
-    """Each stage's folder, by its key (`SOURCE.STAGE` for a source's stage)."""
-    return {s.key: config.output_dir / "stages" / s.folder for s in config.stages}
-
-
-@contextmanager
-def _stage_executor(config: Config, executor):
-    """The run's executor (or one of the stage's own, closed after it); the stage's workers go
-    when it ends."""
-    own = executor is None
-    if own:
-        from pipeline.executor import make_executor
-        executor = make_executor(config.run.executor, config.run.num_proc)
-    try:
-        yield executor
-    finally:
-        executor.end_stage()
-        if own:
-            executor.close()
-
-
 def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: Path | None = None,
               force: bool = False, stage_dirs=None, executor=None) -> dict:
     stage_dirs = stage_dirs or stage_dirs_for(config)
+    from pipeline.private_chain import private_prefix, run_private_chain
+    prefix = private_prefix(config, spec, alone=input_paths is not None)
+    if prefix is not None:
+        return run_private_chain(config, prefix, stage_dirs=stage_dirs, executor=executor, input_paths=input_paths,
+                                 output_dir=output_dir, force=force)[-1]
     folder = RunPath.of(output_dir, direct=config.output_dir.direct) if output_dir else stage_dirs[spec.key]
     stage = make_stage(config, spec, stage_dirs)
     if (privacy := stage.privacy()) is not None:
-        privacy.check_private_files(_where(config, spec), [config.output_dir, folder])
+        privacy.check_private_files(where_in_config(config, spec), [config.output_dir, folder])
     open_inputs, input_fp = _stage_inputs(config, spec, input_paths, stage_dirs)
     reads_source = input_paths is not None or not config.previous(spec)     # the driver ingests first
     fingerprint = stage_fingerprint(stage, spec, input_fp, config)
@@ -196,7 +118,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
     from pipeline.executor import task_usage
     driver_cpu0, _ = task_usage()
     inputs = None
-    with _stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
+    with stage_executor(config, executor) as executor, _disk_full_names(spec, output, document, lambda: inputs), \
             stage_progress(spec.folder, enabled=config.run.progress):
         if reads_source:
             inputs = _ingest_while_starting(executor, stage, open_inputs, output, config.inputs.get(spec.source),
@@ -222,7 +144,7 @@ def run_stage(config: Config, spec: StageSpec, *, input_paths=None, output_dir: 
                            "fingerprint": fingerprint, "seconds": round(seconds, 3), "executor": kind, **extra},
                           input_shards=inputs.names(), by_source=config.multi_source and spec.source is None)
     if output_dir is None:
-        _publish(stage, folder, config.output_dir)
+        publish(stage, folder, config.output_dir)
     rate = stats["docs_in"] / seconds if seconds else 0.0
     stage_line(spec.folder, f"in {stats['docs_in']} out {stats['docs_out']} removed "
                f"{sum(stats['removed'].values())} in {seconds:.1f}s ({rate:,.0f} docs/s)", event="stage_end",
@@ -318,36 +240,6 @@ def _driver_stats(spec: StageSpec, inputs: StageInputs, seconds: float, document
     return out
 
 
-def _publish(stage: Stage, folder: RunPath, run_dir: RunPath) -> None:
-    """Hard-link the files a stage publishes to their place in the run folder (on an object
-    store: a server-side copy)."""
-    for src_rel, dst_rel in stage.publishes.items():
-        src, dst = folder / src_rel, run_dir / dst_rel
-        if not src.exists():
-            continue
-        tmp = dst.with_name(dst.name + ".tmp") if dst.renames else dst
-        tmp.rmtree()
-        if src.is_dir():
-            for f in src.rglob():
-                _link_or_copy(f, tmp / f.relative_to(src))
-        else:
-            _link_or_copy(src, tmp)
-        if tmp != dst:
-            dst.rmtree()
-            tmp.rename(dst)
-
-
-def _link_or_copy(src: RunPath, dst: RunPath) -> None:
-    if src.local is not None and dst.local is not None:
-        dst.parent.mkdir()
-        try:
-            os.link(src.local, dst.local)
-            return
-        except OSError:
-            pass
-    src.copy_to(dst)
-
-
 def expand_names(config: Config, names: list[str]) -> list[StageSpec]:
     """The stages a name means, in chain order: a stage (every source's, in a multi-source run),
     a group, a source's stage (`SOURCE.STAGE`), a source's group (`SOURCE.GROUP`), or a
@@ -413,12 +305,16 @@ def _run_chain(config: Config, *, force: bool = False) -> dict:
     stages = [bare_stage(spec) for spec in config.stages]
     for spec, stage in zip(config.stages, stages):
         if (privacy := stage.privacy()) is not None:
-            privacy.check_private_files(_where(config, spec), [config.output_dir])
+            privacy.check_private_files(where_in_config(config, spec), [config.output_dir])
     reusable = {} if force else purged_but_current(config, stage_dirs)
     all_stats = []
     t0 = time.perf_counter()
     from pipeline.executor import make_executor
     executor = make_executor(config.run.executor, config.run.num_proc)
+    from pipeline.private_chain import private_chains, run_private_chain
+    private = private_chains(config)
+    in_memory = {s.key for before in private.values() for s in before}
+    by_key = dict(zip((s.key for s in config.stages), stages))
     try:
         for spec, stage in zip(config.stages, stages):
             if spec.key in reusable:
@@ -428,19 +324,24 @@ def _run_chain(config: Config, *, force: bool = False) -> dict:
                 stage_line(spec.folder, f"skipped: {why}", event="stage_skipped")
                 all_stats.append(read_json(stage_dirs[spec.key] / STATS))
                 continue
-            stats = run_stage(config, spec, force=force, stage_dirs=stage_dirs, executor=executor)
-            all_stats.append(stats)
-            problem = nothing_left(config, spec, stage, stats)
-            if problem:
-                raise UserError(problem)
-            for warning in stage_warnings(config, spec, stage, stats):
-                stage_line(spec.folder, f"warning: {warning}", event="warning")
+            if spec.key in in_memory:
+                continue                 # run by its chain's PHI stage, in memory (private_chain.py)
+            if spec.key in private:
+                specs = private[spec.key] + [spec]
+                ran = run_private_chain(config, specs, stage_dirs=stage_dirs, executor=executor, force=force)
+            else:
+                specs, ran = [spec], [run_stage(config, spec, force=force, stage_dirs=stage_dirs, executor=executor)]
+            for done_spec, stats in zip(specs, ran):
+                all_stats.append(stats)
+                done_stage = by_key[done_spec.key]
+                problem = nothing_left(config, done_spec, done_stage, stats)
+                if problem:
+                    raise UserError(problem)
+                for warning in stage_warnings(config, done_spec, done_stage, stats):
+                    stage_line(done_spec.folder, f"warning: {warning}", event="warning")
         executor_info = executor.describe()
-    except BaseException:
-        executor.close()                 # no worker writes while the private files are purged
-        purge_private_after_failure(config, stages, stage_dirs)
-        raise
-    executor.close()
+    finally:
+        executor.close()
     manifest = write_manifest(config, all_stats, time.perf_counter() - t0, executor_info)
     # The report reads the stages' raw removed documents (it shows them redacted, under
     # pseudonyms), so it comes before a stage purges what came before it.
@@ -462,23 +363,6 @@ def _run_chain(config: Config, *, force: bool = False) -> dict:
     manifest["run_folder"] = run_folder_size(config, all_stats)
     write_json(config.output_dir / "manifest.json", manifest)
     return manifest
-
-
-def purge_private_after_failure(config: Config, stages: list[Stage], stage_dirs: dict[str, RunPath]) -> None:
-    """A run that failed or was interrupted leaves no raw private document behind: each stage
-    whose privacy duties purge the stages before it does so now (their finished folders and
-    their unfinished temp folders); the next run recomputes them, and resumes the stage itself
-    from its finished shards."""
-    for spec, stage in zip(config.stages, stages):
-        privacy = stage.privacy()
-        if privacy is None or not privacy.purges_earlier_stages():
-            continue
-        earlier = [(s.folder, stage_dirs[s.key]) for s in config.before(spec)]
-        if not any(folder.exists() or folder.with_name(folder.name + ".tmp").exists() for _, folder in earlier):
-            continue
-        privacy.after_chain(earlier)
-        stage_line(spec.folder, f"the raw documents of the {len(earlier)} stage(s) before it were removed (they hold "
-                   "PHI); the next run recomputes them", event="privacy")
 
 
 def keep_final_only(stage_dirs: dict[str, RunPath]) -> None:

@@ -460,10 +460,13 @@ class StageOutput:
             self._markers[name] = read_json(self.tmp / MARKERS / f"{name}.json")
         return self._markers[name]
 
-    def commit(self, stats: dict, input_shards: list[str], by_source: bool = False) -> dict:
+    def commit(self, stats: dict, input_shards: list[str], by_source: bool = False,
+               purged: str | None = None) -> dict:
         """stats.json (counts summed over the shards' markers, then `stats`) and _SUCCESS, once
         every input shard has its output shard; then the folder goes into place. `by_source`:
-        the counts also by source (a shared tail's shards are named SOURCE.K)."""
+        the counts also by source (a shared tail's shards are named SOURCE.K). `purged`: a
+        stage whose documents were never written (pipeline/private_chain.py) ends with _PURGED
+        saying so, not _SUCCESS."""
         missing = sorted(set(input_shards) - self.done_shards())
         if missing:
             raise RuntimeError(f"{self.final.name}: no output for input shard {missing[0]} "
@@ -484,7 +487,11 @@ class StageOutput:
         for leftover in ("input", FINGERPRINT):
             (self.tmp / leftover).rmtree()
         write_json(self.tmp / STATS, stats)
-        (self.tmp / SUCCESS).write_text("")
+        if purged is None:
+            (self.tmp / SUCCESS).write_text("")
+        else:
+            (self.tmp / MARKERS).rmtree()      # as a purge leaves a folder: stats.json and removed/
+            (self.tmp / PURGED).write_text(purged.rstrip("\n") + "\n", encoding="utf-8")
         if self.tmp != self.final:
             self.final.rmtree()
             self.tmp.rename(self.final)

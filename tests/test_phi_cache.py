@@ -36,14 +36,24 @@ def phi_key(monkeypatch):
 
 @pytest.fixture
 def engine_inputs(monkeypatch) -> list[str]:
-    """Every text the real engine is asked to redact (run_chain with num_proc 1 runs phi here)."""
+    """Every text the real engine is asked to redact for phi's output (run_chain with num_proc 1
+    runs phi here); not the examples of documents removed before phi, which the report's own
+    engine redacts for removed/ (pipeline/private_chain.py)."""
+    from pipeline.stages.phi.privacy import PhiPrivacy
     seen: list[str] = []
     real = PhiEngine.redact_batch
 
     def counting(self, texts, surrogates=None, known=None):
-        seen.extend(texts)
+        if not getattr(self, "redacts_report_examples", False):
+            seen.extend(texts)
         return real(self, texts, surrogates, known)
+
+    def report_redactor(self):
+        engine = PhiEngine().setup()
+        engine.redacts_report_examples = True
+        return lambda texts: engine.redact_batch(texts)[0]
     monkeypatch.setattr(PhiEngine, "redact_batch", counting)
+    monkeypatch.setattr(PhiPrivacy, "report_redactor", report_redactor)
     return seen
 
 

@@ -200,13 +200,18 @@ def test_stages_before_phi_are_purged_and_the_manifest_says_so(clinical):
         stats = json.loads((d / "stats.json").read_text())
         removed = read_arrow_dir(d / "removed")
         assert (removed.num_rows if removed else 0) == sum(stats["removed"].values())
+    # They ran in memory in phi's task: never a data folder, not even while running (test_private_chain.py).
+    assert "ran in memory in the task of 03_phi" in (out / "stages/01_normalize/_PURGED").read_text()
     normalize_removed = read_arrow_dir(out / "stages/01_normalize/removed").to_pylist()
     assert normalize_removed == [{"id": f"{clinical['src']}:7", "reason": "malformed_non_string_text",
-                                  "duplicate_of": None}]
+                                  "duplicate_of": None, "text": None}]
     heuristics_removed = read_arrow_dir(out / "stages/02_heuristics/removed")
-    assert heuristics_removed.column_names == ["id", "reason", "duplicate_of"]
+    assert heuristics_removed.column_names == ["id", "reason", "duplicate_of", "text"]
     assert heuristics_removed["id"].to_pylist() == pseudonymize([NOTES[6]["id"], NOTES[7]["id"]], key)
     assert heuristics_removed["reason"].to_pylist()[0] == "too_few_words"
+    # The report's examples, kept redacted: the phone across the report's cut is gone.
+    long_example = heuristics_removed["text"][1].as_py()
+    assert long_example.startswith(LONG_HEAD[:200]) and "312-774-0198" not in long_example
     manifest = json.loads((out / "manifest.json").read_text())
     privacy = manifest["privacy"]
     assert privacy["raw_purged"] is True and privacy["stages"] == ["01_normalize", "02_heuristics"]
@@ -226,9 +231,11 @@ def test_report_redacts_before_the_cut_and_shows_pseudonyms(clinical):
     assert LONG_HEAD[-60:] in page and "312-7" not in page
     assert pseudonymize([NOTES[6]["id"]], key)[0] in page
     assert not any(v in page for v in PLANTED)
-    # Rewritten after the purge, the report says the texts are gone instead of showing them.
+    # Rewritten after the run, the report shows the same examples: removed/ keeps them redacted.
+    from pipeline.report import write_report
+    write_report(clinical["out"])
     later = (clinical["out"] / "report.html").read_text()
-    assert "removed from the run folder after the run" in later and LONG_HEAD[-60:] not in later
+    assert LONG_HEAD[-60:] in later and "312-7" not in later and not any(v in later for v in PLANTED)
 
 
 @pytest.mark.slow
@@ -275,10 +282,15 @@ def test_rerun_after_purge_and_single_stage_message(clinical):
     rerun = clinical["rerun"]
     assert "[01_normalize] skipped: purged" in rerun and "[03_phi] skipped" in rerun and "running" not in rerun
     assert read_arrow_dir(clinical["out"] / "stages/06_split/data").equals(clinical["split"])
-    # phi alone cannot read its purged input: one line saying what to do.
-    proc = _cli(env, "-m", "pipeline.stage", "phi", "--config", str(clinical["cfg"]), "--force", check=False)
+    # A stage before phi alone would write text with PHI: one line saying what to do.
+    proc = _cli(env, "-m", "pipeline.stage", "heuristics", "--config", str(clinical["cfg"]), "--force", check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "rerun the chain from the start" in proc.stderr and "keep_raw" in proc.stderr
+    assert "runs in memory inside 'phi'" in proc.stderr and "keep_raw" in proc.stderr
+    # phi alone reads the source again and runs the stages before it in memory, to the same bytes.
+    before = read_arrow_dir(clinical["out"] / "stages/03_phi/data")
+    proc = _cli(env, "-m", "pipeline.stage", "phi", "--config", str(clinical["cfg"]), "--force")
+    assert "[01_normalize] running in memory in 03_phi's task" in proc.stderr
+    assert read_arrow_dir(clinical["out"] / "stages/03_phi/data").equals(before)
     # A changed option before phi reruns the purged stages instead of failing.
     changed = write_config(clinical["tmp"] / "changed.yaml",
                            clinical["cfg"].read_text().replace("min_words: 20", "min_words: 21"))

@@ -234,9 +234,16 @@ class Privacy:
         entry in the config, for the error."""
 
     def purges_earlier_stages(self) -> bool:
-        """Whether the documents of the stages before this one leave the run folder after
-        the run (`after_chain`); a rerun then skips them while this stage is current."""
+        """Whether the documents of the stages before this one are private: they run in memory
+        in this stage's tasks and are never written (pipeline/private_chain.py); a folder
+        written otherwise (an older run) is purged after the run (`after_chain`); a rerun
+        skips them while this stage is current."""
         return False
+
+    def private_removed(self, removed: pa.Table) -> pa.Table:
+        """The removed rows of a stage it purges, as they may be written: ids under this
+        stage's names for them, no text."""
+        return removed
 
     def after_chain(self, earlier: list) -> dict:
         """Once the whole chain has run (and the report is written): what this stage does to

@@ -339,7 +339,7 @@ class PhiDeidentify(DocumentStage):
         if self.config.crosswalk_file:
             from pipeline.phi.secret import load_phi_key
             from pipeline.stages.phi.identifiers import write_crosswalk
-            write_crosswalk(self.config.crosswalk_file, inputs.shards, load_phi_key(self.config.key_file))
+            write_crosswalk(self.config.crosswalk_file, inputs.ids(), load_phi_key(self.config.key_file))
         out = {"entities": dict(sorted(entities.items())), "docs_with_phi": totals.get("docs_with_phi", 0),
                "mode": self.config.mode, "id_mode": self.config.id_mode, "meta_fields": self.config.meta_fields}
         if self.config.triage:

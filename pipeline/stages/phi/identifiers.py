@@ -25,7 +25,7 @@ from pipeline.documents import REMOVED_SCHEMA
 from pipeline.errors import ConfigError
 from pipeline.phi.secret import key_id, load_phi_key, phi_key_source
 from pipeline.runpath import RunPath, as_run_path
-from pipeline.shards import SUCCESS, is_done, is_purged, purge_documents, read_shard
+from pipeline.shards import SUCCESS, is_done, is_purged, purge_documents
 
 PREFIX = "doc-"
 # Ids of records a reader could not read are file:line, needed to find the record again.
@@ -160,15 +160,13 @@ def _replace(obj, redacted):
     return obj
 
 
-def write_crosswalk(path: str, shards, key: bytes) -> int:
-    """(pseudonym, id) of every document of the input shards, in input order, as CSV (mode
-    0600), under a temp name renamed into place. Written by the driver from the input's ids,
-    whatever number of workers and shards ran the stage. Returns the number of rows."""
+def write_crosswalk(path: str, ids, key: bytes) -> int:
+    """(pseudonym, id) of every document of the input (`ids`: lists of ids, in input order), as
+    CSV (mode 0600), under a temp name renamed into place. Written by the driver from the
+    input's ids, whatever number of workers and shards ran the stage. Returns the number of rows."""
     def rows():
-        for shard in shards:
-            for table in read_shard(shard.path, None, ["id"]):
-                ids = table["id"].to_pylist()
-                yield from zip(pseudonymize(ids, key), ids)
+        for part in ids:
+            yield from zip(pseudonymize(part, key), part)
     return write_private_csv(Path(path), ["pseudonym", "id"], rows())
 
 

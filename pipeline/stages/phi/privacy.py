@@ -54,6 +54,12 @@ class PhiPrivacy(Privacy):
     def purges_earlier_stages(self) -> bool:
         return not self.config.keep_raw
 
+    def private_removed(self, removed):
+        from pipeline.stages.phi.identifiers import private_removed
+        if not hasattr(self, "_removed_key"):
+            self._removed_key = self.key() if self.renames_ids() else None
+        return private_removed(removed, self._removed_key)
+
     def after_chain(self, earlier: list) -> dict:
         from pipeline.stages.phi.identifiers import purge_before
         return {"privacy": purge_before(self.config, earlier)}
