@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, UserError
 from pipeline.readers import expand_paths  # noqa: F401  (paths are expanded in readers/, once)
 from pipeline.runpath import RunPath
 
@@ -575,30 +575,13 @@ def _spec_chains(config: Config, chains, specs: list[StageSpec]) -> dict:
 
 def _repeat_by_problems(source: str, rules: list[RepeatRule], input_cfg: InputConfig) -> list[str]:
     """A repeat_by rule on a column the source's documents do not have, or of the wrong kind,
-    where the reader's columns are known from the config: MEDLINE and JATS XML (their typed
-    columns), JSON/CSV (`input.columns`, strings). Other inputs (parquet, datasets folders) are
-    checked by pack, on the first shard without the column."""
+    from the columns the reader gives (the format as the readers detect it): MEDLINE and JATS XML
+    (their typed columns), JSON/CSV (`input.columns`, strings), Parquet files and datasets folders
+    (their schema, read without the data). Inputs not there yet are checked by pack."""
     import pyarrow as pa
 
-    from pipeline.readers import jats, pubmed_xml
-    fmt = input_cfg.format
-    if fmt == "auto":
-        kinds = set()
-        for p in input_cfg.paths:
-            name = p.lower()
-            kinds.add("xml" if name.endswith((".xml", ".xml.gz", ".nxml", ".nxml.gz")) else
-                      "strings" if name.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson", ".json", ".json.gz",
-                                                  ".csv", ".csv.gz", ".tsv", ".tsv.gz")) else "other")
-        fmt = kinds.pop() if len(kinds) == 1 else "other"
-    if fmt in ("xml", "pubmed_xml", "jats"):
-        schemas = {"xml": [pubmed_xml.SCHEMA, jats.SCHEMA], "pubmed_xml": [pubmed_xml.SCHEMA],
-                   "jats": [jats.SCHEMA]}[fmt]
-        columns = {f.name: f.type for schema in schemas for f in schema}
-        what = {"xml": "MEDLINE or JATS XML", "pubmed_xml": "MEDLINE XML", "jats": "JATS XML"}[fmt]
-    elif fmt in ("strings", "jsonl", "json", "csv", "tsv"):
-        columns = {c: pa.string() for c in input_cfg.columns}
-        what = "this input (JSON and CSV fields are columns when listed in input.columns, as strings)"
-    else:
+    columns, what = _reader_columns(input_cfg)
+    if columns is None:
         return []
     problems = []
     for i, rule in enumerate(rules):
@@ -613,6 +596,44 @@ def _repeat_by_problems(source: str, rules: list[RepeatRule], input_cfg: InputCo
         elif rule.any_of is None and not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
             problems.append(f"{where}: min:/max: need a number column; '{rule.column}' holds {kind}: use any_of:")
     return problems
+
+
+def _reader_columns(input_cfg: InputConfig) -> tuple[dict | None, str]:
+    """{column: Arrow type} of the documents the input's reader gives, and what to call the
+    input in a message; None when they cannot be known before reading (files missing, mixed
+    formats, plain text, Arrow shards)."""
+    import pyarrow as pa
+
+    from pipeline.readers import detect_format, jats, pubmed_xml
+    from pipeline.readers import expand_paths as reader_paths
+    try:
+        files = reader_paths(input_cfg.paths)
+        formats = {input_cfg.format} if input_cfg.format != "auto" else {detect_format(f) for f in files}
+    except (OSError, UserError):
+        return None, ""
+    if len(formats) != 1 or not files or not all(f.exists() for f in files):
+        return None, ""
+    fmt = formats.pop()
+    if fmt in ("pubmed_xml", "jats"):
+        schema = {"pubmed_xml": pubmed_xml.SCHEMA, "jats": jats.SCHEMA}[fmt]
+        return {f.name: f.type for f in schema}, {"pubmed_xml": "MEDLINE XML", "jats": "JATS XML"}[fmt]
+    if fmt in ("jsonl", "json", "csv", "tsv"):
+        return ({c: pa.string() for c in input_cfg.columns},
+                "this input (JSON and CSV fields are columns when listed in input.columns, as strings)")
+    if fmt in ("parquet", "hf"):
+        try:
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+                schema = pq.read_schema(files[0])
+            else:
+                from datasets import DatasetDict, load_from_disk
+                ds = load_from_disk(str(files[0]))
+                schema = (ds["train"] if isinstance(ds, DatasetDict) else ds).features.arrow_schema
+        except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+            return None, ""                   # the reader names what is wrong with the file
+        renamed = {input_cfg.text_field: "text", input_cfg.id_field: "id"}
+        return {renamed.get(f.name, f.name): f.type for f in schema}, f"{files[0].name} (its columns)"
+    return None, ""
 
 
 def _source_problems(run: RunConfig, specs: list[StageSpec]) -> list[str]:

@@ -147,7 +147,7 @@ def test_same_config_same_bytes(weighted, tmp_path):
 
 @pytest.mark.parametrize("rules, message", [
     ("[{column: pubtype, any_of: [Review], add: 1}]",
-     r"mix.pubmed.repeat_by\[0\].column: 'pubtype' is not a column of MEDLINE or JATS XML \(columns: pmid"),
+     r"mix.pubmed.repeat_by\[0\].column: 'pubtype' is not a column of MEDLINE XML \(columns: pmid"),
     ("[{column: year, any_of: ['2020'], add: 1}]", r"mix.pubmed.repeat_by\[0\].any_of: 'year' holds int32"),
     ("[{column: publication_types, min: 2, add: 1}]", r"mix.pubmed.repeat_by\[0\]: min:/max: need a number column"),
     ("[{column: year, min: 2020, any_of: [x], add: 1}]", "give either any_of"),
@@ -178,6 +178,34 @@ def test_a_jsonl_source_weights_by_the_fields_it_reads_as_columns(tmp_path):
     with_columns = base.replace("input: {paths: [" + str(tmp_path / "r.jsonl") + "]}",
                                 "input: {paths: [" + str(tmp_path / "r.jsonl") + "], columns: [kind]}")
     assert load_config(write_config(tmp_path / "b.yaml", with_columns + mix)).run.mix["reports"].repeat_by
+
+
+@pytest.mark.parametrize("kind", ["parquet", "datasets"])
+def test_a_parquet_or_datasets_source_is_checked_against_its_schema_up_front(tmp_path, kind):
+    """The columns of a Parquet file or a datasets folder are read from their schema, before any
+    work: a rule on a missing column or one of the wrong kind is refused in one line."""
+    import pyarrow as pa
+    table = pa.table({"id": ["a", "b"], "body": ["x y", "z"], "year": pa.array([2019, 2021], pa.int32()),
+                      "kind": ["guideline", "note"]})
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+        path = tmp_path / "r.parquet"
+        pq.write_table(table, path)
+    else:
+        from datasets import Dataset
+        path = tmp_path / "r-dataset"
+        Dataset(table).save_to_disk(str(path))
+    base = WEIGHTED.format(out=tmp_path / "run", raw=RAW, reports=path).split("mix:")[0].replace(
+        f"input: {{paths: [{path}]}}", f"input: {{paths: [{path}], text_field: body}}")
+    for rule, message in (("{column: kinds, any_of: [guideline], add: 1}",
+                           r"'kinds' is not a column of r\S* \(its columns\) \(columns: year, kind\)"),
+                          ("{column: year, any_of: ['2021'], add: 1}", "'year' holds int32, not text"),
+                          ("{column: kind, min: 1, add: 1}", "need a number column; 'kind' holds string")):
+        mix = f"mix:\n  pubmed: {{weight: 0.7}}\n  reports: {{weight: 0.3, repeat_by: [{rule}]}}\n"
+        with pytest.raises(ConfigError, match=message):
+            load_config(write_config(tmp_path / "c.yaml", base + mix))
+    good = "mix:\n  pubmed: {weight: 0.7}\n  reports: {weight: 0.3, repeat_by: [{column: year, min: 2020, add: 1}]}\n"
+    assert load_config(write_config(tmp_path / "d.yaml", base + good)).run.mix["reports"].repeat_by
 
 
 def test_weighted_copies_meet_the_tokens_to_a_document():
@@ -234,7 +262,7 @@ def test_a_weighted_mix_gives_the_same_bytes_under_ray(weighted, ray_instance, t
 
 
 def test_a_rule_on_a_column_of_the_wrong_kind_is_refused_at_pack_in_one_line():
-    """Inputs whose columns the config check cannot know (parquet, datasets folders): pack names the rule."""
+    """Inputs whose columns the config check cannot know (files not there yet, mixed formats): pack names the rule."""
     import pyarrow as pa
 
     from pipeline.engines.mixing import repeat_factors
