@@ -404,6 +404,8 @@ def run_private_chain(config, specs: list, *, stage_dirs: dict, executor, input_
     driver_cpu0, _ = task_usage()
     with stage_executor(config, executor) as executor, stage_progress(purger.folder, enabled=config.run.progress):
         files = expand_paths(input_cfg.paths)
+        if not files:
+            raise UserError(f"{', '.join(input_cfg.paths)}: no input file")
         groups = [(i, [str(f)]) for i, f in enumerate(files)] if len(files) > 1 and input_cfg.limit is None \
             else [(None, [str(f) for f in files])]
         workers = executor.workers_for(owner, 1 << 30)
@@ -454,7 +456,9 @@ def run_private_chain(config, specs: list, *, stage_dirs: dict, executor, input_
                                "medprep": pipeline.__version__, "fingerprint": fingerprints[i],
                                "seconds": round(seconds * share[i], 3), "executor": executor.kind, **extra,
                                "seconds_tasks": round(seconds * share[i], 3), "executor_workers": workers_used,
-                               "cpu_seconds": round(total_cpu * share[i], 3), "driver_peak_rss_mb": driver_rss,
+                               "cpu_seconds": round(total_cpu * share[i], 3),
+                               "driver_cpu_seconds": round((driver_cpu1 - driver_cpu0) * share[i], 3),
+                               "driver_peak_rss_mb": driver_rss,
                                **({} if last else {"ran_in": purger.folder}),
                                **({k: v for k, v in usage.items() if k != "worker_cpu_seconds"} if last else {})},
                               input_shards=names,
