@@ -138,3 +138,16 @@ def link_or_copy(src: RunPath, dst: RunPath) -> None:
     src.copy_to(dst)
 
 
+def source_input(config: Config, spec: StageSpec, input_paths: list[str] | None):
+    """The input a stage reads from the source: its source's, or the files given on the command
+    line (`--input`: format detected; a shared tail's stage has no source of its own, so the
+    input defaults)."""
+    from pipeline.config import InputConfig
+    from pipeline.errors import UserError
+    input_cfg = config.inputs.get(spec.source) or InputConfig(paths=list(input_paths))
+    if input_paths is not None:
+        input_cfg = input_cfg.model_copy(update={"paths": list(input_paths), "format": "auto"})
+        missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
+        if missing:
+            raise UserError(f"--input: not found: {', '.join(missing)}")
+    return input_cfg

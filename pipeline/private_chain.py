@@ -341,11 +341,12 @@ def run_private_chain(config, specs: list, *, stage_dirs: dict, executor, input_
         make_stage,
         publish,
         source_fingerprint,
+        source_input,
         stage_executor,
         stage_fingerprint,
         where_in_config,
     )
-    from pipeline.config import InputConfig, expand_paths
+    from pipeline.config import expand_paths
     from pipeline.executor import task_usage
     from pipeline.progress import stage_line, stage_progress
     from pipeline.runpath import read_json
@@ -358,12 +359,7 @@ def run_private_chain(config, specs: list, *, stage_dirs: dict, executor, input_
     stages = [make_stage(config, s, stage_dirs) for s in specs]
     privacy = stages[-1].privacy()
     privacy.check_private_files(where_in_config(config, purger), [config.output_dir, folders[-1]])
-    input_cfg = config.inputs.get(purger.source) or InputConfig(paths=list(input_paths))
-    if input_paths is not None:
-        input_cfg = input_cfg.model_copy(update={"paths": list(input_paths), "format": "auto"})
-        missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
-        if missing:
-            raise UserError(f"--input: not found: {', '.join(missing)}")
+    input_cfg = source_input(config, purger, input_paths)
     fingerprints, fp = [], source_fingerprint(input_cfg)
     for spec, stage in zip(specs, stages):
         fp = stage_fingerprint(stage, spec, fp, config)

@@ -18,13 +18,14 @@ from pipeline.binding import (
     publish,
     score_fingerprint,
     source_fingerprint,
+    source_input,
     stage_dirs_for,
     stage_executor,
     stage_fingerprint,
     where_in_config,
 )
 from pipeline.cache import cache_root
-from pipeline.config import Config, InputConfig, StageSpec, expand_paths
+from pipeline.config import Config, StageSpec, expand_paths
 from pipeline.digests import digest, package_versions
 from pipeline.errors import UserError
 from pipeline.inputs import StageInputs
@@ -47,13 +48,7 @@ def _stage_inputs(config: Config, spec: StageSpec, input_paths: list[str] | None
     run = config.run
     previous = config.previous(spec)
     if input_paths is not None or not previous:
-        # A shared tail's stage run alone on given files has no source of its own: the input's defaults.
-        input_cfg = config.inputs.get(spec.source) or InputConfig(paths=list(input_paths))
-        if input_paths is not None:
-            input_cfg = input_cfg.model_copy(update={"paths": list(input_paths), "format": "auto"})
-            missing = [str(p) for p in expand_paths(input_cfg.paths) if not p.exists()]
-            if missing:
-                raise UserError(f"--input: not found: {', '.join(missing)}")
+        input_cfg = source_input(config, spec, input_paths)
         from pipeline.ingest import ingest_source
         return (lambda output, executor: ingest_source(input_cfg, run, output.tmp / "input", executor,
                                                        source=spec.source, stage_name=spec.name)), \
