@@ -23,6 +23,7 @@ the fresh run's byte for byte (the dataset card aside: it tells the run's counte
 """
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import hmac
@@ -56,6 +57,10 @@ from pipeline.shards import (
 ERASURES = "erasures"
 # Written before an erasure changes anything, removed after its receipt: an erasure cut short.
 PENDING = "PENDING"
+# Beside it, what a retry needs of the shards the erasure cut short had replaced (stage folder /
+# shard name .json: the shard's digest before, its rows' keep mask): their row maps, for the
+# references of later stages' shards not yet renumbered. Row numbers only; removed with PENDING.
+REPLACED = "PENDING.rows"
 # Cache kinds whose entries derive from no document of the corpus (a benchmark's n-grams): kept.
 CORPUS_FREE_CACHES = ("benchmarks",)
 
@@ -227,6 +232,11 @@ def _write(path: Path, table: pa.Table, schema: pa.Schema) -> None:
     out.close()
 
 
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
 def _keep_mask(table: pa.Table, match: pa.Array) -> np.ndarray:
     if table.num_rows == 0 or "id" not in table.column_names:
         return np.ones(table.num_rows, bool)
@@ -243,8 +253,9 @@ def _renumber(old_keep: np.ndarray) -> np.ndarray:
 class StageEraser:
     """Takes the documents out of the per-document stages' folders, in chain order."""
 
-    def __init__(self, stages_dir: Path, match: set[str]):
+    def __init__(self, stages_dir: Path, match: set[str], replaced_dir: Path):
         self.stages_dir = stages_dir
+        self.replaced_dir = replaced_dir
         self.match = pa.array(sorted(match), pa.string())
         # "FOLDER/data/NAME.arrow" of a text-holding shard that lost rows -> new row of each old row.
         self.row_maps: dict[str, np.ndarray] = {}
@@ -260,11 +271,22 @@ class StageEraser:
         texts: list[str] = []
         for shard in sorted((folder / "data").glob("*.arrow")) if data_erased is not None else ():
             table = _read(shard)
+            refs = TEXT_ROW in table.column_names
+            keep = self._replaced_keep(shard)
+            if keep is not None:
+                # Replaced by the try cut short: its rows as they were, for the references into it
+                # and the stored scores; its marker recounted unless that try got to it.
+                self.data_masks[(name, shard.stem)] = keep
+                if "text" in table.column_names and not refs and not keep.all():
+                    self.row_maps[f"{name}/data/{shard.name}"] = _renumber(keep)
+                marker = folder / MARKERS / f"{shard.stem}.json"
+                if marker.exists() and json.loads(marker.read_text())["docs_out"] != table.num_rows:
+                    self._recount_marker(folder, shard.stem, data_out=table.num_rows, erased_in=int((~keep).sum()))
+                continue
             keep = _keep_mask(table, self.match)
             self.data_masks[(name, shard.stem)] = keep
             if not keep.all():
                 self.found.update(table.filter(pa.array(~keep))["id"].to_pylist())
-            refs = TEXT_ROW in table.column_names
             remap = refs and any(f in self.row_maps for f in pc.unique(table[TEXT_FILE]).to_pylist())
             if keep.all() and not remap:
                 continue
@@ -280,11 +302,12 @@ class StageEraser:
                         at = pc.equal(kept[TEXT_FILE], f).to_numpy(zero_copy_only=False)
                         new[at] = self.row_maps[f][rows[at]]
                 if (new < 0).any():
-                    raise UserError(f"{shard}: a kept row refers to an erased text (an erasure cut short "
-                                    "between two stages): run the chain again ('medprep run') before erasing")
+                    raise UserError(f"{shard}: a kept row refers to an erased text (an erasure of other documents "
+                                    "cut short): finish that one first (the same medprep erase again)")
                 kept = kept.set_column(kept.schema.get_field_index(TEXT_ROW), TEXT_ROW, pa.array(new, pa.int64()))
             if "text" in table.column_names and not refs and not keep.all():
                 self.row_maps[f"{name}/data/{shard.name}"] = _renumber(keep)
+            self._save_keep(shard, keep)                 # before the shard changes: a retry's only record
             _write(shard, kept, schema)
             data_erased += int((~keep).sum())
             self._recount_marker(folder, shard.stem, data_out=kept.num_rows, erased_in=int((~keep).sum()))
@@ -304,6 +327,27 @@ class StageEraser:
                                  erased_in=len(gone))
         self.erased_texts[name] = texts
         self.counts[name] = {"data": data_erased, "removed": removed_erased}
+
+    def _replaced_path(self, shard: Path) -> Path:
+        return self.replaced_dir / shard.parent.parent.name / f"{shard.name}.json"
+
+    def _save_keep(self, shard: Path, keep: np.ndarray) -> None:
+        path = self._replaced_path(shard)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(RunPath.of(path), {"sha256": _file_sha256(shard), "rows": len(keep),
+                                      "keep": base64.b64encode(np.packbits(keep)).decode("ascii")})
+
+    def _replaced_keep(self, shard: Path) -> np.ndarray | None:
+        """The keep mask of a shard a try cut short replaced, else None (never reached, or not
+        replaced yet: its digest is the one saved, as the shard is replaced whole by a rename)."""
+        path = self._replaced_path(shard)
+        if not path.exists():
+            return None
+        saved = json.loads(path.read_text())
+        if saved["sha256"] == _file_sha256(shard):
+            return None
+        bits = np.frombuffer(base64.b64decode(saved["keep"]), np.uint8)
+        return np.unpackbits(bits, count=saved["rows"]).astype(bool)
 
     def _recount_marker(self, folder: Path, shard: str, *, data_out: int | None = None, erased_in: int = 0,
                         reasons: Counter | None = None) -> None:
@@ -368,6 +412,8 @@ def erase_scores(cache_dir: Path, score_masks: dict[str, dict | None]) -> None:
             if keep is None or keep.all():
                 continue
             table = _read(path)
+            if table.num_rows == int(keep.sum()):
+                continue                              # cut down already, by this erasure cut short
             if table.num_rows != len(keep):
                 path.unlink()                         # out of step with its input: scored again when needed
                 continue
@@ -506,13 +552,15 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
     # `medprep run` would otherwise skip them, leaving final/ as it was), final/ and report.html
     # (which hold the documents) go, and erasures/PENDING lets the same command finish the job.
     (run / ERASURES).mkdir(exist_ok=True)
+    if not (run / ERASURES / PENDING).exists():
+        shutil.rmtree(run / ERASURES / REPLACED, ignore_errors=True)     # not this erasure's
     (run / ERASURES / PENDING).write_text("an erasure was cut short: run the same medprep erase again\n")
     for spec in rerun:
         (dirs[spec.key].local / "_SUCCESS").unlink(missing_ok=True)
     shutil.rmtree(run / "final", ignore_errors=True)
     (run / "report.html").unlink(missing_ok=True)
 
-    eraser = StageEraser(run / "stages", match)
+    eraser = StageEraser(run / "stages", match, run / ERASURES / REPLACED)
     for spec in filtered:
         eraser.erase_stage(dirs[spec.key].local)
     # Erased documents each stage read: its own erased rows (data and removed); a purged stage,
@@ -622,6 +670,8 @@ def _erase(config, manifest: dict, run: Path, values: list[str], *, by_patient: 
         "cpu_seconds": round(time.process_time() - cpu0 + worker_cpu, 3),
     }
     receipt["path"] = str(write_receipt(run, receipt).relative_to(run))
+    # Before PENDING: without it, a later erasure would take them for its own.
+    shutil.rmtree(run / ERASURES / REPLACED, ignore_errors=True)
     (run / ERASURES / PENDING).unlink(missing_ok=True)
     return receipt
 

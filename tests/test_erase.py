@@ -190,6 +190,74 @@ def test_erasing_documents_gives_the_fresh_runs_final_and_leaves_no_trace(tmp_pa
     assert _final_files(run) == retuned and not (run / "erasures" / "PENDING").exists()
 
 
+def test_an_erasure_cut_short_between_two_stages_is_finished_by_the_same_command(tmp_path, real_docs, monkeypatch):
+    """Cut after normalize's shards are replaced (langid's refer to their old rows), then again
+    after one of langid's: the same command finishes it, final/ and the stages' shards the
+    uninterrupted erasure's. Without phi, dedup reads heuristics' references to normalize's texts."""
+    import shutil
+
+    import pipeline.erase as erase_module
+    english = [d for d in real_docs if d["language"] == "eng"][:110]
+    foreign = [d for d in real_docs if d["language"] != "eng"][:6]
+    docs = [{"id": d["id"], "text": d["text"]} for d in english[:50] + foreign + english[50:]]
+    write_jsonl(tmp_path / "all.jsonl", docs)
+    run, cut = tmp_path / "run", tmp_path / "cut"
+    config = _abstracts_config(tmp_path / "a.yaml", tmp_path / "all.jsonl", run)
+    config.write_text(config.read_text().replace("  - phi: {profile: literature}\n", ""))
+    code, _, err = run_in_process("run", "--config", config)
+    assert code == 0, err[-3000:]
+    shutil.copytree(run, cut)
+    # Two in shards 0 and 2; in shard 1 two that langid removed, so that langid's shard 1 loses no
+    # row of its own, only its references renumbered.
+    erased = [docs[i]["id"] for i in (3, 30, 51, 53, 90, 100)]
+    from pipeline.shards import read_table
+    langid_removed = read_table(run / "stages" / "02_langid", "removed")["id"].to_pylist()
+    assert {docs[51]["id"], docs[53]["id"]} <= set(langid_removed)
+    (tmp_path / "ids.txt").write_text("\n".join(erased) + "\n")
+    code, _, err = run_in_process("erase", str(run), "--ids", str(tmp_path / "ids.txt"))
+    assert code == 0, err[-3000:]
+
+    real_stage, real_write = erase_module.StageEraser.erase_stage, erase_module._write
+
+    def cut_after_first_stage(self, folder):
+        if self.counts:
+            raise KeyboardInterrupt
+        real_stage(self, folder)
+
+    langid_writes = []
+
+    def cut_in_langid(path, table, schema):
+        if path.parent.parent.name.endswith("_langid") and path.parent.name == "data":
+            langid_writes.append(path.name)
+            if len(langid_writes) == 2:
+                raise KeyboardInterrupt
+        real_write(path, table, schema)
+
+    for patch in ((erase_module.StageEraser, "erase_stage", cut_after_first_stage),
+                  (erase_module, "_write", cut_in_langid)):
+        with monkeypatch.context() as m:
+            m.setattr(*patch)
+            code, _, err = run_in_process("erase", str(cut), "--ids", str(tmp_path / "ids.txt"))
+        assert code == 130, err[-3000:]
+        assert (cut / "erasures" / "PENDING").exists() and list((cut / "erasures" / "PENDING.rows").rglob("*.json"))
+    assert len(langid_writes) == 2
+    code, _, err = run_in_process("erase", str(cut), "--ids", str(tmp_path / "ids.txt"))
+    assert code == 0, err[-3000:]
+    mine, theirs = _final_files(cut), _final_files(run)
+    assert sorted(mine) == sorted(theirs) and len(mine) > 5
+    assert [k for k in mine if mine[k] != theirs[k]] == []
+    for folder in sorted((run / "stages").iterdir()):
+        a = json.loads((folder / "stats.json").read_text())
+        b = json.loads((cut / "stages" / folder.name / "stats.json").read_text())
+        assert (a["docs_in"], a["docs_out"], a["removed"]) == (b["docs_in"], b["docs_out"], b["removed"]), folder.name
+        for sub in ("data", "removed", "shards"):
+            for f in sorted((folder / sub).glob("*")):
+                assert f.read_bytes() == (cut / "stages" / folder.name / sub / f.name).read_bytes(), f
+    assert sorted(p.name for p in (cut / "erasures").iterdir()) == [next((cut / "erasures").glob("*.json")).name]
+    raw = next((cut / "erasures").glob("*.json")).read_text()
+    assert not [i for i in erased if i in raw]
+
+
 def _notes_config(path: Path, data: Path, out: Path, crosswalk: Path) -> Path:
     return write_config(path, f"""
 input: {{paths: [{data}], columns: [patient_id]}}
