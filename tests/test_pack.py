@@ -146,6 +146,21 @@ def test_formats_without_datasets_and_wide_ids(corpus, tmp_path):
         flat_dtype(100277, "uint16")
 
 
+def test_a_bucket_ordered_piece_by_piece_is_the_same_bytes(corpus, tmp_path, monkeypatch):
+    """order_bucket takes a split's rows in key order a piece of ORDER_PIECE_TOKENS at a time and
+    appends each piece's stream: pieces of a few documents give the bytes of one piece per split,
+    in every format."""
+    import pipeline.stages.pack as pack
+    formats = ["datasets", "megatron", "flat"]
+    _, whole = run_pack(corpus, tmp_path / "a", formats=formats)
+    monkeypatch.setattr(pack, "ORDER_PIECE_TOKENS", 5000)
+    _, pieces = run_pack(corpus, tmp_path / "b", formats=formats)
+    assert files_of(pieces) == files_of(whole)
+    cut = [r.tolist() for r in pack.order_pieces(np.array([2, 0, 3, 1]), np.array([3, 1, 1, 5]), 4)]
+    assert cut == [[2, 0], [3], [1]]         # tokens 1+3, then 5 (past 8), then 1
+    assert [r.tolist() for r in pack.order_pieces(np.zeros(0, np.int64), np.zeros(0), 4)] == [[]]
+
+
 @pytest.mark.parametrize("rows,seq_len", [(0, 8), (7, 8), (2500, 8), (300, 2049)])
 def test_sequence_shards_are_the_bytes_datasets_writes(rows, seq_len, tmp_path):
     """pipeline/stages/pack/hf_arrow.py writes without importing datasets: the shard file, its record

@@ -20,7 +20,7 @@ The packing order, and so every byte, is that of one sequential sort of the whol
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Iterator, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -47,10 +47,15 @@ BIN_BITS = 10
 BINS = 1 << BIN_BITS
 # Per bin, per shard: rows, then documents and tokens (EOS included) of train and validation.
 COUNTS = ("rows", "docs_train", "docs_validation", "tokens_train", "tokens_validation")
+# Tokens of a bucket's split taken in order at a time (16 MB of ids): see order_bucket.
+ORDER_PIECE_TOKENS = 1 << 22
 # Bytes a document takes in a bucket besides its 4-byte token ids (key, position, split, offsets).
 ROW_OVERHEAD = 32
-# A bucket is at most 1/BUCKET_SHARE of shuffle_memory_mb: ordering it holds the bucket as read,
-# one split's rows in key order, and that split's token stream with its EOS mask (3.25 buckets).
+# A bucket is at most 1/BUCKET_SHARE of shuffle_memory_mb. Ordering it holds the bucket twice
+# while its rows read from the shards are made one chunk, then once, with its sort order and one
+# piece of ORDER_PIECE_TOKENS (order_bucket): about 2 buckets. The share is that of when a split's
+# sorted rows and whole token stream were held too (3.25 buckets), so the buckets, and so the
+# tasks, are cut as they were.
 BUCKET_SHARE = 3.5
 # Buckets are cut smaller, down to this, so that every worker orders one (no driver-side bucket
 # while the workers wait).
@@ -111,6 +116,20 @@ def with_eos(ids: pa.ListArray | pa.ChunkedArray, eos_id: int) -> tuple[np.ndarr
     out[body] = flat
     out[ends - 1] = eos_id
     return out, lengths
+
+
+def order_pieces(rows: np.ndarray, tokens: np.ndarray, step: int) -> Iterator[np.ndarray]:
+    """`rows` cut, in order, into pieces of about `step` tokens (`tokens[row]` each; a piece
+    ends at the first row that reaches its share, so it may pass it by one document); one
+    empty piece when there are no rows."""
+    if not len(rows):
+        yield rows
+        return
+    ends = np.cumsum(tokens[rows])
+    cuts = np.searchsorted(ends, np.arange(step, int(ends[-1]), step, dtype=np.int64), side="left") + 1
+    bounds = np.unique(np.concatenate([[0], cuts, [len(rows)]]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        yield rows[a:b]
 
 
 def plan_buckets(bin_bytes: np.ndarray, limit: int) -> list[tuple[int, int]]:
@@ -276,26 +295,43 @@ class Pack(GlobalStage):
                     # shard's, where a bucket takes an eighth of each) alive while the bucket is.
                     parts.append(pa.Table.from_batches([batch]).take(pa.array(np.arange(lo, hi))))
                     del batch
+        # One chunk: Arrow's take on a chunked list column first concatenates the whole column,
+        # which each piece below would pay again (a bucket's copy per piece).
         table = pa.concat_tables(parts) if parts else BUCKET_SCHEMA.empty_table()
         del parts
+        nbytes = table.nbytes
+        table = table.combine_chunks()
         order = (pc.sort_indices(table, [("key", "ascending"), ("pos", "ascending")]).to_numpy()
                  if p["shuffle"] else np.arange(table.num_rows))
         codes = table["split"].to_numpy(zero_copy_only=False)[order]
+        # Tokens of each document, EOS included: a split's rows are taken in order a piece of
+        # about ORDER_PIECE_TOKENS at a time, each piece's stream appended to the split's file,
+        # so ordering holds the bucket as read and one piece, not a sorted copy of the bucket
+        # and its whole stream (the same bytes: the stream is the pieces' streams one after another).
+        doc_tokens = pc.list_value_length(table["ids"]).to_numpy(zero_copy_only=False).astype(np.int64) + 1
         for code, split in enumerate(SPLITS):
-            # One copy of one split's rows at a time, taken in order (no sorted copy of the whole).
-            part = table.take(pa.array(order[codes == code]))
-            flat, lengths = with_eos(part["ids"], p["eos"])
             stem = work / "stream" / split / f"{p['bucket']:05d}"
-            stem.with_name(stem.name + ".bin").write_bytes(memoryview(flat))
-            del flat
-            save_npy(stem.with_name(stem.name + ".len.npy"), lengths)
+            target = stem.with_name(stem.name + ".bin")
+            tmp = target.with_name(target.name + ".tmp") if target.renames else target
+            lengths, srcs, reps = [], [], []
+            with tmp.open_output() as out:
+                for rows in order_pieces(order[codes == code], doc_tokens, ORDER_PIECE_TOKENS):
+                    part = table.take(pa.array(rows))
+                    flat, n = with_eos(part["ids"], p["eos"])
+                    out.write(memoryview(flat))
+                    lengths.append(n)
+                    if p.get("mix"):
+                        srcs.append(part["src"].to_numpy(zero_copy_only=False))
+                        # Repeated copies sit at positions after every original row (repeat_shard).
+                        reps.append((part["pos"].to_numpy(zero_copy_only=False) >= p["original_rows"]).astype(np.int8))
+                    del part, flat
+            if tmp != target:
+                tmp.rename(target)
+            save_npy(stem.with_name(stem.name + ".len.npy"), np.concatenate(lengths))
             if p.get("mix"):
-                save_npy(stem.with_name(stem.name + ".src.npy"), part["src"].to_numpy(zero_copy_only=False))
-                # Repeated copies sit at positions after every original row (repeat_shard).
-                repeated = part["pos"].to_numpy(zero_copy_only=False) >= p["original_rows"]
-                save_npy(stem.with_name(stem.name + ".rep.npy"), repeated.astype(np.int8))
-            del part
-        return {"bytes": int(table.nbytes)}
+                save_npy(stem.with_name(stem.name + ".src.npy"), np.concatenate(srcs))
+                save_npy(stem.with_name(stem.name + ".rep.npy"), np.concatenate(reps))
+        return {"bytes": int(nbytes)}
 
     # -- 4. map: one shard of final/<split> ----------------------------------------------------
     @shard_task

@@ -25,6 +25,9 @@ import pyarrow as pa
 
 # GPT-2's pre-tokenization pattern, as tokenizers' ByteLevel pre-tokenizer uses it.
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# Characters per text handed to the trainer, and words read from the counts at a time (_feed).
+FEED_CHARS = 1 << 16
+FEED_WORDS = 1 << 16
 COUNTS_SCHEMA = pa.schema([pa.field("word", pa.string()), pa.field("count", pa.int64())])
 # Contexts a character is cut in by both engines: as a letter, a digit, white space, punctuation.
 _CONTEXTS = ("a{c}b", " {c}x", "1{c} ", "{c}{c} {c}", "x {c}\n", "'{c}s")
@@ -146,24 +149,27 @@ def merge_counts(tables: Iterable[pa.Table]) -> pa.Table:
     return pa.table({"word": summed["word"], "count": summed["count_sum"]}, schema=COUNTS_SCHEMA)
 
 
-def _feed(counts: pa.Table, chunk_chars: int = 1 << 20) -> Iterator[list[str]]:
+def _feed(counts: pa.Table, chunk_chars: int = FEED_CHARS) -> Iterator[str]:
     """Texts that hold each word `count` times, separated by spaces, about `chunk_chars`
-    characters per text and a few texts per batch."""
-    batch: list[str] = []
+    characters each (a longer word alone), one text per item. The trainer takes items hundreds
+    at a time ahead of its counting (HF tokenizers' PyBufferedIterator: 256 per refill), so the
+    item's size bounds what the driver holds (batches of 4 M characters held up to 2 G: all
+    350 M characters of a 200,000-document corpus's words written out, five times that at 1 M)."""
+    text: list[str] = []
     size = 0
-    for word, n in zip(counts["word"].to_pylist(), counts["count"].to_pylist()):
-        unit = word + " "
-        per = max(1, chunk_chars // len(unit))
-        while n > 0:
-            k = min(n, per)
-            batch.append(unit * k)
-            size += len(unit) * k
-            n -= k
-            if size >= 4 * chunk_chars:
-                yield batch
-                batch, size = [], 0
-    if batch:
-        yield batch
+    for batch in counts.to_batches(max_chunksize=FEED_WORDS):
+        for word, n in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            unit = word + " "
+            while n > 0:
+                k = min(n, max(1, (chunk_chars - size) // len(unit)))
+                text.append(unit * k)
+                size += len(unit) * k
+                n -= k
+                if n or size >= chunk_chars:       # full: no room for one more
+                    yield "".join(text)
+                    text, size = [], 0
+    if text:
+        yield "".join(text)
 
 
 def train_from_counts(tok, trainer, counts: pa.Table) -> None:
