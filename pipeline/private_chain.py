@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from pipeline.documents import REMOVED_SCHEMA, REMOVED_SCHEMA_WITH_TEXT
 from pipeline.errors import UserError
 from pipeline.runpath import RunPath, load_npy, save_npy
-from pipeline.shards import ShardFiles, conform
+from pipeline.shards import ArrowFile, ShardFiles, conform
 from pipeline.tasks import InputShard, ShardTask, TaskOwner, kept_schema, shard_task
 
 PURGED_WHY = ("its documents were never written: it ran in memory in the task of {purger}, which removes "
@@ -301,7 +301,6 @@ class MemoryShardFiles(ShardFiles):
 
     def __init__(self, folder, name: str, private, examples: int):
         super().__init__(folder, name, keep_removed_text=bool(examples))
-        from pipeline.shards import ArrowFile
         self.data = _MemoryFile(self.folder)
         schema = REMOVED_SCHEMA_WITH_TEXT if examples else REMOVED_SCHEMA
         self.removed = _PrivateRemovedFile(ArrowFile(self.folder / "removed" / f"{name}.arrow", schema), private,
@@ -313,9 +312,13 @@ def write_private_ids(path: Path, ids: list) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as fh:
-        json.dump(ids, fh)
-    os.replace(tmp, path)
+    try:
+        with open(fd, "w", encoding="utf-8") as fh:
+            json.dump(ids, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)          # a part cut short would hold ids no crosswalk lists
+        raise
 
 
 class PrivateIds:
