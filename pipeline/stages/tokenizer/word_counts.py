@@ -151,10 +151,8 @@ def merge_counts(tables: Iterable[pa.Table]) -> pa.Table:
 
 def _feed(counts: pa.Table, chunk_chars: int = FEED_CHARS) -> Iterator[str]:
     """Texts that hold each word `count` times, separated by spaces, about `chunk_chars`
-    characters each (a longer word alone), one text per item. The trainer takes items hundreds
-    at a time ahead of its counting (HF tokenizers' PyBufferedIterator: 256 per refill), so the
-    item's size bounds what the driver holds (batches of 4 M characters held up to 2 G: all
-    350 M characters of a 200,000-document corpus's words written out, five times that at 1 M)."""
+    characters each (a longer word alone), one text per item. The trainer reads items hundreds
+    ahead of its counting, so the item's size bounds what the driver holds."""
     text: list[str] = []
     size = 0
     for batch in counts.to_batches(max_chunksize=FEED_WORDS):
