@@ -14,7 +14,7 @@ from pipeline.digests import code_digest, content_digest, digest, plugin_code_di
 from pipeline.documents import SOURCE
 from pipeline.runpath import RunPath
 from pipeline.stages import REGISTRY
-from pipeline.stages.base import DocumentStage, RunContext, Stage
+from pipeline.stages.base import DocumentStage, RunContext, Stage, engine_versions, fingerprint_files
 
 # ---- fingerprints: a stage reruns when one changes -----------------------------------------
 
@@ -27,11 +27,12 @@ def stage_fingerprint(stage: Stage, spec: StageSpec, input_fp: str, config: Conf
     # num_proc, batch_size and progress do not change a stage's output, so they are left out.
     # Files the stage reads (models, other stages' files) count by content, engines by version.
     run = config.run
-    file_digests = [(str(f), content_digest(f)) for f in stage.fingerprint_files() if f.exists()]
+    deps = stage.dependencies()
+    file_digests = [(str(f), content_digest(f)) for f in fingerprint_files(stage) if f.exists()]
     options = spec.config.model_dump() if options is None else options
     plugin = plugin_code_digest(type(stage))          # a stage from another package: its code too
     return digest(pipeline.__version__, code_digest(), spec.name, options, input_fp, run.seed, run.shard_size,
-                  run.keep_removed_text, file_digests, stage.engine_versions(), *stage.fingerprint_inputs(),
+                  run.keep_removed_text, file_digests, engine_versions(stage, deps.packages), *deps.values,
                   *([plugin] if plugin else []))
 
 
@@ -58,7 +59,7 @@ def make_stage(config: Config, spec: StageSpec, stage_dirs: dict[str, RunPath]) 
     stage.ctx = RunContext(
         run_dir=config.output_dir, seed=config.run.seed,
         upstream={s.name: s.config for s in reversed(chain) if s.name in stage.needs},
-        read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.cache_namespace()),
+        read_paths=read_paths(config, stage, stage_dirs), cache=run_cache(config, stage.dependencies().cache_namespace),
         # A multi-source run's `source` column is the run's own (set from the config, replacing any
         # field of that name): an annotation, kept by a stage that drops the source's other fields.
         annotation_columns=tuple(f.name for s in earlier for f in bare_stage(s).output_fields())

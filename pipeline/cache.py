@@ -4,7 +4,7 @@ work (a redaction) for documents it has not seen with the same configuration.
 Layout: `<root>/cache/<kind>/<namespace>/<digest>.arrow`. The root is the run folder, or the
 run config's `cache.folder`. A namespace is a digest of everything besides the document that
 the results depend on (package version, code digest, stage options, engine and model versions,
-a key's id): the stage's `cache_namespace()`. A key within it is the xxh3-128 digest of the
+a key's id): the stage's `dependencies().cache_namespace`. A key within it is the xxh3-128 digest of the
 document's text (and of whatever else of the document the result depends on).
 `cache/<kind>/<namespace>` is the namespace's cache key: a stage records the ones it used in its
 stats.json (`cache_keys`), which is how `python -m pipeline cache --prune` tells used
@@ -69,7 +69,7 @@ def cache_root(config) -> RunPath:
 
 def run_cache(config, namespace: str | None) -> dict:
     """What a stage needs of the cache, for its RunContext (plain values: it travels to workers);
-    `namespace`: the stage's (its cache_namespace()), None for a stage that caches nothing."""
+    `namespace`: the stage's (`dependencies().cache_namespace`), None for a stage that caches nothing."""
     root = cache_root(config)
     out = {"root": str(root), "direct": root.direct, "max_mb": config.run.cache.max_mb}
     if namespace:

@@ -197,7 +197,7 @@ def list_stages(args) -> None:
         except ConfigError as exc:           # a stage from another package that cannot be loaded
             print(f"{name:14s} {exc}")
             continue
-        where = f" (from {plugins()[name].value}, after {stage.after})" if name in plugins() else ""
+        where = f" (from {plugins()[name].value}, after {stage.placement.after})" if name in plugins() else ""
         print(f"{name:14s} {stage.summary}{where}")
     for group, members in GROUPS.items():
         print(f"{group:14s} group: {' -> '.join(members)}")

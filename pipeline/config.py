@@ -517,10 +517,10 @@ def validate_config(raw: dict, *, source: str = "<config>", check_inputs: bool =
             except ValidationError as exc:
                 problems.extend(_errors(exc, where))
                 continue
-            if multi and src is not None and cls.placement == "shared":
+            if multi and src is not None and cls.placement.where == "shared":
                 problems.append(f"{where}: a stage over the whole corpus goes in the shared tail (stages:), "
                                 "not in a source's chain")
-            if multi and src is None and cls.placement == "source":
+            if multi and src is None and cls.placement.where == "source":
                 problems.append(f"{where}: a per-source stage (it depends on what the source is); "
                                 "put it in each source's stages: (sources.NAME.stages)")
             position = i + 1 + (longest if multi and src is None else 0)
@@ -655,7 +655,7 @@ def _source_problems(run: RunConfig, specs: list[StageSpec]) -> list[str]:
         problems.extend(f"{spec.where}.{p}" for p in REGISTRY[spec.name].source_problems(spec.config, names))
     for name, src in run.sources.items():
         chain = [s for s in specs if s.source == name]
-        if src.private and not any(REGISTRY[s.name].clears_phi for s in chain):
+        if src.private and not any(REGISTRY[s.name].placement.clears_phi for s in chain):
             problems.append(f"sources.{name}: its documents carry PHI (private: true) but its chain has no stage "
                             "that removes it (phi); PHI must be removed before the shared tail")
     return problems

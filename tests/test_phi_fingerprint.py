@@ -44,7 +44,7 @@ stages:
 """))
     spec = cfg.stage("phi")
     stage = bare_stage(spec)
-    return stage_fingerprint(stage, spec, "input", cfg), stage.cache_namespace()
+    return stage_fingerprint(stage, spec, "input", cfg), stage.dependencies().cache_namespace
 
 
 @pytest.mark.parametrize("changed", ["default model", "word-free model", "given names", "surnames", "hospitals"])

@@ -127,7 +127,8 @@ stages:
 """))
         spec = cfg.stage("phi")
         stage = bare_stage(spec)
-        return stage_fingerprint(stage, spec, "input", cfg), stage.cache_namespace(), stage.fingerprint_inputs()
+        deps = stage.dependencies()
+        return stage_fingerprint(stage, spec, "input", cfg), deps.cache_namespace, deps.values
 
     first = prints()
     registry.write_text(REGISTRY + "p3,Ann Lee,,,,,\n", encoding="utf-8")

@@ -86,14 +86,17 @@ def test_stage_reports_the_share_sent(engines, planted_texts):
     assert stats["triage"]["docs_sent"] < len(planted_texts)
 
 
+def _namespace(config: PhiConfig) -> str:
+    return PhiDeidentify(config, None).dependencies().cache_namespace
+
+
 def test_option_in_fingerprint_and_on_in_both_profiles():
     on, off = PhiConfig(profile="literature"), PhiConfig(profile="literature", triage=False)
     assert on.triage and not off.triage and PhiConfig(profile="clinical").triage
-    assert PhiDeidentify(on, None).cache_namespace() != PhiDeidentify(off, None).cache_namespace()
+    assert _namespace(on) != _namespace(off)
     assert on.model_dump()["triage"] != off.model_dump()["triage"]      # the run fingerprint digests model_dump
     clinical_off = PhiConfig(profile="clinical", triage=False)
-    assert PhiDeidentify(PhiConfig(profile="clinical"), None).cache_namespace() != \
-        PhiDeidentify(clinical_off, None).cache_namespace()
+    assert _namespace(PhiConfig(profile="clinical")) != _namespace(clinical_off)
     assert isinstance(PhiDeidentify(PhiConfig(profile="clinical"), None)._triage(), TokenTriage)
     assert PhiDeidentify(clinical_off, None)._triage() is None
     with pytest.raises(ValueError, match="NerTriage"):

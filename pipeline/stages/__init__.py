@@ -62,9 +62,9 @@ def _load_plugin(name: str):
         raise ConfigError(f"{where}: is not a Stage subclass (pipeline.stages.base)")
     if getattr(stage, "name", None) != name:
         raise ConfigError(f"{where}: the class's name is {getattr(stage, 'name', None)!r}, not {name!r}")
-    if stage.after not in CHAIN_ORDER:
-        raise ConfigError(f"{where}: `after` must name the built-in stage it follows "
-                          f"({', '.join(CHAIN_ORDER)}), not {stage.after!r}")
+    if stage.placement.after not in CHAIN_ORDER:
+        raise ConfigError(f"{where}: `placement = Placement(after=...)` must name the built-in stage it follows "
+                          f"({', '.join(CHAIN_ORDER)}), not {stage.placement.after!r}")
     return stage
 
 
@@ -100,7 +100,7 @@ class _Registry(dict):
         `after` plus one half."""
         if name in _MODULES:
             return float(CHAIN_ORDER.index(name))
-        return CHAIN_ORDER.index(self[name].after) + 0.5
+        return CHAIN_ORDER.index(self[name].placement.after) + 0.5
 
 
 REGISTRY = _Registry()

@@ -17,15 +17,18 @@ report and the dataset card need to know, so none of them names a stage:
 
 and, where a stage has them: `reads` / `publishes` (files it takes from other stages and gives
 them: pack reads tokenizer.json, which the tokenizer stage publishes), `needs` (other stages'
-options it reads), `fingerprint_inputs` (what else its output depends on: phi's key),
-`cache_namespace` (its cache of per-document results), `manifest_fields`, `card_section` and
-`card_metadata` (its part of final/README.md), `output_warnings`, and its privacy duties in one
-object (`privacy()`, phi's: check private files, purge the stages before it, pseudonymize the
+options it reads), `manifest_fields`, `card_section` and `card_metadata` (its part of
+final/README.md), `output_warnings`, and three small policy objects, each set only by a stage
+that needs it: `placement` (a Placement: where it goes in a multi-source run, a plugin's place
+in the chain order, whether it clears PHI), `dependencies()` (a Dependencies: what else its
+output depends on, phi's key and lists, and its cache of per-document results) and `privacy()`
+(a Privacy, phi's: check private files, run the stages before it in memory, pseudonymize the
 ids and redact the texts others print). A global stage's per-shard work is a method marked
 `@shard_task` (pipeline/tasks.py), passed bound to `inputs.map(self.method)`. Adding a stage is
 one module (or package) under pipeline/stages/ and its line in the registry's STAGES
 (pipeline/stages/__init__.py); a stage in another package registers through the
-`medprep.stages` entry point group and says which built-in stage it comes `after`."""
+`medprep.stages` entry point group and says which built-in stage it comes after
+(`placement = Placement(after="heuristics")`)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -58,7 +61,7 @@ class RunContext:
     # The files this stage `reads`, where the runner found them: {file name: path}.
     read_paths: dict = field(default_factory=dict)
     # The cache of per-document results (pipeline/cache.py): root, direct, max_mb, and the
-    # stage's namespace (its `cache_namespace()`). Without a namespace: no cache.
+    # stage's namespace (its `dependencies().cache_namespace`). Without one: no cache.
     cache: dict = field(default_factory=dict)
     # The columns the stages before this one add (their output_fields): annotations, not
     # fields of the source.
@@ -81,6 +84,64 @@ class StoredScores:
     reuse: bool = True
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a stage goes in a chain; the defaults are those of a per-document stage.
+    `where`: in a multi-source run (docs/sources.md), "any" (a source's chain or the shared
+    tail), "source" (each source's chain only: it depends on what the source is) or "shared"
+    (the shared tail only: it sees the whole corpus). `after`: a stage from another package
+    (entry point group `medprep.stages`) comes right after this built-in stage in the chain
+    order. `clears_phi`: it removes PHI from the texts (phi), which a source marked private
+    needs in its chain."""
+    where: str = "any"
+    after: str | None = None
+    clears_phi: bool = False
+
+    def __post_init__(self):
+        if self.where not in ("any", "source", "shared"):
+            raise ValueError(f"Placement.where: 'any', 'source' or 'shared', not {self.where!r}")
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What a stage's output depends on besides its options, its input, the code and the
+    defaults `fingerprint_files` and `engine_versions` find: `files` whose content counts,
+    JSON-able `values` (phi: the id of its key), more `packages` whose versions count (phi's
+    word lists), and `cache_namespace`, the namespace of its cache of per-document results
+    (pipeline/cache.py; None: no cache), computed on the driver; workers find it in ctx.cache."""
+    files: tuple[Path, ...] = ()
+    values: tuple = ()
+    packages: tuple[str, ...] = ()
+    cache_namespace: str | None = None
+
+
+def option_files(stage: "Stage") -> list[Path]:
+    """The files a stage reads by default besides its input: those it `reads` from other stages,
+    every `*_path` option, and a model's `.json` side file (perplexity's bucket cutoffs)."""
+    files = list(stage.ctx.read_paths.values()) if stage.ctx is not None else []
+    for key, value in stage.config.model_dump().items():
+        if key.endswith("_path") and isinstance(value, str) and value:
+            path = Path(value)
+            files.append(path)
+            side = path.with_suffix(".json")
+            if side != path and side.is_file():
+                files.append(side)
+    return files
+
+
+def fingerprint_files(stage: "Stage") -> list[Path]:
+    """Every file the stage's output depends on: their content, not their name, goes into its
+    fingerprint."""
+    return option_files(stage) + list(stage.dependencies().files)
+
+
+def engine_versions(stage: "Stage", extra: tuple[str, ...] = ()) -> dict:
+    """The installed versions of pyarrow (which writes every shard), of the stage's `engines`
+    and of `extra` packages: its fingerprint's and the manifest's."""
+    from pipeline.digests import package_versions
+    return package_versions(("pyarrow",) + tuple(stage.engines) + tuple(extra))
+
+
 class Stage(TaskOwner):
     name: ClassVar[str]
     summary: ClassVar[str] = ""
@@ -100,15 +161,9 @@ class Stage(TaskOwner):
     # Whether the stage changes documents' text (normalize, phi): such a stage writes the texts;
     # any other refers to where they already are (shards.py).
     rewrites_text: ClassVar[bool] = False
-    # A stage from another package (entry point group `medprep.stages`): the built-in stage
-    # it comes right after in the chain order. Built-in stages are ordered by the registry.
-    after: ClassVar[str | None] = None
-    # Where the stage goes in a multi-source run (docs/sources.md): "any" (a source's chain or
-    # the shared tail), "source" (each source's chain only: it depends on what the source is),
-    # "shared" (the shared tail only: it sees the whole corpus).
-    placement: ClassVar[str] = "any"
-    # Whether the stage removes PHI from the texts (phi): a source marked private needs one.
-    clears_phi: ClassVar[bool] = False
+    # Where it goes in a chain (a multi-source run's chains, a plugin's place, clearing PHI):
+    # set only by a stage that is not "any per-document stage" (Placement's defaults).
+    placement: ClassVar[Placement] = Placement()
 
     def __init__(self, config: StageConfig, ctx: RunContext | None):
         self.config = config
@@ -154,34 +209,11 @@ class Stage(TaskOwner):
         return cls.setup is not Stage.setup
 
     # -- what the stage's output depends on, besides its options, input, code and engines --
-    def fingerprint_files(self) -> list[Path]:
-        """Files the stage reads besides its input (models, a tokenizer.json): their content,
-        not their name, goes into the stage's fingerprint. Every `*_path` option, a model's
-        `.json` side file (perplexity's bucket cutoffs) when there is one, and the files it
-        `reads` from other stages."""
-        files = list(self.ctx.read_paths.values()) if self.ctx is not None else []
-        for key, value in self.config.model_dump().items():
-            if key.endswith("_path") and isinstance(value, str) and value:
-                path = Path(value)
-                files.append(path)
-                side = path.with_suffix(".json")
-                if side != path and side.is_file():
-                    files.append(side)
-        return files
-
-    def engine_versions(self) -> dict:
-        """The installed versions of pyarrow and of the stage's `engines`."""
-        from pipeline.digests import package_versions
-        return package_versions(("pyarrow",) + tuple(self.engines))
-
-    def fingerprint_inputs(self) -> list:
-        """Other values the output depends on (phi: the id of its key), as JSON-able values."""
-        return []
-
-    def cache_namespace(self) -> str | None:
-        """The namespace of the stage's cache of per-document results (pipeline/cache.py),
-        or None: no cache. Computed on the driver; workers find it in ctx.cache."""
-        return None
+    def dependencies(self) -> "Dependencies":
+        """Files, values and packages its output depends on besides the defaults (every `*_path`
+        option, the files it `reads`, its `engines`), and its cache of per-document results:
+        set only by a stage that has them (decontaminate's benchmarks, phi's key and cache)."""
+        return Dependencies()
 
     def published_source(self, name: str) -> str | None:
         """Where a file this stage `publishes` already is before the stage has run (a file it
@@ -405,7 +437,7 @@ class GlobalStage(Stage):
     """A stage that sees the whole corpus (dedup, split, tokenizer, pack): `run(inputs,
     output)` maps shard tasks on the executor and combines their small results on the driver."""
 
-    placement: ClassVar[str] = "shared"
+    placement = Placement(where="shared")
 
     def run(self, inputs, output) -> dict:
         """See the whole input (pipeline/inputs.py); return extra stats. The work that is per

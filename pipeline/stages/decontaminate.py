@@ -42,7 +42,7 @@ from pipeline.engines.ccnet_norm import _string_buffers, letter_or_digit_bytes
 from pipeline.engines.text_normalize import NormalizeOptions, normalize_text, tidy_whitespace
 from pipeline.errors import InputError
 from pipeline.runpath import load_npy, read_json, save_npy, write_json
-from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.stages.base import Dependencies, GlobalStage, StageConfig
 from pipeline.tasks import rewrite_shard, shard_task
 
 CONTAMINATED = "contaminated"
@@ -353,8 +353,8 @@ class Decontaminate(GlobalStage):
     def rewrites_text(self) -> bool:
         return self.config.mode == "cut"
 
-    def fingerprint_files(self) -> list[Path]:
-        return super().fingerprint_files() + [Path(b.path) for b in self.config.benchmarks]
+    def dependencies(self) -> Dependencies:
+        return Dependencies(files=tuple(Path(b.path) for b in self.config.benchmarks))
 
     def normalize_config(self) -> NormalizeOptions:
         upstream = self.ctx.upstream.get("normalize") if self.ctx is not None else None

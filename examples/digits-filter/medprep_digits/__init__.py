@@ -7,7 +7,7 @@ input row, and `decide` applies the thresholds, so changing only `max_digit_frac
 `max_capital_fraction` decides again from the stored scores without scoring.
 
 How medprep finds it: pyproject.toml registers the class under the entry point group
-`medprep.stages` with the name `digits`; `after = "heuristics"` puts it right after the
+`medprep.stages` with the name `digits`; `placement = Placement(after="heuristics")` puts it right after the
 heuristics stage in the chain order (the config is checked against that order). Install it
 (`pip install -e examples/digits-filter`) and use it in a chain like any built-in stage:
 
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import DocumentStage, StageConfig
+from pipeline.stages.base import DocumentStage, Placement, StageConfig
 
 
 class DigitsConfig(StageConfig):
@@ -43,7 +43,7 @@ class DigitsFilter(DocumentStage):
     name = "digits"
     summary = "example plugin: removes documents made mostly of digits or capitals"
     Config = DigitsConfig
-    after = "heuristics"
+    placement = Placement(after="heuristics")
     threshold_options = ("max_digit_fraction", "max_capital_fraction")
     score_columns = ("digit_fraction", "capital_fraction")
 

@@ -34,7 +34,7 @@ from pipeline.engines.splits import SPLITS
 from pipeline.errors import UserError
 from pipeline.runpath import RunPath, as_run_path, load_npy, save_npy
 from pipeline.shards import WRITE_CHUNK
-from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.stages.base import Dependencies, GlobalStage, StageConfig
 from pipeline.stages.pack import hf_arrow
 from pipeline.stages.pack.writers import FlatWriter, MegatronWriter, flat_dtype, megatron_dtype
 from pipeline.tasks import shard_task
@@ -428,9 +428,9 @@ class Pack(GlobalStage):
             stats["megatron"] = megatron
         return stats
 
-    def fingerprint_inputs(self) -> list:
+    def dependencies(self) -> Dependencies:
         # A multi-source run's mix decides what is packed.
-        return [self.ctx.mix] if self.ctx is not None and self.ctx.mix else []
+        return Dependencies(values=(self.ctx.mix,) if self.ctx is not None and self.ctx.mix else ())
 
     def _repeat(self, inputs, work: RunPath, names: list[str]) -> dict:
         """A mix applied: each source's epochs (pipeline/engines/mixing.py), its repeated train documents

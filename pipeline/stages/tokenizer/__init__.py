@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from pipeline.engines.bpe import TOKENIZER_FILE, remember_parsed, tokenizers_threads
 from pipeline.errors import UserError
 from pipeline.runpath import write_json
-from pipeline.stages.base import GlobalStage, StageConfig
+from pipeline.stages.base import Dependencies, GlobalStage, StageConfig
 from pipeline.tasks import shard_task
 
 # Beside tokenizer.json, so transformers' AutoTokenizer.from_pretrained(folder) knows the class,
@@ -370,13 +370,13 @@ class TrainTokenizer(GlobalStage):
     needs = ("phi", "pack")  # placeholders when phi runs; pack's seq_len for the comparison
     publishes = {name: f"tokenizer/{name}" for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE)}
 
-    def fingerprint_files(self) -> list[Path]:
-        # The compared tokenizer.json files change the stats, so their content counts too.
-        return super().fingerprint_files() + [Path(p) for _, p in sorted(self.config.compare_files.items())]
-
-    def fingerprint_inputs(self) -> list:
-        # A multi-source run's mix weights the sample the tokenizer learns from.
-        return [self.ctx.mix] if self.ctx is not None and self.ctx.mix else []
+    def dependencies(self) -> Dependencies:
+        # The compared tokenizer.json files change the stats, so their content counts too; a
+        # multi-source run's mix weights the sample the tokenizer learns from. Its cache holds
+        # the shards' word counts.
+        return Dependencies(files=tuple(Path(p) for _, p in sorted(self.config.compare_files.items())),
+                            values=(self.ctx.mix,) if self.ctx is not None and self.ctx.mix else (),
+                            cache_namespace=self._word_counts_namespace())
 
     def published_source(self, name: str) -> str | None:
         return self.config.tokenizer_path if name == TOKENIZER_FILE else None
@@ -509,7 +509,7 @@ class TrainTokenizer(GlobalStage):
             return None
         return derived.folder(namespace)
 
-    def cache_namespace(self) -> str:
+    def _word_counts_namespace(self) -> str:
         """The word counts' namespace: the package and its code, and the engines that count."""
         import pipeline
         from pipeline.digests import code_digest, digest, package_versions
