@@ -112,8 +112,11 @@ def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts,
     # here is used (in this process: num_proc 1).
     assert dedup_minhash.partitions_for(len(rows), 14, 64) == 1
     monkeypatch.setattr(band_partitions, "MIN_PARTITION_BYTES", 1)
-    outs = []
-    for name, parts in (("a", 1), ("b", 64), ("c", 64), ("d", 23)):
+    outs, grouped = [], band_partitions.READ_BYTES
+    # "e": each partition read alone, not with its neighbours (READ_BYTES).
+    for name, parts, read_bytes in (("a", 1, grouped), ("b", 64, grouped), ("c", 64, grouped), ("d", 23, grouped),
+                                    ("e", 64, 1)):
+        monkeypatch.setattr(band_partitions, "READ_BYTES", read_bytes)
         cfg = write_config(
             tmp_path / f"{name}.yaml",
             f"input: {{paths: [{src}]}}\noutput_dir: {tmp_path / name}\n"
@@ -124,7 +127,7 @@ def test_partitions_and_reruns_do_not_change_the_result(tmp_path, english_texts,
         stats = json.loads((tmp_path / name / "stages/01_dedup_minhash/stats.json").read_text())
         assert stats["partitions"] == parts
         outs.append((tmp_path / name / "stages/01_dedup_minhash/removed/00000.arrow").read_bytes())
-    assert outs[0] == outs[1] == outs[2] == outs[3]
+    assert outs[0] == outs[1] == outs[2] == outs[3] == outs[4]
     removed = read_arrow_dir(tmp_path / "a/stages/01_dedup_minhash/removed")
     assert removed.num_rows >= 38
 

@@ -29,7 +29,7 @@ from pipeline.engines.band_partitions import (
     candidate_pairs,
     partition_spans,
     partitions_for,
-    read_partition,
+    read_partitions,
     write_band_partitions,
 )
 from pipeline.engines.minhash import MinHasher, band_keys, lsh_params
@@ -112,8 +112,7 @@ class MinHashDedup(GlobalStage):
         sigs = ShardSignatures(work, p["names"], p["offsets"], cfg.num_perm)
         candidates = largest = 0
         try:
-            for partition in range(*p["partitions"]):
-                pairs = read_partition(work, p["names"], partition, p["index"])
+            for partition, pairs in read_partitions(work, p["names"], *p["partitions"], p["index"]):
                 u, v = candidate_pairs(pairs)
                 candidates += len(u)
                 largest = max(largest, len(pairs))

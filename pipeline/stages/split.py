@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from pipeline.documents import set_column
-from pipeline.engines.band_partitions import partition_spans, partitions_for, read_partition, write_band_partitions
+from pipeline.engines.band_partitions import partition_spans, partitions_for, read_partitions, write_band_partitions
 from pipeline.engines.minhash import band_keys
 from pipeline.engines.splits import SPLITS, assign_splits, group_keys, validation_groups
 from pipeline.errors import UserError
@@ -105,8 +105,7 @@ class Split(GlobalStage):
         names = task.params["names"]
         is_val = None
         rows: set[int] = set()
-        for partition in range(*task.params["partitions"]):
-            pairs = read_partition(work, names, partition)
+        for _, pairs in read_partitions(work, names, *task.params["partitions"]):
             if not len(pairs):
                 continue
             if is_val is None:

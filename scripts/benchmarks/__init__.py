@@ -1,0 +1,1 @@
+"""Speed, memory and fault benchmarks, each writing its result file under bench/."""

