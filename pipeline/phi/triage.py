@@ -142,7 +142,7 @@ class NerTriage:
         return [
             (
                 t,
-                nlp_engine._doc_to_nlp_artifact(docs[i], "en")
+                doc_artifacts(nlp_engine, docs[i])
                 if i in docs
                 else OnDemandArtifacts(nlp_engine, t, self.counts),
             )
@@ -174,11 +174,30 @@ class TokenTriage:
         return [(t, _OnDemandTokens(nlp_engine, t, self.counts)) for t in texts]
 
 
+def doc_artifacts(nlp_engine, doc, language: str = "en") -> NlpArtifacts:
+    """Presidio's NlpArtifacts of a spaCy doc, as SpacyNlpEngine.process_batch makes them for
+    the docs it runs (the lemmas, the token offsets, the entities under the engine's
+    ner_model_configuration: labels mapped to Presidio's, ignored ones dropped, its default
+    score, lowered for its low-score entities), for docs the triage ran itself."""
+    config = nlp_engine.ner_model_configuration
+    entities, scores = [], []
+    for ent in doc.ents:
+        if ent.label_ in config.labels_to_ignore:
+            continue
+        ent.label_ = config.model_to_presidio_entity_mapping.get(ent.label_, ent.label_)
+        if ent.label_ in config.labels_to_ignore:
+            continue
+        entities.append(ent)
+        low = ent.label_ in config.low_score_entity_names
+        scores.append(config.default_score * (config.low_confidence_score_multiplier if low else 1))
+    return NlpArtifacts(entities=entities, tokens=doc, tokens_indices=[t.idx for t in doc],
+                        lemmas=[t.lemma_ for t in doc], nlp_engine=nlp_engine, language=language, scores=scores)
+
+
 class OnDemandArtifacts(NlpArtifacts):
     """Presidio's NlpArtifacts of a text without entities, tokenized by spaCy on first use of
-    its tokens, lemmas or keywords: what SpacyNlpEngine._doc_to_nlp_artifact makes of
-    nlp.make_doc(text), built when read. Counts the text in `counts` (docs_tokenized,
-    chars_tokenized) when it is."""
+    its tokens, lemmas or keywords: doc_artifacts of nlp.make_doc(text), built when read.
+    Counts the text in `counts` (docs_tokenized, chars_tokenized) when it is."""
 
     def __init__(self, nlp_engine, text: str, counts: Counter):
         # Not NlpArtifacts.__init__: it would read the tokens (for the keywords) at once.
@@ -187,7 +206,7 @@ class OnDemandArtifacts(NlpArtifacts):
 
     def _artifacts(self) -> NlpArtifacts:
         if self._built is None:
-            self._built = self.nlp_engine._doc_to_nlp_artifact(self.nlp_engine.nlp["en"].make_doc(self._text), "en")
+            self._built = doc_artifacts(self.nlp_engine, self.nlp_engine.nlp["en"].make_doc(self._text))
             self._counts.update(docs_tokenized=1, chars_tokenized=len(self._text))
             self._tokenized()
         return self._built
