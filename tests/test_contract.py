@@ -16,9 +16,9 @@ BUILT_IN = ["normalize", "langid", "perplexity", "heuristics", "toxicity", "phi"
             "split", "tokenizer", "pack", "dedup", "filters"]
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package.rglob("*.py"):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -77,11 +77,23 @@ def test_no_import_cycle_in_the_package():
 
 
 def test_no_import_cycle_in_the_tools():
-    """scripts/ (the benchmarks, evaluations and model builders), which import one another."""
-    modules = {path.stem: path for path in (ROOT / "scripts").glob("*.py")}
+    """scripts/ (the benchmarks, evaluations and model builders), packages that import one another."""
+    modules = _modules(ROOT / "scripts")
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert "eval_phi_formats" in graph["eval_phi"]
+    assert "scripts.evaluation.eval_phi_formats" in graph["scripts.evaluation.eval_phi"]
+    assert "scripts.models.train_phi_detector" in graph["scripts.evaluation.eval_phi"]
     assert _cycles(graph) == []
+
+
+def test_the_tools_are_packages_and_tests_reach_them_by_name():
+    """Every folder of scripts/ is a package, and no test puts a folder of the checkout on
+    sys.path to import a tool (pyproject's pytest `pythonpath` holds the checkout)."""
+    folders = [p for p in (ROOT / "scripts").rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    assert folders and all((p / "__init__.py").is_file() for p in [ROOT / "scripts", *folders])
+    assert not list((ROOT / "scripts").glob("*.py"))[1:] and (ROOT / "scripts/__init__.py").is_file()
+    offenders = [p.name for p in (ROOT / "tests").glob("*.py") if "sys.path.insert" in p.read_text(encoding="utf-8")
+                 and p.name != "test_contract.py"]
+    assert offenders == []
 
 
 def test_the_cycle_check_finds_a_lazy_cycle(tmp_path):
@@ -166,14 +178,18 @@ def test_a_broken_plugin_is_one_line_naming_its_entry_point(monkeypatch, tmp_pat
 
 
 def test_no_private_internals_of_other_packages():
-    """No module of the package reaches into another package's private parts (Ray's `_private`,
-    the standard library's regex parser, pyarrow's pandas shim, a pool's `_processes`): an
-    upgrade would break them silently."""
+    """No module of the package, the tools, the example or the tests reaches into another
+    package's private parts (Ray's `_private`, the standard library's regex parser and exit
+    handlers, pyarrow's pandas shim, a pool's `_processes`, Presidio's doc conversion, pytest's
+    fixture info): an upgrade would break them silently."""
     private = re.compile(r"\bray\._private\b|from ray\._private\b|\bre\._(?:parser|constants)\b|"
-                         r"from re import _|\bsre_(?:parse|constants)\b|\._pandas_api\b|\._processes\b")
-    found = [(str(path.relative_to(PACKAGE)), i + 1) for path in sorted(PACKAGE.rglob("*.py"))
+                         r"from re import _|\bsre_(?:parse|constants)\b|\._pandas_api\b|\._processes\b|"
+                         r"\batexit\._|\._doc_to_nlp_artifact\b|_fixtureinfo\b|\._fixturemanager\b")
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").rglob("*.py"), *(ROOT / "examples").rglob("*.py"),
+             *(p for p in (ROOT / "tests").glob("*.py") if p.name != "test_contract.py")]
+    found = [(str(path.relative_to(ROOT)), i + 1) for path in sorted(files)
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if private.search(line)]
-    assert found == []
+    assert len(files) > 150 and found == []
 
 
 def test_adding_a_stage_names_every_hook_of_the_contract():

@@ -1,4 +1,4 @@
-"""The PHI scorer of scripts/eval_phi.py on hand-made outputs of real notes (data/deid-dev), and
+"""The PHI scorer of scripts/evaluation/eval_phi.py on hand-made outputs of real notes (data/deid-dev), and
 the multi-locale synthetic set it scores. No model runs here: this checks the ruler itself."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from eval_phi import read_stage_output, score, value_survives
-from phi_synth_locales import make_locale_documents
+
+from scripts.evaluation.eval_phi import read_stage_output, score, value_survives
+from scripts.evaluation.phi_synth_locales import make_locale_documents
 
 DEV = Path(__file__).resolve().parents[1] / "data/deid-dev"
 
@@ -116,8 +117,8 @@ def test_locale_set_is_deterministic_with_exact_offsets():
     # ... and the same in another process, whatever its hash seed (it_IT's cities come from a set)
     import subprocess
     import sys
-    code = ("import hashlib, json, sys; sys.path.insert(0, 'scripts')\n"
-            "from phi_synth_locales import make_locale_documents\n"
+    code = ("import hashlib, json\n"
+            "from scripts.evaluation.phi_synth_locales import make_locale_documents\n"
             "print(hashlib.sha256(json.dumps(make_locale_documents(300, 7)).encode()).hexdigest())\n")
     root = Path(__file__).resolve().parents[1]
     digests = {subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
@@ -137,7 +138,7 @@ def test_locale_set_is_deterministic_with_exact_offsets():
 
 
 def test_patient_folds_keep_each_patient_in_one_fold(dev):
-    from train_phi_detector import patient, patient_folds
+    from scripts.models.train_phi_detector import patient, patient_folds
     notes, _ = dev
     ids = sorted(notes)
     folds = patient_folds(ids, 5)
@@ -150,7 +151,7 @@ def test_patient_folds_keep_each_patient_in_one_fold(dev):
 
 
 def test_mimesis_set_is_deterministic_with_exact_offsets():
-    from phi_synth_mimesis import make_mimesis_documents
+    from scripts.evaluation.phi_synth_mimesis import make_mimesis_documents
     docs = make_mimesis_documents(30, 2)
     assert docs == make_mimesis_documents(30, 2) and docs != make_mimesis_documents(30, 3)
     for d in docs:
@@ -161,7 +162,7 @@ def test_mimesis_set_is_deterministic_with_exact_offsets():
 
 
 def test_gold_spans_for_training_drop_titles_and_take_facility_words():
-    from train_phi_detector import gold_spans
+    from scripts.models.train_phi_detector import gold_spans
     text = "seen by Dr. Samantha Brown at Holy Cross Hospital today"
     gold = [{"type": "NAME", "start": 8, "end": 26}, {"type": "Location", "start": 30, "end": 34},
             {"type": "Location", "start": 35, "end": 40}, {"type": "Date", "start": 50, "end": 55}]
@@ -174,7 +175,7 @@ def test_web_ewt_gold_spans_are_the_labelled_words():
     B- tag, five genres; countries and US states are marked allowed by Safe Harbor."""
     import gzip
 
-    from eval_phi import EWT, web_ewt_documents
+    from scripts.evaluation.eval_phi import EWT, web_ewt_documents
     docs, gold = web_ewt_documents()
     begins = sum(line.split("\t")[2] in ("B-PER", "B-LOC")
                  for split in ("dev", "test")
@@ -190,7 +191,7 @@ def test_web_ewt_gold_spans_are_the_labelled_words():
 
 
 def test_held_out_summary_names_the_worst_source():
-    from eval_phi import held_out
+    from scripts.evaluation.eval_phi import held_out
 
     def leak(m, v, t, n=100):
         return {"mention_leak": {"rate": m, "n": n}, "value_leak": {"rate": v}, "non_phi_tokens": {"rate": t}}
@@ -206,7 +207,7 @@ def test_held_out_summary_names_the_worst_source():
 def test_a_public_training_corpus_is_held_out_beside_its_in_sample_result_and_the_anchors():
     """web-ner's row: the stage with a detector fitted without it, the committed stage's result on
     the same text as in-sample, and the anchors' results."""
-    from eval_phi import held_out
+    from scripts.evaluation.eval_phi import held_out
 
     def leak(m):
         return {"mention_leak": {"rate": m, "n": 10}, "value_leak": {"rate": m}, "non_phi_tokens": {"rate": 0.1}}
@@ -222,7 +223,7 @@ def test_litbank_training_spans_are_names_not_descriptions():
     """LitBank labels every mention, nested: the reader keeps the names ("Kellynch Hall", "Sir
     Walter Elliot" without "Sir"), never a description ("a man who ...", "the printer"), a title
     or an opening article; Gloucester of "the county of Gloucester" is a place."""
-    from train_phi_detector import LITBANK_OPENERS, LITBANK_TITLES, _litbank_names, litbank_documents
+    from scripts.models.train_phi_detector import LITBANK_OPENERS, LITBANK_TITLES, _litbank_names, litbank_documents
     docs = litbank_documents()
     spans = [(text[s:e], label) for text, found in docs for s, e, label in found]
     assert len(docs) > 800 and len(spans) > 3000
@@ -239,6 +240,6 @@ def test_litbank_training_spans_are_names_not_descriptions():
 
 def test_a_handles_at_sign_is_never_a_name():
     """The Broad Twitter Corpus tags the "@" of a handle B-PER: the reader labels the handle only."""
-    from train_phi_detector import web_documents
+    from scripts.models.train_phi_detector import web_documents
     spans = [text[s:e] for text, found in web_documents(("btc-test.conll.gz",)) for s, e, _ in found]
     assert spans and "@" not in spans and all(any(c.isalnum() for c in v) for v in spans)

@@ -136,7 +136,7 @@ def test_transformers_loads_the_tokenizer_folder_with_eos_pad_and_placeholders(h
     lib = ROOT / ".venv" / "trainer-lib"
     assert (lib / "transformers").is_dir(), f"{lib}: missing; `make setup` installs transformers there"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/verify_trainer_versions.py"), str(handover["out"])],
+        [sys.executable, str(ROOT / "scripts/evaluation/verify_trainer_versions.py"), str(handover["out"])],
         env={**os.environ, "PYTHONPATH": f"{lib}{os.pathsep}{ROOT}"},
         capture_output=True,
         text=True,

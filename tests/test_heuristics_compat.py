@@ -11,9 +11,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-# Every rule off (as the benchmark sets it); a case turns on the filter it tests.
-from bench_heuristics_compat import RULES_OFF as OFF  # noqa: E402  (scripts/ is on sys.path: conftest)
-
 from pipeline.stages.heuristics import (
     Heuristics,
     HeuristicsConfig,
@@ -24,6 +21,9 @@ from pipeline.stages.heuristics import (
     _top_ngram_chars_dt,
 )
 from pipeline.stages.heuristics.spacy_words import english_words
+
+# Every rule off (as the benchmark sets it); a case turns on the filter it tests.
+from scripts.benchmarks.bench_heuristics_compat import RULES_OFF as OFF
 
 GOPHER_REPETITION = dict(max_dup_line_fraction=0.3, max_dup_para_fraction=0.3, max_dup_line_char_fraction=0.2,
                          max_dup_para_char_fraction=0.2, top_ngram_max_fraction={2: 0.2, 3: 0.18, 4: 0.16},

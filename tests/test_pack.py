@@ -1,7 +1,7 @@
 """The pack stage on real abstracts: seeded shuffle in bounded memory, and the Megatron-LM and
 flat token outputs round-tripping to the same token ids as the datasets output. The Megatron
 files are read here by pipeline.stages.pack.writers.read_megatron, written from the format's specification
-(megatron-core itself needs torch; scripts/verify_megatron.py reads them with it)."""
+(megatron-core itself needs torch; scripts/evaluation/verify_megatron.py reads them with it)."""
 import json
 from pathlib import Path
 

@@ -7,12 +7,12 @@ from datetime import date
 
 import pyarrow as pa
 import pytest
-from phi_synth import make_documents
 
 from conftest import ROOT, read_arrow_dir, run_cli, write_config, write_jsonl
 from pipeline.phi.engine import PhiEngine
 from pipeline.phi.placeholders import PLACEHOLDERS
 from pipeline.stages.phi import PhiConfig, PhiDeidentify
+from scripts.evaluation.phi_synth import make_documents
 
 PLANTED = {
     "name": "Eleanor Vasquez-Hale", "mrn": "0012345", "date": "3/14/19", "date2": "March 14th",
@@ -231,7 +231,7 @@ def test_names_in_context_case_and_propagation(engine):
 
 
 def test_literature_profile_keeps_abstracts(literature_engine, english_texts):
-    from eval_phi import EPONYM_MENTIONS
+    from scripts.evaluation.eval_phi import EPONYM_MENTIONS
 
     texts = english_texts[:200]
     out, _, _ = literature_engine.redact_batch(texts)
@@ -369,7 +369,7 @@ def _value_tokens_found(detector, docs, threshold=None):
 def test_detector_finds_names_and_places_of_another_generator(detector):
     """Persons, towns, streets and facilities of mimesis (a generator the detector was not
     trained on) in letters, capitals, lower-case notes and address blocks of 27 locales."""
-    from phi_synth_mimesis import make_mimesis_documents
+    from scripts.evaluation.phi_synth_mimesis import make_mimesis_documents
 
     docs = make_mimesis_documents(120, seed=11)
     n, found = _value_tokens_found(detector, docs)
@@ -380,7 +380,7 @@ def test_detector_finds_names_and_places_of_another_generator(detector):
 
 
 def test_detector_threshold_moves_recall(detector):
-    from phi_synth_mimesis import make_mimesis_documents
+    from scripts.evaluation.phi_synth_mimesis import make_mimesis_documents
 
     docs = make_mimesis_documents(60, seed=12)
     n, strict = _value_tokens_found(detector, docs, threshold=0.95)
@@ -396,14 +396,13 @@ def test_detector_training_is_deterministic(tmp_path):
     import subprocess
     import sys
 
-    from phi_train_synth import make_training_documents
-
     from pipeline.phi.detector import PhiDetector, train
+    from scripts.models.phi_train_synth import make_training_documents
 
     docs = make_training_documents(80, seed=5)
     # the same text in another process whose string hashes differ (no set order leaks in)
     code = (
-        "import json, sys; sys.path.insert(0, 'scripts'); from phi_train_synth import make_training_documents; "
+        "import json; from scripts.models.phi_train_synth import make_training_documents; "
         "print(json.dumps(make_training_documents(80, seed=5)))"
     )
     other = subprocess.run(

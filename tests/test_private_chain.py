@@ -77,10 +77,10 @@ def test_a_stage_before_phi_alone_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_killed_runs_leave_no_planted_value_readable_and_rerun_to_the_same_bytes(tmp_path):
-    """scripts/kill_check.py with two SIGKILLs (the driver; a worker) at random moments: the run
+    """scripts/benchmarks/kill_check.py with two SIGKILLs (the driver; a worker) at random moments: the run
     folder and its temp folder scanned while the run goes on and after; the rerun's final/."""
     out = tmp_path / "kill.json"
-    proc = subprocess.run([sys.executable, "scripts/kill_check.py", "--kills", "2", "--signals",
+    proc = subprocess.run([sys.executable, "scripts/benchmarks/kill_check.py", "--kills", "2", "--signals",
                            "SIGKILL,SIGKILL-worker", "--notes", "12", "--work", str(tmp_path / "work"),
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -9,7 +9,7 @@ BLOCK = re.compile(r"<!-- figures:([\w-]+) -->\n(.*?)<!-- /figures:\1 -->", re.S
 
 def test_readme_figures_match_result_files():
     # No arguments: README.md and every docs page.
-    proc = run_cli("scripts/readme_figures.py", "--check", check=False)
+    proc = run_cli("scripts/figures/readme_figures.py", "--check", check=False)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -21,17 +21,17 @@ def test_check_names_a_changed_figure(tmp_path):
     number = re.search(r"\d+\.\d+ %", body)[0]
     path = tmp_path / "filters.md"
     path.write_text(text.replace(body, body.replace(number, "9" + number, 1)), encoding="utf-8")
-    proc = run_cli("scripts/readme_figures.py", "--check", str(path), check=False)
+    proc = run_cli("scripts/figures/readme_figures.py", "--check", str(path), check=False)
     assert proc.returncode == 1
     assert "figures block 'heuristics-table' is stale" in proc.stderr and "9" + number in proc.stderr
     # --write puts the figure back.
-    run_cli("scripts/readme_figures.py", "--write", str(path))
+    run_cli("scripts/figures/readme_figures.py", "--write", str(path))
     assert path.read_text(encoding="utf-8") == text
     # An inline figure tied to a result file is checked too; one in backticks is an example.
     inline = tmp_path / "inline.md"
     inline.write_text("ratio <!-- fig results.json:ours_vs_datatrove_docs_per_cpu_s .1f -->0.0<!-- /fig -->x, "
                       "written `<!-- fig FILE:PATH FORMAT -->VALUE<!-- /fig -->`\n")
-    proc = run_cli("scripts/readme_figures.py", "--check", str(inline), check=False)
+    proc = run_cli("scripts/figures/readme_figures.py", "--check", str(inline), check=False)
     assert proc.returncode == 1 and "results.json:ours_vs_datatrove_docs_per_cpu_s is stale" in proc.stderr
     assert "FILE:PATH" not in proc.stderr
 
@@ -53,11 +53,11 @@ def test_default_check_reads_readme_and_every_docs_page(tmp_path):
     seqs = "<!-- fig default_run.json:sequences , -->"
     text = readme.read_text(encoding="utf-8")
     readme.write_text(re.sub(re.escape(seqs) + r".*?<!--", lambda m: seqs + "1<!--", text, count=1), encoding="utf-8")
-    proc = run_cli("scripts/readme_figures.py", "--check", "--root", str(tmp_path), check=False)
+    proc = run_cli("scripts/figures/readme_figures.py", "--check", "--root", str(tmp_path), check=False)
     assert proc.returncode == 1
     stale = [line.split(": figure ")[0] for line in proc.stderr.splitlines() if "is stale" in line]
     assert sorted(stale) == ["README.md", "docs/extra/new.md", "docs/tokenizer.md"], proc.stderr
-    run_cli("scripts/readme_figures.py", "--write", "--root", str(tmp_path))
+    run_cli("scripts/figures/readme_figures.py", "--write", "--root", str(tmp_path))
     assert page.read_text(encoding="utf-8") == original
     assert readme.read_text(encoding="utf-8") == (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -70,7 +70,7 @@ def test_every_figures_block_is_on_a_page():
         for name, _ in BLOCK.findall(page.read_text(encoding="utf-8")):
             names[name] = page.name
     proc = run_cli(
-        "-c", "import sys; sys.path.insert(0, 'scripts'); import readme_figures as r; print(' '.join(r.RENDERERS))"
+        "-c", "import scripts.figures.readme_figures as r; print(' '.join(r.RENDERERS))"
     )
     assert set(proc.stdout.split()) == set(names), names
     inline = {

@@ -1,4 +1,4 @@
-r"""CCNet's text normalization for KenLM, shared by the model build (scripts/build_kenlm.py)
+r"""CCNet's text normalization for KenLM, shared by the model build (scripts/models/build_kenlm.py)
 and the perplexity stage so both see text the same way: lowercase, accents folded, digits to
 0, unicode punctuation unified to ASCII, non-printing characters removed, and punctuation split
 off words (our stand-in for CCNet's SentencePiece step). Each line becomes its tokens (a run of

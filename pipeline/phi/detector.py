@@ -10,7 +10,7 @@ the line. Nothing here is a value seen in an evaluation set.
 
 A token is PHI when the CRF's marginal probability of its not being O is at least `threshold`
 (the recall setting); consecutive PHI tokens form a span, typed by the larger of the PERSON and
-LOCATION marginal mass. `scripts/train_phi_detector.py` builds data/phi/phi_detector.crfsuite."""
+LOCATION marginal mass. `scripts/models/train_phi_detector.py` builds data/phi/phi_detector.crfsuite."""
 from __future__ import annotations
 
 import csv
@@ -32,7 +32,7 @@ DEFAULT_MODEL = DATA / "phi_detector.crfsuite"
 # it cannot remember names, and its errors differ from the first's; their marginals are combined
 # by the larger (docs/phi.md, "The learned name and place detector").
 DEFAULT_WORD_FREE_MODEL = DATA / "phi_detector_word_free.crfsuite"
-# The marginal probability of not being O that makes a token PHI (scripts/eval_phi.py --curve).
+# The marginal probability of not being O that makes a token PHI (scripts/evaluation/eval_phi.py --curve).
 DEFAULT_THRESHOLD = 0.2
 HOSPITALS = resource("data/us-hospitals/hospitals.csv")
 LABELS = ("PER", "LOC")

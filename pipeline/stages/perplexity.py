@@ -40,7 +40,7 @@ class PerplexityConfig(StageConfig):
 
 
 def document_perplexity(model, normalized: str) -> float:
-    """One normalized document's perplexity (scripts/build_kenlm.py's reference percentiles)."""
+    """One normalized document's perplexity (scripts/models/build_kenlm.py's reference percentiles)."""
     log_score, length = 0.0, 0
     for line in document_lines(normalized):
         log_score += model.score(line, bos=True, eos=True)
@@ -79,7 +79,7 @@ class Perplexity(DocumentStage):
             rebuild = f"the model medprep ships: {reinstall('medprep')}"
         else:
             rebuild = ("the committed model: restore it with 'git checkout data/models/', or rebuild it with "
-                       "'make models' (scripts/build_kenlm.py)")
+                       "'make models' (scripts/models/build_kenlm.py)")
         files = {config.model_path: rebuild}
         if config.mode == "buckets" and config.bucket_cutoffs is None:
             files[str(Path(config.model_path).with_suffix(".json"))] = rebuild

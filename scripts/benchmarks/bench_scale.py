@@ -264,11 +264,17 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep the runs --out already holds for this corpus")
     ap.add_argument("--summarize", action="store_true", help="only write --out's tables again from its runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/scale.json")
+    ap.add_argument("--before", type=Path, help="another result file of this script (older code): each run's "
+                    "docs per CPU-second against it (`against_before`)")
     for kind, rate in RATES.items():
         ap.add_argument(f"--{kind.replace('_', '-')}", type=float, default=rate, help=f"planted share (default {rate})")
     args = ap.parse_args()
+    before_file = str(args.before.resolve().relative_to(ROOT)) if args.before else None
     if args.summarize:
-        args.out.write_text(json.dumps(summarize(json.loads(args.out.read_text())), indent=2) + "\n")
+        result = json.loads(args.out.read_text())
+        if before_file:
+            result["before_file"] = before_file
+        args.out.write_text(json.dumps(summarize(result), indent=2) + "\n")
         print(f"written: {args.out}")
         return 0
     rates = {k: getattr(args, k) for k in RATES}
@@ -278,7 +284,8 @@ def main() -> int:
     result = {"command": "python scripts/benchmarks/bench_scale.py " + " ".join(sys.argv[1:]), "corpus_docs": args.docs,
               "corpus": "sentences of data/raw/pubmed21n1298.xml.gz, planted at known rates", "rates": rates,
               "config": "configs/pubmed.yaml (stages unchanged)", "cores": os.cpu_count(),
-              "load_average_at_start": [round(x, 1) for x in os.getloadavg()], "runs": []}
+              "load_average_at_start": [round(x, 1) for x in os.getloadavg()], "runs": [],
+              **({"before_file": before_file} if before_file else {})}
     plan = ([tuple(int(x) for x in r.split("x")) for r in args.runs.split(",")] if args.runs
             else [(size, w) for size in sizes for w in workers])
     if args.resume and args.out.exists():
@@ -332,8 +339,26 @@ def summarize(result: dict) -> dict:
             **{f"peak_rss_mb_largest_process_w{w}": r["peak_rss_mb_largest_process"] for w, r in ((1, one), (2, two))
                if r}}
     largest = str(max(d for d, _ in runs))
-    return {**result, "by_stage": table, "by_size": sizes, "largest": {"docs": int(largest), **sizes[largest]},
-            "smallest": {"docs": smallest, **sizes[str(smallest)]}, "projection": projection(runs)}
+    out = {**result, "by_stage": table, "by_size": sizes, "largest": {"docs": int(largest), **sizes[largest]},
+           "smallest": {"docs": smallest, **sizes[str(smallest)]}, "projection": projection(runs)}
+    if result.get("before_file"):
+        out["against_before"] = against_before(runs, ROOT / result["before_file"])
+    return out
+
+
+def against_before(runs: dict, before_file: Path) -> dict:
+    """The whole chain's docs per CPU-second of each run against the same size and workers in
+    another result file of this script (older code: `code` says which)."""
+    before = {(r["docs"], r["workers"]): r for r in json.loads(before_file.read_text())["runs"]}
+    out = {"file": str(before_file.relative_to(ROOT)), "runs": {}}
+    for key in sorted(set(runs) & set(before)):
+        now, then = runs[key], before[key]
+        out["runs"][f"{key[0]}x{key[1]}"] = {
+            "docs_per_cpu_s": now["docs_per_cpu_s"], "docs_per_cpu_s_before": then["docs_per_cpu_s"],
+            "ratio": round(now["docs_per_cpu_s"] / then["docs_per_cpu_s"], 3),
+            "code": now["code"], "code_before": then["code"],
+            "stages_only_now": sorted(set(now["stages"]) - set(then["stages"]))}
+    return out
 
 
 # The corpora the projection is for, and the text length behind the full texts' factor: the six

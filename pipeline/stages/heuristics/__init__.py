@@ -15,7 +15,7 @@ What the rules measure (`compat`):
   split on blank lines; the top n-gram is the most frequent n-gram's count x length (the first
   among equally frequent ones); duplicate n-grams are what datatrove's walk finds (words joined
   without spaces; after a repeat the walk moves n words on); C4's sentences are spaCy's
-  sentencizer's. scripts/bench_heuristics_compat.py measures the agreement on real text.
+  sentencizer's. scripts/benchmarks/bench_heuristics_compat.py measures the agreement on real text.
 - `compat: medprep` (the default, and what configs/pubmed.yaml's thresholds were set on) keeps
   the stage's own measures: words are split on whitespace with punctuation split off but kept
   inside decimals (0.05), hyphenated terms (cross-sectional, one word rather than three of which
@@ -160,7 +160,7 @@ class Heuristics(DocumentStage):
 
     def evaluate(self, text: pa.Array) -> tuple[list[tuple[str, np.ndarray]], dict[str, pa.Array], dict | None]:
         """Every enabled rule's mask (in the order reasons are given), the signal columns, and
-        C4's line results when c4_lines is on. scripts/heuristics_table.py reads the masks."""
+        C4's line results when c4_lines is on. scripts/figures/heuristics_table.py reads the masks."""
         cfg = self.config
         n = len(text)
         chars = pc.utf8_length(text).to_numpy(zero_copy_only=False).astype(np.float64)

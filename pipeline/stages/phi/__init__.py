@@ -40,9 +40,9 @@ class PhiConfig(StageConfig):
     nlp_batch_size: int = Field(default=32, ge=1)
     profile: Literal["clinical", "literature"] = "clinical"
     # The learned name and place detector of the clinical profile (pipeline/phi/detector.py): a
-    # model file of scripts/train_phi_detector.py (default: the committed data/phi/phi_detector.crfsuite),
+    # model file of scripts/models/train_phi_detector.py (default: the committed data/phi/phi_detector.crfsuite),
     # and the marginal probability a token needs to be redacted: lower finds more PHI and
-    # changes more other words (scripts/eval_phi.py --curve measures the trade).
+    # changes more other words (scripts/evaluation/eval_phi.py --curve measures the trade).
     detector_path: str | None = None
     detector_threshold: float | None = Field(default=None, gt=0.0, lt=1.0)
     # Its word-free companion (the same features without the words themselves; default: the
