@@ -601,55 +601,18 @@ def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
     `executor: {kind: ray, address: auto}`. Its tasks ran on both nodes, and the bytes are a
     local run's. The test stops only the cluster it started (its own process groups)."""
     import shutil
-    import signal
     import tempfile
 
-    ray_bin = str(Path(sys.executable).with_name("ray"))
+    from scripts.benchmarks.cluster_check import start_cluster, stop_cluster
+
     port = _free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-")  # short: Ray's socket paths have a length limit
     # Token authentication (Ray's default) off for this throwaway cluster: the user's token
     # file (~/.ray/auth_token) stays out of the test.
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "disabled"}
-    common = ["--num-cpus", "1", "--object-store-memory", str(150 * 2**20), "--disable-usage-stats", "--block"]
-    nodes = [
-        subprocess.Popen(
-            [
-                ray_bin,
-                "start",
-                "--head",
-                "--port",
-                str(port),
-                "--temp-dir",
-                temp_dir,
-                "--include-dashboard",
-                "false",
-                *common,
-            ],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-    ]
+    nodes = []
     try:
-        import socket
-        import time
-
-        deadline = time.monotonic() + 120  # the head's port first, then the second node
-        while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        nodes.append(
-            subprocess.Popen(
-                [ray_bin, "start", "--address", f"127.0.0.1:{port}", *common],
-                start_new_session=True,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-            )
-        )
-        wait = ("import ray, time\nray.init(address='auto')\n"
-                "while ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n")
-        subprocess.run([sys.executable, "-c", wait], env=env, check=True, timeout=120, capture_output=True)
+        nodes = start_cluster(temp_dir, port, env, object_store_mb=150)
         src = write_jsonl(tmp_path / "in.jsonl", _notes(200))
         chain = (
             "input: {{paths: [{src}]}}\noutput_dir: {out}\nbatch_size: 25\nshard_size: 50\n"
@@ -667,12 +630,7 @@ def test_a_run_joins_a_two_node_cluster_started_with_ray_start(tmp_path):
             )
             assert proc.returncode == 0, proc.stderr[-2000:]
     finally:
-        for node in reversed(nodes):
-            node.send_signal(signal.SIGTERM)  # --block: the node stops its own processes
-            try:
-                node.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(node.pid, signal.SIGKILL)
+        stop_cluster(nodes)
         shutil.rmtree(temp_dir, ignore_errors=True)
     manifest = json.loads((tmp_path / "cluster/manifest.json").read_text())
     assert manifest["executor"]["address"] == "auto" and manifest["executor"]["cluster_nodes"] == 2

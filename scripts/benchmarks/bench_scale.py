@@ -324,17 +324,19 @@ def summarize(result: dict) -> dict:
             row[f"docs_per_cpu_s_w{w}"] = st["docs_per_cpu_s"]
             row[f"peak_rss_mb_w{w}"] = st["peak_rss_mb"]
             one, two = runs.get((docs, 1)), runs.get((docs, 2))
-            if one and two and name in one["stages"] and name in two["stages"] and one["stages"][name]["wall_s"]:
+            if (same_code(one, two) and name in one["stages"] and name in two["stages"]
+                    and one["stages"][name]["wall_s"]):
                 row["wall_2_vs_1"] = round(two["stages"][name]["wall_s"] / one["stages"][name]["wall_s"], 3)
     sizes = {}
     for docs in sorted({d for d, _ in runs}):
         one, two = runs.get((docs, 1)), runs.get((docs, 2))
         any_run = two or one
         sizes[str(docs)] = {
-            "wall_2_vs_1": round(two["wall_s"] / one["wall_s"], 3) if one and two else None,
+            "wall_2_vs_1": round(two["wall_s"] / one["wall_s"], 3) if same_code(one, two) else None,
             "near_duplicate_recall": any_run["near_duplicate_recall"],
             "exact_copy_recall": any_run["exact_copy_recall"],
-            "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if one and two else None,
+            "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if same_code(one, two)
+            else None,
             **{f"docs_per_cpu_s_w{w}": r["docs_per_cpu_s"] for w, r in ((1, one), (2, two)) if r},
             **{f"peak_rss_mb_largest_process_w{w}": r["peak_rss_mb_largest_process"] for w, r in ((1, one), (2, two))
                if r}}
@@ -344,6 +346,12 @@ def summarize(result: dict) -> dict:
     if result.get("before_file"):
         out["against_before"] = against_before(runs, ROOT / result["before_file"])
     return out
+
+
+def same_code(one: dict | None, two: dict | None) -> bool:
+    """Whether two runs ran the same commit's code (a run from before commits were recorded: no)."""
+    commits = [(r or {}).get("code", {}).get("commit") for r in (one, two)]
+    return commits[0] is not None and commits[0] == commits[1]
 
 
 def against_before(runs: dict, before_file: Path) -> dict:

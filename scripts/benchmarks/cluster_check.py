@@ -35,19 +35,25 @@ from scripts.benchmarks.bench_scale import RATES, WORK, chain_config, checkout_s
 
 
 def start_cluster(temp_dir: str, port: int, env: dict, object_store_mb: int) -> list[subprocess.Popen]:
+    """`ray start --head` and a second node on this machine, one CPU each, both up on return
+    (both stopped again if either fails to start)."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
     common = ["--num-cpus", "1", "--object-store-memory", str(object_store_mb * 2**20), "--disable-usage-stats",
               "--block"]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True, "env": env}
     nodes = [subprocess.Popen([ray_bin, "start", "--head", "--port", str(port), "--temp-dir", temp_dir,
                                "--include-dashboard", "false", *common], **quiet)]
-    deadline = time.monotonic() + 120
-    while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    nodes.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}", *common], **quiet))
-    wait = ("import ray, time\nray.init(address='auto')\n"
-            "while ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n")
-    subprocess.run([sys.executable, "-c", wait], env=env, check=True, timeout=180, capture_output=True)
+    try:
+        deadline = time.monotonic() + 120       # the head's port first, then the second node
+        while socket.socket().connect_ex(("127.0.0.1", port)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        nodes.append(subprocess.Popen([ray_bin, "start", "--address", f"127.0.0.1:{port}", *common], **quiet))
+        wait = ("import ray, time\nray.init(address='auto')\n"
+                "while ray.cluster_resources().get('CPU', 0) < 2: time.sleep(0.5)\n")
+        subprocess.run([sys.executable, "-c", wait], env=env, check=True, timeout=180, capture_output=True)
+    except BaseException:
+        stop_cluster(nodes)
+        raise
     return nodes
 
 

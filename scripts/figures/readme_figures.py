@@ -566,12 +566,11 @@ def chain_at_scale(src: dict) -> str:
     sizes = sorted({k[0] for k in runs})
     smallest, largest = sizes[0], sizes[-1]
     cols = [(size, w) for size in sizes for w in (1, 2) if (size, w) in runs]
+    both = [s for s in sizes if d["by_size"][str(s)]["wall_2_vs_1"] is not None]   # 1 and 2 workers, same code
     head = ["stage"] + [f"{size:,} docs, {w} worker{'s' if w > 1 else ''}" for size, w in cols]
     head += [f"CPU/doc at {largest:,} vs {smallest:,}", f"peak RSS MB at {largest:,} (driver / worker)",
-             "wall 2 vs 1 worker" + (f" ({max(s for s in sizes if (s, 1) in runs and (s, 2) in runs):,})"
-                                     if any((s, 1) in runs and (s, 2) in runs for s in sizes) else "")]
+             "wall 2 vs 1 worker" + (f" ({max(both):,})" if both else "")]
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
-    both = [s for s in sizes if (s, 1) in runs and (s, 2) in runs]
     w_big = 2 if (largest, 2) in runs else 1
     for name in runs[cols[0]]["stages"]:
         cells = [f"`{name}`"]
