@@ -212,7 +212,7 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
             "disk_mb": round(folder_bytes(folder) / 1e6, 1)}
     names = [p.name for p in folders]
     by_name = {n.split("_", 1)[1]: out / "stages" / n for n in names}
-    recall = near_duplicate_recall(planted, by_name, size)
+    recall = {**near_duplicate_recall(planted, by_name, size), **jaccard_check(planted, by_name, size)}
     cpu = usage.ru_utime + usage.ru_stime
     return {"docs": size, "workers": workers, "code": code_state, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
             "docs_per_cpu_s": round(size / cpu, 1), "peak_rss_mb_largest_process": round(usage.ru_maxrss / 1024),
@@ -247,6 +247,52 @@ def near_duplicate_recall(planted: dict, stage: dict, size: int) -> dict:
     return out
 
 
+def jaccard_check(planted: dict, stage: dict, size: int, threshold: float = 0.8, ngram: int = 5) -> dict:
+    """The planted near-duplicate pairs judged by their true Jaccard similarity (word 5-grams of
+    the texts that entered dedup_minhash, as the stage shingles them): the recall among pairs at
+    or above the threshold (a pair below it that is kept is a right answer, not a miss), and the
+    true Jaccard of each document removed as a near duplicate outside any planted pair with
+    the document it was removed for (at or above the threshold: a real duplicate of the random
+    corpus, not a false merge)."""
+    from pipeline.engines.minhash import shingle_bytes
+    from pipeline.shards import read_shard
+
+    near = stage["dedup_minhash"] / "removed"
+    dup_of = {}
+    for f in sorted(near.glob("*.arrow")):
+        with pa.OSFile(str(f), "rb") as src:
+            t = pa.ipc.open_stream(src).read_all()
+        dup_of.update(zip(t.column("id").to_pylist(), t.column("duplicate_of").to_pylist()))
+    pairs = [(f"s{a:08d}", f"s{b:08d}") for a, b in planted["near_duplicate"] if a < size]
+    in_pairs = {x for pair in pairs for x in pair} | {f"s{a:08d}" for a, _ in planted["exact_copy"] if a < size} \
+        | {f"s{b:08d}" for _, b in planted["exact_copy"] if b < size}
+    outside = [(a, b) for a, b in dup_of.items() if a not in in_pairs]
+    wanted = {x for pair in pairs + outside for x in pair}
+    texts = {}
+    source = next(folder for name, folder in stage.items() if name == "phi") / "data"
+    for f in sorted(source.glob("*.arrow")):
+        for t in read_shard(f, None, ["id", "text"]):
+            for i, text in zip(t.column("id").to_pylist(), t.column("text").to_pylist()):
+                if i in wanted:
+                    texts[i] = text
+
+    def jaccard(a: str, b: str) -> float:
+        x, y = set(shingle_bytes(texts[a], ngram)), set(shingle_bytes(texts[b], ngram))
+        return len(x & y) / len(x | y) if x | y else 1.0
+
+    reached = [(a, b) for a, b in pairs if a in texts and b in texts]
+    similar = {(a, b) for a, b in reached if jaccard(a, b) >= threshold}
+    caught = sum(1 for a, b in similar if a in dup_of or b in dup_of)
+    below_removed = sum(1 for a, b in reached if (a in dup_of or b in dup_of) and (a, b) not in similar)
+    outside_j = sorted(round(jaccard(a, b), 3) for a, b in outside if a in texts and b in texts)
+    return {"threshold": threshold, "near_duplicate_pairs_at_or_above_threshold": len(similar),
+            "near_duplicate_pairs_below_threshold": len(reached) - len(similar),
+            "near_duplicate_recall_at_or_above_threshold": round(caught / len(similar), 4) if similar else None,
+            "below_threshold_pairs_removed": below_removed,
+            "removed_outside_planted_pairs_jaccard": outside_j,
+            "false_merges": sum(1 for j in outside_j if j < threshold)}
+
+
 def final_digest(run: Path) -> str:
     import hashlib
     h = hashlib.sha256()
@@ -264,12 +310,25 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep the runs --out already holds for this corpus")
     ap.add_argument("--summarize", action="store_true", help="only write --out's tables again from its runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/scale.json")
+    ap.add_argument("--recheck", action="store_true", help="only add jaccard_check's figures to --out's runs "
+                    "whose run folder (bench/work/scale/run-SIZE-WORKERS) is still there")
     ap.add_argument("--before", type=Path, help="another result file of this script (older code): each run's "
                     "docs per CPU-second against it (`against_before`)")
     for kind, rate in RATES.items():
         ap.add_argument(f"--{kind.replace('_', '-')}", type=float, default=rate, help=f"planted share (default {rate})")
     args = ap.parse_args()
     before_file = str(args.before.resolve().relative_to(ROOT)) if args.before else None
+    if args.recheck:
+        result = json.loads(args.out.read_text())
+        _, planted = corpus(args.docs, {k: getattr(args, k) for k in RATES})
+        for run in result["runs"]:
+            folder = WORK / f"run-{run['docs']}-{run['workers']}" / "stages"
+            if folder.is_dir():
+                by_name = {p.name.split("_", 1)[1]: p for p in folder.iterdir() if p.is_dir()}
+                run.update(jaccard_check(planted, by_name, run["docs"]))
+                print(f"rechecked: {folder.parent}", file=sys.stderr)
+        args.out.write_text(json.dumps(summarize(result), indent=2) + "\n")
+        return 0
     if args.summarize:
         result = json.loads(args.out.read_text())
         if before_file:
@@ -387,7 +446,7 @@ def projection(runs: dict) -> dict | None:
     text_chars = _mean_text_chars()
     pmc_chars = _mean_pmc_chars()
     efficiency = None
-    both = [d for d, _ in runs if (d, 1) in runs and (d, 2) in runs]
+    both = [d for d, _ in runs if same_code(runs.get((d, 1)), runs.get((d, 2)))]
     if both:
         d = max(both)
         efficiency = round(runs[(d, 1)]["wall_s"] / (2 * runs[(d, 2)]["wall_s"]), 3)
@@ -397,7 +456,9 @@ def projection(runs: dict) -> dict | None:
            "assumptions": ["CPU per document stays what it was at the largest run",
                            "a full text costs what its length in corpus documents costs",
                            "N cores are used with the parallel efficiency of 2 workers on this machine "
-                           "(1-worker wall over twice the 2-worker wall)",
+                           "(1-worker wall over twice the 2-worker wall)" if efficiency is not None else
+                           "N cores are used fully (no 1- and 2-worker runs of the same code measure the "
+                           "parallel efficiency)",
                            "peak memory per worker stays what it was at the largest run (the table's bounds)"]}
     for name, docs in PROJECTED.items():
         factor = (pmc_chars / text_chars) if name == "pmc_full_texts" and pmc_chars and text_chars else 1.0

@@ -604,6 +604,12 @@ def chain_at_scale(src: dict) -> str:
                 f"{100 * r['exact_copy_recall']:.2f} % of {r['exact_copy_pairs_reached']:,}, "
                 f"{r['dedup_removed_not_planted']:,} documents removed that "
                 f"were in no planted pair"
+                + (f" ({len(r['removed_outside_planted_pairs_jaccard'])} of them by dedup_minhash, "
+                   f"{r['false_merges']} below true Jaccard {r['threshold']}: false merges); of the "
+                   f"{r['near_duplicate_pairs_at_or_above_threshold']:,} planted pairs at or above true Jaccard "
+                   f"{r['threshold']} (word 5-grams of the texts dedup_minhash read), "
+                   f"{100 * r['near_duplicate_recall_at_or_above_threshold']:.2f} % found"
+                   if "false_merges" in r else "")
                 + ("; `final/` the same bytes with 1 and 2 workers" if same else
                    "; `final/` DIFFERS between 1 and 2 workers" if same is False else "") + ".\n")
     return out
@@ -616,8 +622,11 @@ def scale_projection(src: dict) -> str:
     return (f"Projected from the {p['from_docs']:,}-document run with {p['from_workers']} workers "
             f"(`python scripts/benchmarks/bench_scale.py`, bench/scale.json `projection`: its CPU per document held "
             f"flat, a full "
-            f"text costing its length, {100 * p['parallel_efficiency']:.0f} % parallel efficiency as measured on 2 "
-            f"cores): {a['documents'] / 1e6:,.0f} M abstracts take {a['core_hours']:,.0f} core-hours "
+            f"text costing its length, "
+            + (f"{100 * p['parallel_efficiency']:.0f} % parallel efficiency as measured on 2 cores"
+               if p["parallel_efficiency"] is not None else "every core used fully: no 1- and 2-worker runs of "
+               "the same code measured the parallel efficiency")
+            + f"): {a['documents'] / 1e6:,.0f} M abstracts take {a['core_hours']:,.0f} core-hours "
             f"({a['wall_hours']['64']:,.1f} h on 64 cores, {a['wall_hours']['512']:,.2f} h on 512) and "
             f"{f['documents'] / 1e6:,.0f} M full texts {f['core_hours']:,.0f} core-hours "
             f"({f['wall_hours']['64']:,.1f} h on 64 cores), at {p['peak_rss_mb_per_worker']:,} MB per worker.\n")
