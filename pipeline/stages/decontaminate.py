@@ -8,7 +8,8 @@ transform (`normalize_text`, with the chain's normalize options), and both are c
 by one definition (`Words`: maximal runs of letters and digits, RE2's [\\p{L}\\p{N}] as
 ccnet_norm reads them, lowercased), so case, punctuation and whitespace do not hide an overlap.
 Each word is hashed once per batch (xxh3-64 of its distinct forms), each n-gram is a 64-bit mix
-of its words' hashes, computed for the whole batch in n numpy passes.
+of its words' hashes (the rolling hash of pipeline/engines/ngram_hash.py), computed for the whole
+batch in n numpy passes.
 
 A benchmark's passages (each string of its fields; a list field gives one passage per element)
 are cut separately: no n-gram spans two passages. A passage shorter than n words gives no
@@ -39,6 +40,7 @@ from pydantic import Field, field_validator, model_validator
 
 from pipeline.documents import DUPLICATE_OF, with_reason
 from pipeline.engines.ccnet_norm import _string_buffers, letter_or_digit_bytes
+from pipeline.engines.ngram_hash import RollingNgramHashes
 from pipeline.engines.text_normalize import NormalizeOptions, normalize_text, tidy_whitespace
 from pipeline.errors import InputError
 from pipeline.runpath import load_npy, read_json, save_npy, write_json
@@ -56,7 +58,6 @@ BUILD_CHUNK = 20_000
 MANIFEST_KEYS = ("items", "items_too_short", "items_found", "documents", "by_source")
 # Bytes per benchmark n-gram in each worker: its hash (uint64) and its first item (int32).
 BYTES_PER_NGRAM = 12
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 _WHITESPACE = np.frombuffer(b" \t\n", np.uint8)
 
 
@@ -230,11 +231,7 @@ class Words:
         total = int(per_doc.sum())
         doc = np.repeat(np.arange(len(per_doc)), per_doc)
         first = np.repeat(self.bounds[:-1] - (np.cumsum(per_doc) - per_doc), per_doc) + np.arange(total)
-        h = np.full(total, np.uint64((n * int(_MIX)) % 2**64), np.uint64)
-        for j in range(n):
-            h ^= self.hashes[first + j]
-            h *= _MIX
-            h ^= h >> np.uint64(29)
+        h = RollingNgramHashes(self.hashes).at(n)[first] if total else np.zeros(0, np.uint64)
         return h, first, doc
 
 

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.documents import first_reason, set_column, split_words
+from pipeline.engines.ngram_hash import RollingNgramHashes
 from pipeline.stages.base import DocumentStage, StageConfig
 from pipeline.stages.heuristics.spacy_words import (
     ALPHA,
@@ -781,40 +782,28 @@ def _duplicate_units(units: pa.Array, doc_of_unit: np.ndarray, n: int, skip_empt
     return np.bincount(doc_of_unit, repeat, n) / units_per_doc, np.bincount(doc_of_unit, repeat * lens, n)
 
 
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
 class _NgramHashes:
-    """Rolling hashes of the batch's word k-grams, one k after another: the hash of the k-gram
-    at p is (hash of the (k-1)-gram at p ^ word p+k-1) * MIX + k, so going from k-1 to k is
-    one vectorized pass over the words, and asking for increasing k (2, 3, 4, then 5 ... 10)
-    costs one pass per k."""
+    """The batch's word k-grams that fit inside one document (engines/ngram_hash.py's rolling
+    hash), as doc-major keys."""
 
     def __init__(self, word_ids: np.ndarray, doc_of_word: np.ndarray, doc_bits: int = 24):
-        self.word_ids, self.doc_of_word = word_ids, doc_of_word
+        self.rolling, self.doc_of_word = RollingNgramHashes(word_ids), doc_of_word
         self.doc_bits = doc_bits
-        self.k, self.h = 0, np.full(len(word_ids), _MIX, np.uint64)
 
     def keys(self, k: int, docs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Start positions of the k-grams that fit inside their document (of `docs` only, if
         given), and a doc-major 64-bit key: document in the top doc_bits bits (24 unless
         given), the k-gram's hash below, so sorting groups each document's k-grams together."""
-        total = len(self.word_ids)
-        if total < k:
+        h = self.rolling.at(k)
+        if not len(h):
             return np.zeros(0, np.int64), np.zeros(0, np.uint64)
-        if k < self.k:
-            self.k, self.h = 0, np.full(total, _MIX, np.uint64)
-        with np.errstate(over="ignore"):
-            while self.k < k:
-                j = self.k
-                self.h = (self.h[: total - j] ^ self.word_ids[j:]) * _MIX + np.uint64(j + 1)
-                self.k += 1
+        total = len(self.doc_of_word)
         doc = self.doc_of_word
         fits = doc[: total - k + 1] == doc[k - 1 :]
         if docs is not None:
             fits &= docs[doc[: total - k + 1]]
         pos = np.flatnonzero(fits)
-        key = _doc_major(doc[pos], self.h[pos], self.doc_bits)
+        key = _doc_major(doc[pos], h[pos], self.doc_bits)
         return pos, key
 
 
