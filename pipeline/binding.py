@@ -14,7 +14,7 @@ from pipeline.digests import code_digest, content_digest, digest, plugin_code_di
 from pipeline.documents import SOURCE
 from pipeline.runpath import RunPath
 from pipeline.stages import REGISTRY
-from pipeline.stages.base import DocumentStage, RunContext, Stage, engine_versions, fingerprint_files
+from pipeline.stages.base import DocumentStage, RunContext, Stage, engine_versions, option_files
 
 # ---- fingerprints: a stage reruns when one changes -----------------------------------------
 
@@ -28,7 +28,7 @@ def stage_fingerprint(stage: Stage, spec: StageSpec, input_fp: str, config: Conf
     # Files the stage reads (models, other stages' files) count by content, engines by version.
     run = config.run
     deps = stage.dependencies()
-    file_digests = [(str(f), content_digest(f)) for f in fingerprint_files(stage) if f.exists()]
+    file_digests = [(str(f), content_digest(f)) for f in option_files(stage) + list(deps.files) if f.exists()]
     options = spec.config.model_dump() if options is None else options
     plugin = plugin_code_digest(type(stage))          # a stage from another package: its code too
     return digest(pipeline.__version__, code_digest(), spec.name, options, input_fp, run.seed, run.shard_size,

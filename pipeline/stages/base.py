@@ -105,7 +105,7 @@ class Placement:
 @dataclass(frozen=True)
 class Dependencies:
     """What a stage's output depends on besides its options, its input, the code and the
-    defaults `fingerprint_files` and `engine_versions` find: `files` whose content counts,
+    defaults `option_files` and `engine_versions` find: `files` whose content counts,
     JSON-able `values` (phi: the id of its key), more `packages` whose versions count (phi's
     word lists), and `cache_namespace`, the namespace of its cache of per-document results
     (pipeline/cache.py; None: no cache), computed on the driver; workers find it in ctx.cache."""
@@ -127,12 +127,6 @@ def option_files(stage: "Stage") -> list[Path]:
             if side != path and side.is_file():
                 files.append(side)
     return files
-
-
-def fingerprint_files(stage: "Stage") -> list[Path]:
-    """Every file the stage's output depends on: their content, not their name, goes into its
-    fingerprint."""
-    return option_files(stage) + list(stage.dependencies().files)
 
 
 def engine_versions(stage: "Stage", extra: tuple[str, ...] = ()) -> dict:

@@ -269,8 +269,7 @@ def jaccard_check(planted: dict, stage: dict, size: int, threshold: float = 0.8,
     outside = [(a, b) for a, b in dup_of.items() if a not in in_pairs]
     wanted = {x for pair in pairs + outside for x in pair}
     texts = {}
-    source = next(folder for name, folder in stage.items() if name == "phi") / "data"
-    for f in sorted(source.glob("*.arrow")):
+    for f in sorted((stage["phi"] / "data").glob("*.arrow")):
         for t in read_shard(f, None, ["id", "text"]):
             for i, text in zip(t.column("id").to_pylist(), t.column("text").to_pylist()):
                 if i in wanted:
