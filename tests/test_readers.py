@@ -374,3 +374,17 @@ def test_pubmed_chunks_cut_while_the_workers_start_wait_or_are_parsed_here(tmp_p
         assert not (folder / "parse").exists() or not (folder / "parse").iterdir()
     finally:
         late.executor.close()
+
+
+def test_arrow_files_without_text_are_named(tmp_path):
+    """A stage's folder given as input: its removed/ shards carry ids and reasons, no text;
+    the error names the file instead of failing later on a missing column."""
+    from pipeline.errors import InputError
+    for name, table in (("data/00000.arrow", pa.table({"id": ["a"], "text": ["kept text"]})),
+                        ("removed/00000.arrow", pa.table({"id": ["b"], "reason": ["dup"]}))):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        with pa.OSFile(str(tmp_path / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    with pytest.raises(InputError, match=r"removed/00000\.arrow: no 'text' column \(columns: id, reason\)"):
+        _read([tmp_path])
+    assert [(d["id"], d["text"]) for d in _read([tmp_path / "data"])[0]] == [("a", "kept text")]

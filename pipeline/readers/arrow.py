@@ -5,23 +5,40 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.errors import InputError
 from pipeline.readers.batch import ReaderBatch
 
 
 def read(files: list[Path], batch_size: int):
+    from pipeline.shards import TEXT_ROW
+    for f in files:
+        names = _column_names(f)
+        if names is not None and "text" not in names and TEXT_ROW not in names:
+            # A run folder's removed/ or shards/ files sit beside data/: name the file, not a KeyError.
+            raise InputError(f"{f}: no 'text' column (columns: {', '.join(names)}); "
+                             "for a stage's output, pass its data/ folder")
     for table in stream_tables(files, batch_size):
         yield ReaderBatch(table)
 
 
-def _refers_to_texts(path: Path) -> bool:
+def _column_names(path: Path) -> list[str] | None:
+    """The columns of an Arrow IPC stream or file; None for an empty or unreadable file."""
     import pyarrow as pa
 
+    if path.stat().st_size == 0:
+        return None
+    for opener in (pa.ipc.open_stream, pa.ipc.open_file):
+        try:
+            with pa.OSFile(str(path), "rb") as src:
+                return opener(src).schema.names
+        except pa.ArrowInvalid:
+            continue
+    return None
+
+
+def _refers_to_texts(path: Path) -> bool:
     from pipeline.shards import TEXT_ROW
-    try:
-        with pa.OSFile(str(path), "rb") as src:
-            return TEXT_ROW in pa.ipc.open_stream(src).schema.names
-    except pa.ArrowInvalid:
-        return False                     # an Arrow IPC file, not a stream: datasets reads it
+    return TEXT_ROW in (_column_names(path) or [])
 
 
 def stream_tables(files: list[Path], batch_size: int):

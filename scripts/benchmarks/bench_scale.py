@@ -250,10 +250,12 @@ def near_duplicate_recall(planted: dict, stage: dict, size: int) -> dict:
 def jaccard_check(planted: dict, stage: dict, size: int, threshold: float = 0.8, ngram: int = 5) -> dict:
     """The planted near-duplicate pairs judged by their true Jaccard similarity (word 5-grams of
     the texts that entered dedup_minhash, as the stage shingles them): the recall among pairs at
-    or above the threshold (a pair below it that is kept is a right answer, not a miss), and the
-    true Jaccard of each document removed as a near duplicate outside any planted pair with
-    the document it was removed for (at or above the threshold: a real duplicate of the random
-    corpus, not a false merge)."""
+    or above the threshold (a pair below it that is kept is a right answer, not a miss; a pair
+    is caught when either dedup stage removed one of its two documents, as in
+    near_duplicate_recall: two near copies of one source can be identical, and dedup_exact
+    takes the second before dedup_minhash sees it), and the true Jaccard of each document
+    removed as a near duplicate outside any planted pair with the document it was removed for
+    (at or above the threshold: a real duplicate of the random corpus, not a false merge)."""
     from pipeline.engines.minhash import shingle_bytes
     from pipeline.shards import read_shard
 
@@ -279,10 +281,11 @@ def jaccard_check(planted: dict, stage: dict, size: int, threshold: float = 0.8,
         x, y = set(shingle_bytes(texts[a], ngram)), set(shingle_bytes(texts[b], ngram))
         return len(x & y) / len(x | y) if x | y else 1.0
 
+    removed = set(dup_of) | ids_of(stage["dedup_exact"] / "removed")
     reached = [(a, b) for a, b in pairs if a in texts and b in texts]
     similar = {(a, b) for a, b in reached if jaccard(a, b) >= threshold}
-    caught = sum(1 for a, b in similar if a in dup_of or b in dup_of)
-    below_removed = sum(1 for a, b in reached if (a in dup_of or b in dup_of) and (a, b) not in similar)
+    caught = sum(1 for a, b in similar if a in removed or b in removed)
+    below_removed = sum(1 for a, b in reached if (a in removed or b in removed) and (a, b) not in similar)
     outside_j = sorted(round(jaccard(a, b), 3) for a, b in outside if a in texts and b in texts)
     return {"threshold": threshold, "near_duplicate_pairs_at_or_above_threshold": len(similar),
             "near_duplicate_pairs_below_threshold": len(reached) - len(similar),
