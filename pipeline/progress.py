@@ -180,8 +180,10 @@ class StageProgress:
                 sys.stderr.write("\n")
                 sys.stderr.flush()
                 self.bar = None
-            elif self.sizes and not self.tty and SETTINGS.log_format == "json":
-                self._line()             # a last line per stage, with the final counts
+            elif self.phases and not self.tty and SETTINGS.log_format == "json":
+                # A last line per stage, with the final counts; also after a driver step, or the
+                # last line could be a tick of the phase before it, printed mid-way.
+                self._line()
 
     # -- what is shown --
     def snapshot(self) -> dict:

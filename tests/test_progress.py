@@ -41,6 +41,23 @@ def test_json_lines_hold_counts_and_times_only(monkeypatch, capsys):
     assert lines[-1]["done"] == 30                 # the last line, at the stage's end
 
 
+def test_a_stage_ending_in_a_driver_step_ends_on_a_line_at_its_total(monkeypatch, capsys):
+    """A global stage's last phase can be a driver step (no tasks) shorter than a tick: its
+    last line must not be the previous phase's, printed while tasks were still running."""
+    from pipeline import progress
+    monkeypatch.setattr(progress, "SETTINGS", progress.Settings(log_format="json", every=0.05, tty=False))
+    with progress.stage_progress("06_example") as shown:
+        phase = shown.phase("signatures", [30, 30], workers=2)
+        shown.report((phase, 0), 10)
+        time.sleep(0.2)                            # ticker lines at 10 of 60
+        shown.task_done((phase, 0))
+        shown.task_done((phase, 1))
+        shown.phase("clustering")                  # closed before the next tick
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert lines[0]["done"] == 10 and lines[0]["total"] == 60
+    assert (lines[-1]["phase"], lines[-1]["done"], lines[-1]["total"]) == ("clustering", 0, 0)
+
+
 def test_every_line_of_a_run_is_json_with_a_time_and_an_event(tmp_path):
     """--log-format json: the stage lines, a warning, a skipped stage, the last line and an
     error, each one JSON with a timestamp and its event (a separate process: its settings)."""
