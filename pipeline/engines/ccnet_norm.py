@@ -84,7 +84,7 @@ def _normalize_chunks(chunks: pa.Array) -> pa.Array:
     return pc.take(_fold_unicode(encoded.dictionary), encoded.indices)
 
 
-def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, UTF-8 bytes) of a string array, offsets starting at 0."""
     offsets_type = np.int64 if pa.types.is_large_string(arr.type) else np.int32
     _, offsets, data = arr.buffers()
@@ -109,7 +109,7 @@ def _splice_non_ascii_chunks(data: np.ndarray, ends: np.ndarray) -> tuple[np.nda
     raw = np.concatenate([data[a:b] for a, b in zip(lo, hi)])
     raw_offsets = np.concatenate([[0], np.cumsum(np.subtract(hi, lo))]).astype(np.int32)
     chunks = pa.Array.from_buffers(pa.string(), len(lo), [None, pa.py_buffer(raw_offsets), pa.py_buffer(raw)])
-    offsets, repl = _string_buffers(_normalize_chunks(chunks))
+    offsets, repl = string_buffers(_normalize_chunks(chunks))
     offsets = offsets.tolist()
     pieces, at = [], 0
     for i, (a, b) in enumerate(zip(lo, hi)):
@@ -161,7 +161,7 @@ def _normalized_buffer(text: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np
         text = text.combine_chunks()
     lowered = pc.utf8_lower(pc.fill_null(text, ""))
     end, nothing = pa.scalar(_END, lowered.type), pa.scalar("", lowered.type)
-    offsets, data = _string_buffers(pc.binary_join_element_wise(lowered, end, nothing))
+    offsets, data = string_buffers(pc.binary_join_element_wise(lowered, end, nothing))
     data, ends = _splice_non_ascii_chunks(data, offsets[1:] - 1)
     # Pieces of whole documents.
     cuts = ends[np.searchsorted(ends, np.arange(_PIECE, len(data), _PIECE)) - 1] if len(ends) else []

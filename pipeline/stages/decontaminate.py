@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator, model_validator
 
 from pipeline.documents import DUPLICATE_OF, with_reason
-from pipeline.engines.ccnet_norm import _string_buffers, letter_or_digit_bytes
+from pipeline.engines.ccnet_norm import letter_or_digit_bytes, string_buffers
 from pipeline.engines.ngram_hash import RollingNgramHashes
 from pipeline.engines.text_normalize import NormalizeOptions, normalize_text, tidy_whitespace
 from pipeline.errors import InputError
@@ -198,7 +198,7 @@ class Words:
         from xxhash import xxh3_64_intdigest
         if isinstance(text, pa.ChunkedArray):
             text = text.combine_chunks() if text.num_chunks else pa.array([], text.type)
-        offsets, data = _string_buffers(pc.fill_null(text, ""))
+        offsets, data = string_buffers(pc.fill_null(text, ""))
         n = len(data)
         word = letter_or_digit_bytes(data) if n else np.zeros(0, bool)
         doc_start = np.zeros(n + 1, bool)

@@ -345,11 +345,11 @@ def _texts_digest(counted: list[tuple[pa.Array, int]]) -> str:
     """xxh3-128 of the texts counted (each part's count, times, offsets and bytes)."""
     import xxhash
 
-    from pipeline.engines.ccnet_norm import _string_buffers
+    from pipeline.engines.ccnet_norm import string_buffers
 
     key = xxhash.xxh3_128()
     for texts, times in counted:
-        offsets, data = _string_buffers(texts.fill_null(""))
+        offsets, data = string_buffers(texts.fill_null(""))
         key.update(f"{len(texts)}x{times}:".encode())
         key.update(offsets.tobytes())
         key.update(data.tobytes())
