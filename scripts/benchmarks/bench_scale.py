@@ -313,7 +313,7 @@ def main() -> int:
     ap.add_argument("--summarize", action="store_true", help="only write --out's tables again from its runs")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/scale.json")
     ap.add_argument("--recheck", action="store_true", help="only add jaccard_check's figures to --out's runs "
-                    "whose run folder (bench/work/scale/run-SIZE-WORKERS) is still there")
+                    "whose run folder (bench/work/scale/run-SIZE-WORKERS) is still there, with the same final/ bytes")
     ap.add_argument("--before", type=Path, help="another result file of this script (older code): each run's "
                     "docs per CPU-second against it (`against_before`)")
     for kind, rate in RATES.items():
@@ -325,7 +325,10 @@ def main() -> int:
         _, planted = corpus(args.docs, {k: getattr(args, k) for k in RATES})
         for run in result["runs"]:
             folder = WORK / f"run-{run['docs']}-{run['workers']}" / "stages"
-            if folder.is_dir():
+            # A folder of a later run is checked only if its final/ is the recorded run's bytes.
+            if folder.is_dir() and final_digest(folder.parent) != run["final_digest"]:
+                print(f"not rechecked: {folder.parent} holds other bytes than the run recorded", file=sys.stderr)
+            elif folder.is_dir():
                 by_name = {p.name.split("_", 1)[1]: p for p in folder.iterdir() if p.is_dir()}
                 run.update(jaccard_check(planted, by_name, run["docs"]))
                 print(f"rechecked: {folder.parent}", file=sys.stderr)
@@ -396,6 +399,7 @@ def summarize(result: dict) -> dict:
             "wall_2_vs_1": round(two["wall_s"] / one["wall_s"], 3) if same_code(one, two) else None,
             "near_duplicate_recall": any_run["near_duplicate_recall"],
             "exact_copy_recall": any_run["exact_copy_recall"],
+            **{k: any_run[k] for k in ("near_duplicate_recall_at_or_above_threshold", "false_merges") if k in any_run},
             "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if same_code(one, two)
             else None,
             **{f"docs_per_cpu_s_w{w}": r["docs_per_cpu_s"] for w, r in ((1, one), (2, two)) if r},

@@ -608,7 +608,7 @@ def chain_at_scale(src: dict) -> str:
                    f"{r['false_merges']} below true Jaccard {r['threshold']}: false merges); of the "
                    f"{r['near_duplicate_pairs_at_or_above_threshold']:,} planted pairs at or above true Jaccard "
                    f"{r['threshold']} (word 5-grams of the texts dedup_minhash read), "
-                   f"{100 * r['near_duplicate_recall_at_or_above_threshold']:.2f} % found"
+                   f"{100 * r['near_duplicate_recall_at_or_above_threshold']:.2f} % found by either dedup stage"
                    if "false_merges" in r else "")
                 + ("; `final/` the same bytes with 1 and 2 workers" if same else
                    "; `final/` DIFFERS between 1 and 2 workers" if same is False else "") + ".\n")
