@@ -406,7 +406,8 @@ def summarize(result: dict) -> dict:
             **{f"peak_rss_mb_largest_process_w{w}": r["peak_rss_mb_largest_process"] for w, r in ((1, one), (2, two))
                if r}}
     largest = str(max(d for d, _ in runs))
-    out = {**result, "by_stage": table, "by_size": sizes, "largest": {"docs": int(largest), **sizes[largest]},
+    out = {**result, "runs_wall_minutes": round(sum(r["wall_s"] for r in runs.values()) / 60, 1),
+           "by_stage": table, "by_size": sizes, "largest": {"docs": int(largest), **sizes[largest]},
            "smallest": {"docs": smallest, **sizes[str(smallest)]}, "projection": projection(runs)}
     if result.get("before_file"):
         out["against_before"] = against_before(runs, ROOT / result["before_file"])
