@@ -218,7 +218,7 @@ def _star_clusters_row_by_row(sigs, n, u, v, min_similarity):
 def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
     """Chains of copies (each of the previous one, some of an older row), candidates that are
     not near duplicates, pairs found twice: the rounds give what deciding row by row gives."""
-    from pipeline.stages.dedup_minhash import ShardSignatures, _star_clusters
+    from pipeline.stages.dedup_minhash import ShardSignatures, star_clusters
 
     rng = np.random.default_rng(7)
     n = 4000
@@ -243,7 +243,7 @@ def test_star_clusters_all_rows_at_once_are_the_row_by_row_result(tmp_path):
     shuffle = rng.permutation(len(u))
     u, v = u[shuffle], v[shuffle]
     expected = _star_clusters_row_by_row(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75)
-    got, to_rep = _star_clusters(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75, with_similarity=True)
+    got, to_rep = star_clusters(ShardSignatures(tmp_path, names, offsets, 128), n, u, v, 0.75, with_similarity=True)
     removed = np.flatnonzero(expected != np.arange(n))
     assert len(removed) > 300 and (expected[removed] != removed - 1).any()  # chains joined an older row
     assert np.array_equal(got, expected)

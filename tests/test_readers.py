@@ -145,7 +145,7 @@ def _pubmed_parsed(path):
     batcher = pubmed_xml.RowBatcher(pubmed_xml.SCHEMA, 100)
     docs = []
     for elem in pubmed_xml._citations_parsed(Path(path), batcher):
-        pmid, found = pubmed_xml._documents(elem)
+        pmid, found = pubmed_xml.citation_documents(elem)
         if pmid and not found:
             batcher.aside(f"pmid:{pmid}", "no_abstract")
         docs.extend(found)

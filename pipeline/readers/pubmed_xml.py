@@ -99,7 +99,7 @@ def _metadata(citation, article) -> dict:
             "retraction": retraction}
 
 
-def _documents(citation):
+def citation_documents(citation):
     pmid = citation.findtext("PMID", default="").strip()
     article = citation.find("Article")
     if article is None or not pmid:
@@ -269,10 +269,10 @@ def _citations(path: Path, batcher: RowBatcher):
     done = [0]
     try:
         for elem in _citations_cut(path, done):
-            yield _documents(elem)
+            yield citation_documents(elem)
     except _NotPlain:
         for elem in _citations_parsed(path, batcher, skip=done[0]):
-            yield _documents(elem)
+            yield citation_documents(elem)
 
 
 # Citations per chunk a parser elsewhere (a worker) turns into documents.
@@ -288,7 +288,7 @@ def parse_chunk(raws: list[bytes]) -> dict:
             elem = ET.fromstring(raw)
         except ET.ParseError:
             return {"citations": out, "failed_at": i}
-        out.append(_documents(elem))
+        out.append(citation_documents(elem))
     return {"citations": out, "failed_at": None}
 
 
@@ -345,7 +345,7 @@ def _citations_in_chunks(path: Path, batcher: RowBatcher, parser):
         parser.close()                           # every map under way has ended, its files gone
     if failed or not plain:
         for elem in _citations_parsed(path, batcher, skip=parsed):
-            yield _documents(elem)
+            yield citation_documents(elem)
 
 
 def read(path: Path, cfg, batch_size: int, parser=None):

@@ -162,11 +162,11 @@ class MinHashDedup(GlobalStage):
         # Each row's representative, and how far removed documents are from the document kept
         # in their place.
         if cfg.clustering == "star":
-            rep_of_row, to_rep = _star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin, with_similarity=True)
+            rep_of_row, to_rep = star_clusters(sigs, n, u, v, cfg.threshold - cfg.verify_margin, with_similarity=True)
             removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
             similarity = to_rep[removed_rows]
         else:
-            labels, rep = _clusters(n, u, v)
+            labels, rep = component_clusters(n, u, v)
             rep_of_row = rep[labels]
             removed_rows = np.flatnonzero(rep_of_row != np.arange(n))
             similarity = _estimated_jaccard(sigs, removed_rows, rep_of_row[removed_rows])
@@ -305,7 +305,7 @@ def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chun
     return out
 
 
-def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float,
+def star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float,
                    with_similarity: bool = False):
     """Each row's representative, star-shaped: rows in input order; a row with earlier
     candidates joins the representative of one of them (the most similar, the first such in
@@ -354,7 +354,7 @@ def _star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, 
     return (rep, to_rep) if with_similarity else rep
 
 
-def _clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def component_clusters(n: int, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Connected components of the candidate graph: each row's component label, and each
     component's representative (its smallest row, i.e. first in input order)."""
     if n == 0:

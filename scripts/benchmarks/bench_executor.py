@@ -140,7 +140,7 @@ def compare_runs(names: list[str]) -> dict:
 
 def driver_steps(n: int) -> dict:
     """The driver's own work at n documents, on synthetic inputs (see the module docstring)."""
-    from pipeline.stages.dedup_minhash import ShardSignatures, _clusters, _star_clusters
+    from pipeline.stages.dedup_minhash import ShardSignatures, component_clusters, star_clusters
 
     rng = np.random.default_rng(0)
     out = {"docs": n}
@@ -186,10 +186,10 @@ def driver_steps(n: int) -> dict:
         sigs.release()
     out["verified_pairs"] = int(len(u))
     t0 = time.perf_counter()
-    _star_clusters(ShardSignatures(work, names, offsets, num_perm), n, u, v, 0.75)
+    star_clusters(ShardSignatures(work, names, offsets, num_perm), n, u, v, 0.75)
     out["minhash_star_clusters_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
-    _clusters(n, u, v)
+    component_clusters(n, u, v)
     out["minhash_components_s"] = round(time.perf_counter() - t0, 2)
     import shutil
 

@@ -29,7 +29,7 @@ def documents(path: Path, limit: int) -> list[dict]:
 def main() -> int:
     import xml.etree.ElementTree as ET
 
-    from pipeline.readers.pubmed_xml import _documents
+    from pipeline.readers.pubmed_xml import citation_documents
     raw = gzip.open(RAW, "rb").read()
     ends = [m.end() for m in re.finditer(rb"</PubmedArticle>", raw)]
     head = raw[:raw.index(b"<PubmedArticle>")]
@@ -37,7 +37,7 @@ def main() -> int:
     n_docs, k = 0, 0
     while n_docs < DOCUMENTS:
         citation = ET.fromstring(raw[starts[k]:ends[k]]).find("MedlineCitation")
-        n_docs += len(_documents(citation)[1])
+        n_docs += len(citation_documents(citation)[1])
         k += 1
     body = head + raw[starts[0]:ends[k - 1]] + b"\n</PubmedArticleSet>\n"
     SAMPLE.parent.mkdir(parents=True, exist_ok=True)
