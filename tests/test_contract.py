@@ -192,6 +192,16 @@ def test_no_private_internals_of_other_packages():
     assert len(files) > 150 and found == []
 
 
+def test_the_tools_use_only_the_packages_public_names():
+    """scripts/ and examples/ import no underscored name of the package: a tool is a user of
+    it, and a helper it needs is public (tests may reach a private helper to test it)."""
+    private = re.compile(r"from pipeline[\w.]* import [^#]*\b_\w|\bpipeline\.[\w.]*\._\w")
+    files = [*(ROOT / "scripts").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]
+    found = [(str(path.relative_to(ROOT)), i + 1) for path in sorted(files)
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if private.search(line)]
+    assert len(files) > 30 and found == []
+
+
 def test_adding_a_stage_names_every_hook_of_the_contract():
     """docs/adding-a-stage.md names every public member a stage may set or call on the
     contract's classes (a hook added to base.py without a word there fails here)."""
