@@ -402,6 +402,7 @@ def summarize(result: dict) -> dict:
             **{k: any_run[k] for k in ("near_duplicate_recall_at_or_above_threshold", "false_merges") if k in any_run},
             "same_final_bytes_1_and_2_workers": (one["final_digest"] == two["final_digest"]) if same_code(one, two)
             else None,
+            **{f"wall_s_w{w}": r["wall_s"] for w, r in ((1, one), (2, two)) if r},
             **{f"docs_per_cpu_s_w{w}": r["docs_per_cpu_s"] for w, r in ((1, one), (2, two)) if r},
             **{f"peak_rss_mb_largest_process_w{w}": r["peak_rss_mb_largest_process"] for w, r in ((1, one), (2, two))
                if r}}
