@@ -267,7 +267,7 @@ def prune(config) -> list[str]:
             removed.append(f"{key}: not used by a finished stage ({len(files)} files, {size} bytes)")
             continue
         for f in files:
-            info = f._info()
+            info = f.info()
             left.append((info.mtime.timestamp() if info.mtime else 0.0, info.size, f))
     limit = config.run.cache.max_mb << 20
     total = sum(size for _, size, _ in left)

@@ -560,6 +560,11 @@ class RayActorPool:
     def size(self) -> int:
         return len(self.actors)
 
+    @property
+    def holds_stage(self) -> bool:
+        """Whether a stage is bound (its tasks mapped or about to be)."""
+        return self._stage is not None
+
     def begin_stage(self, stage) -> None:
         self._stage = stage
         self.usage = WorkerUsage()
@@ -769,7 +774,7 @@ class RayExecutor(Executor):
         """The stage's actors: how many ran its tasks, on how many nodes, how many map calls
         they served and how many setups they ran for it in all (at most one each)."""
         pool = self._pool
-        if pool is None or pool._stage is None:
+        if pool is None or not pool.holds_stage:
             return {}
         return {
             "workers": len(pool.used),
@@ -780,7 +785,7 @@ class RayExecutor(Executor):
 
     def stage_usage(self) -> dict:
         pool = self._pool
-        return pool.usage.summary() if pool is not None and pool._stage is not None else {}
+        return pool.usage.summary() if pool is not None and pool.holds_stage else {}
 
     def _reports(self):
         """The actor the workers' tasks report documents done to (one per executor)."""

@@ -117,20 +117,21 @@ class RunPath:
         return self.fs.type_name == "local" and not self.direct
 
     # -- queries --
-    def _info(self):
+    def info(self) -> pafs.FileInfo:
+        """The file system's answer for this path (type, size, mtime), one call."""
         return self.fs.get_file_info(self.path)
 
     def exists(self) -> bool:
-        return self._info().type != pafs.FileType.NotFound
+        return self.info().type != pafs.FileType.NotFound
 
     def is_file(self) -> bool:
-        return self._info().type == pafs.FileType.File
+        return self.info().type == pafs.FileType.File
 
     def is_dir(self) -> bool:
-        return self._info().type == pafs.FileType.Directory
+        return self.info().type == pafs.FileType.Directory
 
     def size(self) -> int:
-        return self._info().size
+        return self.info().size
 
     def iterdir(self) -> list["RunPath"]:
         sel = pafs.FileSelector(self.path, recursive=False, allow_not_found=True)
@@ -212,7 +213,7 @@ class RunPath:
 
     def rmtree(self) -> None:
         """Remove a folder and everything in it (or a file); nothing if it does not exist."""
-        info = self._info()
+        info = self.info()
         if info.type == pafs.FileType.Directory:
             self.fs.delete_dir(self.path)
         elif info.type != pafs.FileType.NotFound:

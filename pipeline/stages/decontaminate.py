@@ -357,14 +357,19 @@ class Decontaminate(GlobalStage):
         upstream = self.ctx.upstream.get("normalize") if self.ctx is not None else None
         return upstream if upstream is not None else NormalizeOptions()
 
+    def use_sets(self, sets: list["BenchmarkSet"]) -> None:
+        """The benchmark sets `decontaminate_batch` looks documents up in (one per benchmark of
+        the config, in its order)."""
+        self._sets = sets
+        self._item_ids = {b.name: pa.array(b.ids, pa.string()) for b in sets}
+
     # -- the shard task --
     @shard_task
     def decontaminate_shard(self, task) -> dict:
         work = task.folder / "work"
         key = str(work)
         if getattr(self, "_sets_from", None) != key:
-            self._sets = [BenchmarkSet.load(work, b.name) for b in self.config.benchmarks]
-            self._item_ids = {b.name: pa.array(b.ids, pa.string()) for b in self._sets}
+            self.use_sets([BenchmarkSet.load(work, b.name) for b in self.config.benchmarks])
             self._sets_from = key
         tally: Counter = Counter()
         found: dict = defaultdict(lambda: defaultdict(list))

@@ -143,7 +143,7 @@ def child_corpus(specs: list[dict], corpus: Path) -> dict:
     for spec in config.benchmarks:
         BenchmarkSet.build(spec, config.ngram, NormalizeConfig()).save(work)
     build_s = time.perf_counter() - t0
-    stage._sets = [BenchmarkSet.load(work, b.name) for b in config.benchmarks]
+    stage.use_sets([BenchmarkSet.load(work, b.name) for b in config.benchmarks])
     table = pq.read_table(corpus)
     mb = pc.sum(pc.binary_length(table["text"])).as_py() / 1e6
     batches = [table.slice(i, BATCH) for i in range(0, table.num_rows, BATCH)]
@@ -193,7 +193,7 @@ def child_detection() -> dict:
     from pipeline.stages.decontaminate import BenchmarkSet, Decontaminate, DecontaminateConfig
     config = DecontaminateConfig(benchmarks=[PUBMEDQA])
     stage = Decontaminate(config, None)
-    stage._sets = [BenchmarkSet.build(config.benchmarks[0], config.ngram, NormalizeConfig())]
+    stage.use_sets([BenchmarkSet.build(config.benchmarks[0], config.ngram, NormalizeConfig())])
     items = list(json.loads(Path(PUBMEDQA["path"]).read_text()).values())
     out = {}
     for name, texts in _variants(items).items():
