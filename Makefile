@@ -18,7 +18,7 @@ SCALE_DOCS ?= 1000000
 SCALE_RUNS ?= 20000x1,20000x2,200000x1,200000x2,$(SCALE_DOCS)x2
 CLUSTER_DOCS ?= 200000
 
-.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale bench-scale-1worker bench-cluster figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale bench-scale-workers bench-cluster figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -112,13 +112,15 @@ bench-retune: setup
 # configs/pubmed.yaml's whole chain on a corpus of real MEDLINE sentences with planted duplicates,
 # junk, foreign and retracted records: the SIZExWORKERS runs of SCALE_RUNS (20 k and 200 k
 # documents with 1 and 2 workers, SCALE_DOCS with 2): bench/scale.json (docs/benchmarks.md, "The
-# chain at scale"). The 1-worker run at SCALE_DOCS, as long as all of those together here, is
-# bench-scale-1worker: it adds that run to the same file, keeping the others.
+# chain at scale"). bench-scale-workers: SCALE_DOCS with 2 workers, then with 1, back to back at one
+# commit (a ratio between runs hours apart measures the machine), 20 k with 2 first as the
+# baseline of cost per document: bench/scale_workers_1m.json; 139 minutes of runs here.
 bench-scale: setup
 	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --runs $(SCALE_RUNS)
 
-bench-scale-1worker: setup
-	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --runs $(SCALE_RUNS),$(SCALE_DOCS)x1 --resume
+bench-scale-workers: setup
+	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --runs 20000x2,$(SCALE_DOCS)x2,$(SCALE_DOCS)x1 \
+		--out bench/scale_workers_1m.json
 
 # The same chain at CLUSTER_DOCS documents on a two-node Ray cluster started with `ray start` on this
 # machine (docs/scaling-out.md), against a local run's bytes, and the longest silence of each stage

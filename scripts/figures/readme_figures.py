@@ -615,6 +615,30 @@ def chain_at_scale(src: dict) -> str:
     return out
 
 
+def chain_at_scale_workers(src: dict) -> str:
+    """bench/scale_workers_1m.json (scripts/benchmarks/bench_scale.py): the largest size with 1 and 2
+    workers, run back to back at one commit; per stage the wall of each, their ratio, and the CPU
+    the driver spent with 2 workers (work not split across them)."""
+    d = load("scale_workers_1m.json", src)
+    runs = {(r["docs"], r["workers"]): r for r in d["runs"]}
+    size = max(k[0] for k in runs)
+    one, two = runs[(size, 1)], runs[(size, 2)]
+    lines = [f"| stage | wall s, {size:,} docs, 1 worker | wall s, 2 workers | 2 vs 1 | CPU s, 1 worker "
+             "| CPU s, 2 workers | of it in the driver |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, st1 in one["stages"].items():
+        st2 = two["stages"][name]
+        ratio = f"{st2['wall_s'] / st1['wall_s']:.2f}" if st1["wall_s"] else "—"
+        lines.append(f"| `{name}` | {st1['wall_s']:,.1f} | {st2['wall_s']:,.1f} | {ratio} | {st1['cpu_s']:,.1f} | "
+                     f"{st2['cpu_s']:,.1f} | "
+                     f"{st2['driver_cpu_s']:,.1f} |")
+    lines.append(f"| **whole chain** | **{one['wall_s']:,.0f}** | **{two['wall_s']:,.0f}** | "
+                 f"**{two['wall_s'] / one['wall_s']:.3f}** | **{one['cpu_s']:,.0f}** | **{two['cpu_s']:,.0f}** | "
+                 f"**{sum(st['driver_cpu_s'] for st in two['stages'].values()):,.0f}** |")
+    same = one["final_digest"] == two["final_digest"]
+    return ("\n".join(lines) + f"\n\n`final/` digest with 1 worker {one['final_digest']}, with 2 "
+            f"{two['final_digest']}: {'the same bytes' if same else 'DIFFERENT bytes'}.\n")
+
+
 def scale_projection(src: dict) -> str:
     """One sentence: all of PubMed from the largest run of bench/scale.json, with its basis."""
     p = load("scale.json", src)["projection"]
@@ -655,6 +679,7 @@ RENDERERS = {
         phi_by_type_mimesis,
         phi_by_type_mimesis_formats,
         chain_at_scale,
+        chain_at_scale_workers,
         scale_projection,
     )
 }
