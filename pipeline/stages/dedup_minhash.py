@@ -306,7 +306,7 @@ def _estimated_jaccard(sigs: ShardSignatures, u: np.ndarray, v: np.ndarray, chun
 
 
 def star_clusters(sigs: ShardSignatures, n: int, u: np.ndarray, v: np.ndarray, min_similarity: float,
-                   with_similarity: bool = False):
+                  with_similarity: bool = False):
     """Each row's representative, star-shaped: rows in input order; a row with earlier
     candidates joins the representative of one of them (the most similar, the first such in
     row order on a tie) if its estimated Jaccard to that representative reaches
