@@ -170,17 +170,23 @@ def test_comparison_figures_on_the_validation_split(tmp_path, english_texts, gpt
 
 def test_threads_on_the_driver_change_no_figure_and_no_byte(tmp_path, english_texts, monkeypatch):
     """With the workers' cores (driver threads), the general tokenizers are measured in a thread
-    while the run's tokenizer learns its merges (on one thread: from word counts, threads only
-    slow the merges down): the same comparison, the same tokenizer."""
+    while the run's tokenizer learns its merges from the word counts, on those threads too once
+    enough documents were counted (lowered here to the test's): the same comparison, the same
+    tokenizer; below that many documents, one thread."""
     import pipeline.stages.tokenizer as stage
 
     texts = english_texts[:240]
     splits = ["validation" if i % 6 == 0 else "train" for i in range(len(texts))]
+    few, _ = run_tokenizer(tmp_path / "few", texts, splits, driver_threads=3, vocab_size=3000)
+    assert few["training_threads"] == 1
+    monkeypatch.setattr(stage, "COUNTED_TRAINING_MIN_DOCS", 100)
     runs = {}
     for n in (1, 3):
         stats, _ = run_tokenizer(tmp_path / str(n), texts, splits, driver_threads=n, vocab_size=3000)
         runs[n] = stats
-    assert runs[1]["training_threads"] == runs[3]["training_threads"] == 1
+    assert (runs[1]["training_threads"], runs[3]["training_threads"]) == (1, 3)
+    assert (tmp_path / "few/stages/10_tokenizer/tokenizer.json").read_bytes() == \
+        (tmp_path / "3/stages/10_tokenizer/tokenizer.json").read_bytes()
     for key in ("comparison", "comparison_examples", "comparison_corpus", "vocab_size", "trained_on_docs"):
         assert runs[3][key] == runs[1][key], key
     assert set(runs[3]["comparison"]) == {"trained", "gpt2", "cl100k", "o200k"}
