@@ -18,7 +18,7 @@ SCALE_DOCS ?= 1000000
 SCALE_RUNS ?= 20000x1,20000x2,200000x1,200000x2,$(SCALE_DOCS)x2
 CLUSTER_DOCS ?= 200000
 
-.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale bench-scale-workers bench-cluster figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
+.PHONY: setup data prepare test lint test-cluster bench bench-default-run bench-decontaminate bench-executor bench-retune bench-phi bench-phi-triage bench-heuristics-compat bench-scale bench-scale-workers bench-core-scaling bench-cluster figures figures-write docs models phi-detector kenlm-tools report clean eval-phi
 
 TRAINER_STAMP := $(TRAINER_LIB)/.installed-$(shell echo $(TRAINER_PACKAGES) | cksum | cut -d' ' -f1)
 
@@ -114,13 +114,19 @@ bench-retune: setup
 # documents with 1 and 2 workers, SCALE_DOCS with 2): bench/scale.json (docs/benchmarks.md, "The
 # chain at scale"). bench-scale-workers: SCALE_DOCS with 2 workers, then with 1, back to back at one
 # commit (a ratio between runs hours apart measures the machine), 20 k with 2 first as the
-# baseline of cost per document: bench/scale_workers_1m.json; 139 minutes of runs here.
+# baseline of cost per document: bench/scale_workers_1m.json; about two hours of runs here.
 bench-scale: setup
 	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --runs $(SCALE_RUNS)
 
 bench-scale-workers: setup
 	$(BIN)/python scripts/benchmarks/bench_scale.py --docs $(SCALE_DOCS) --runs 20000x2,$(SCALE_DOCS)x2,$(SCALE_DOCS)x1 \
 		--out bench/scale_workers_1m.json
+	$(BIN)/python scripts/benchmarks/core_scaling.py --corpus-docs $(SCALE_DOCS)
+
+# What a second core gives each stage's own work here (two copies at once against one alone,
+# one process each, no executor): the floor under bench-scale-workers' ratios, bench/core_scaling.json.
+bench-core-scaling: setup
+	$(BIN)/python scripts/benchmarks/core_scaling.py --corpus-docs $(SCALE_DOCS)
 
 # The same chain at CLUSTER_DOCS documents on a two-node Ray cluster started with `ray start` on this
 # machine (docs/scaling-out.md), against a local run's bytes, and the longest silence of each stage

@@ -188,11 +188,11 @@ def folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
-def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
+def run_chain(data: Path, planted: dict, size: int, workers: int, written: Path | None = None) -> dict:
     out = WORK / f"run-{size}-{workers}"
     shutil.rmtree(out, ignore_errors=True)
     cfg = chain_config(data, size, workers, out)
-    code_state = checkout_state()           # before the run: what the child imports
+    code_state = checkout_state(written)    # before the run: what the child imports
     code, usage, wall, pss_peak = run_measured([sys.executable, "-m", "pipeline", "run", "--config", str(cfg)],
                                                stdout=subprocess.DEVNULL)
     if code != 0:
@@ -220,11 +220,16 @@ def run_chain(data: Path, planted: dict, size: int, workers: int) -> dict:
             "final_digest": final_digest(out)}
 
 
-def checkout_state() -> dict:
-    """The commit the run's code came from, and whether the checkout had changes beside it."""
+def checkout_state(written: Path | None = None) -> dict:
+    """The commit the run's code came from, and whether the checkout had changes beside it
+    (other than `written`: the result file this script writes after each run)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    skip = []
+    if written is not None and written.resolve().is_relative_to(ROOT):
+        skip = [f":(exclude){written.resolve().relative_to(ROOT).as_posix()}"]
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *skip))}
 
 
 def near_duplicate_recall(planted: dict, stage: dict, size: int) -> dict:
@@ -362,7 +367,7 @@ def main() -> int:
             continue
         if size > args.docs:
             raise SystemExit(f"--runs: {size} documents is more than the corpus' {args.docs}")
-        run = run_chain(data, planted, size, w)
+        run = run_chain(data, planted, size, w, args.out)
         result["runs"].append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "stages"}), file=sys.stderr)
         args.out.write_text(json.dumps(summarize(result), indent=2) + "\n")

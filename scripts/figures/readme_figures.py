@@ -641,6 +641,18 @@ def chain_at_scale_workers(src: dict) -> str:
             f"{two['final_digest']}: {'the same bytes' if same else 'DIFFERENT bytes'}.\n")
 
 
+def core_scaling(src: dict) -> str:
+    """bench/core_scaling.json (scripts/benchmarks/core_scaling.py): each stage alone and as two
+    copies at once, one process each: the best 2-over-1 wall this machine gives that work."""
+    d = load("core_scaling.json", src)
+    lines = [f"| stage, {d['docs']:,} docs a copy | wall s, alone | wall s, two copies at once | best 2 vs 1 "
+             "| CPU per document beside another copy |", "|---|---:|---:|---:|---:|"]
+    for name, st in d["stages"].items():
+        lines.append(f"| `{name}` | {st['alone']['wall_s']:,.1f} | {max(r['wall_s'] for r in st['pair']):,.1f} | "
+                     f"{st['best_2_vs_1']:.3f} | {st['cpu_per_doc_pair_vs_alone']:.3f}× |")
+    return "\n".join(lines) + "\n"
+
+
 def scale_projection(src: dict) -> str:
     """One sentence: all of PubMed from the largest run of bench/scale.json, with its basis."""
     p = load("scale.json", src)["projection"]
@@ -682,6 +694,7 @@ RENDERERS = {
         phi_by_type_mimesis_formats,
         chain_at_scale,
         chain_at_scale_workers,
+        core_scaling,
         scale_projection,
     )
 }
