@@ -159,6 +159,13 @@ def corpus(n: int, rates: dict) -> tuple[Path, dict]:
 
 
 def chain_config(data: Path, size: int, workers: int, out: Path) -> Path:
+    """configs/pubmed.yaml's stages over the corpus' first `size` documents, written to a file."""
+    path = WORK / f"chain-{size}-{workers}.yaml"
+    path.write_text(yaml.safe_dump(chain_settings(data, size, workers, out), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def chain_settings(data: Path, size: int, workers: int, out: Path) -> dict:
     """configs/pubmed.yaml's stages over the corpus' first `size` documents."""
     cfg = yaml.safe_load((ROOT / "configs/pubmed.yaml").read_text(encoding="utf-8"))
     cfg["input"] = {"paths": [str(data)], "format": "parquet", "columns": ["pmid", "retraction"], "limit": size}
@@ -171,9 +178,7 @@ def chain_config(data: Path, size: int, workers: int, out: Path) -> Path:
             opts["model_path"] = str(ROOT / opts["model_path"])
         for bench in (opts or {}).get("benchmarks", []) if isinstance(opts, dict) else []:
             bench["path"] = str(ROOT / bench["path"])
-    path = WORK / f"chain-{size}-{workers}.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    return path
+    return cfg
 
 
 def ids_of(folder: Path) -> set[str]:

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 WORK = ROOT / "bench/work/core_scaling"
 
-from scripts.benchmarks.bench_scale import RATES, chain_config, checkout_state, corpus  # noqa: E402
+from scripts.benchmarks.bench_scale import RATES, chain_settings, checkout_state, corpus  # noqa: E402
 
 
 def run_copies(chain: dict, stage: str, data: Path, copies: int, label: str) -> list[dict]:
@@ -68,9 +68,7 @@ def main() -> int:
     data = sorted(folder.glob("*.parquet"))[0]
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    cfg = chain_config(folder, args.docs, 1, WORK / "unused")
-    chain = yaml.safe_load(cfg.read_text(encoding="utf-8"))
-    cfg.unlink()
+    chain = chain_settings(folder, args.docs, 1, WORK)
     names = [s for s in args.stages.split(",") if s]
     known = [next(iter(s)) for s in chain["stages"]]
     unknown = [s for s in names if s not in known]
