@@ -11,7 +11,7 @@ from setuptools.command.build_py import build_py
 # pipeline/resources.py's SHIPPED (tests/test_install.py checks the two agree).
 RESOURCES = ("configs", "data/models", "data/phi", "data/us-hospitals", "data/samples", "data/pubmedqa")
 # Labelled corpora that only the detector's training and the PHI evaluation read: not in the wheel.
-NOT_SHIPPED = ("uner-ewt", "web-ner", "litbank")
+NOT_SHIPPED = ("uner-ewt", "web-ner", "litbank", "news")
 
 
 class BuildWithResources(build_py):

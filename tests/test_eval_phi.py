@@ -243,3 +243,29 @@ def test_a_handles_at_sign_is_never_a_name():
     from scripts.models.train_phi_detector import web_documents
     spans = [text[s:e] for text, found in web_documents(("btc-test.conll.gz",)) for s, e, _ in found]
     assert spans and "@" not in spans and all(any(c.isalnum() for c in v) for v in spans)
+
+
+def test_news_training_text_keeps_articles_apart_and_pud_as_written(tmp_path):
+    """data/phi/news: WikiGold's IOB1 tags give one span per name (an adjacent name of the same
+    type opens with B-), no document crosses an article's -DOCSTART- line and the marker is never
+    text; PUD's sentences are read as written (curly quotes, no space before a comma), one span
+    per B- tag."""
+    import gzip
+
+    from scripts.models.train_phi_detector import PUD, conll_documents, news_documents, uner_documents
+    sample = tmp_path / "sample.conll.gz"
+    with gzip.open(sample, "wt", encoding="utf-8") as f:
+        f.write("-DOCSTART- O\n\nAnn I-PER\nLee I-PER\nBo B-PER\nin O\nOslo I-LOC\n\n"
+                "-DOCSTART- O\n\nRome I-LOC\n\n")
+    docs = conll_documents(sample)
+    assert [[text[s:e] for s, e, _ in spans] for text, spans in docs] == [["Ann Lee", "Bo", "Oslo"], ["Rome"]]
+    docs = news_documents()
+    assert len(docs) > 500 and not [t for t, _ in docs if "DOCSTART" in t]
+    pud = uner_documents(PUD)
+    lines = gzip.open(PUD, "rt", encoding="utf-8").read().splitlines()
+    begins = sum(line.split("\t")[2] in ("B-PER", "B-LOC") for line in lines
+                 if line.count("\t") >= 2 and not line.startswith("#"))
+    assert sum(len(spans) for _, _, spans in pud) == begins > 500
+    first = pud[0][1]
+    assert first.startswith("“While much of the digital transition") and "States, the" in first
+    assert ("Kori Schulman", "PER") in {(first[s:e], label) for s, e, label in pud[0][2]}

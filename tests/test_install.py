@@ -48,7 +48,8 @@ def installed(tmp_path_factory):
     # The detector ships; the corpora it was trained and judged on do not.
     assert any(n.endswith("data/phi/phi_detector.crfsuite") for n in names)
     assert any(n.endswith("data/phi/phi_detector_word_free.crfsuite") for n in names)
-    assert not [n for n in names if "/uner-ewt/" in n or "/web-ner/" in n or "/litbank/" in n]
+    corpora = ("uner-ewt", "web-ner", "litbank", "news")
+    assert not [n for n in names if any(f"/phi/{corpus}/" in n for corpus in corpora)]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

@@ -586,12 +586,22 @@ def _file_set(notes: Path, gold_path: Path):
 def _corpus_set(name: str):
     """A public corpus the detector trains on as (docs, gold, input): PER as NAME and LOC as
     LOCATION gold spans, countries, continents and US states marked allowed by Safe Harbor."""
-    from scripts.models.train_phi_detector import LITBANK, WEB, litbank_documents, web_documents
+    from scripts.models.train_phi_detector import (
+        LITBANK,
+        PUD,
+        WEB,
+        WIKIGOLD,
+        litbank_documents,
+        news_documents,
+        web_documents,
+    )
 
     def load():
         if name == "web":
             files = ("wnut17-test.conll.gz", "btc-test.conll.gz")
             pairs, where = web_documents(files), ", ".join(_rel(WEB / f) for f in files)
+        elif name == "news":
+            pairs, where = news_documents(), f"{_rel(WIKIGOLD)}, {_rel(PUD)}"
         else:
             pairs, where = litbank_documents(), _rel(LITBANK)
         allowed = _safe_harbor_places()
@@ -609,19 +619,21 @@ def _corpus_set(name: str):
 # style: (report key, the scored set, what the detector is fitted without, what it is fitted on)
 CROSS_STYLES = {
     "asq": ("asq_dev_without_asq", _file_set(ASQ_NOTES, ASQ_GOLD), {"asq": False},
-            "data/deid-dev + web-ner + litbank + scripts/models/phi_train_synth.py"),
+            "data/deid-dev + web-ner + litbank + news + scripts/models/phi_train_synth.py"),
     "deid": ("deid_dev_without_deid", _file_set(DEV_NOTES, DEV_GOLD), {"deid_ids": set()},
-             "data/asq-dev + web-ner + litbank + scripts/models/phi_train_synth.py"),
+             "data/asq-dev + web-ner + litbank + news + scripts/models/phi_train_synth.py"),
     "web": ("web_ner_without_web", _corpus_set("web"), {"web": False},
-            "data/deid-dev + data/asq-dev + litbank + scripts/models/phi_train_synth.py"),
+            "data/deid-dev + data/asq-dev + litbank + news + scripts/models/phi_train_synth.py"),
     "fiction": ("litbank_without_fiction", _corpus_set("fiction"), {"fiction": False},
-                "data/deid-dev + data/asq-dev + web-ner + scripts/models/phi_train_synth.py"),
+                "data/deid-dev + data/asq-dev + web-ner + news + scripts/models/phi_train_synth.py"),
+    "news": ("news_without_news", _corpus_set("news"), {"news": False},
+             "data/deid-dev + data/asq-dev + web-ner + litbank + scripts/models/phi_train_synth.py"),
 }
 
 
 def cross_style(thresholds, config: str, work: Path, styles=tuple(CROSS_STYLES)) -> dict:
     """Fitted without one style, scored on it: no asq-dev -> asq-dev; no deid-dev -> deid-dev; no
-    web-ner -> its test sets; no LitBank -> LitBank."""
+    web-ner -> its test sets; no LitBank -> LitBank; no encyclopedia and news -> WikiGold and PUD."""
     from pipeline.phi.detector import DEFAULT_THRESHOLD
 
     out = {}
@@ -647,7 +659,7 @@ def cross_style(thresholds, config: str, work: Path, styles=tuple(CROSS_STYLES))
 
 # A public corpus the detector trains on, scored as it is by each system (--public-corpora): the
 # committed stage's result is in-sample; the held-out one is cross_style's.
-PUBLIC_CORPORA = {"web_ner": "web", "litbank": "fiction"}
+PUBLIC_CORPORA = {"web_ner": "web", "litbank": "fiction", "news": "news"}
 
 
 def public_corpus(key: str, systems: list[str], config: str, work: Path, leaks_dir) -> dict:
@@ -719,66 +731,26 @@ def web_ewt_documents() -> tuple[list[dict], dict]:
     sentences joined by a space, PER as NAME and LOC as LOCATION gold spans (ORG is not PHI);
     countries, continents and US states marked allowed by Safe Harbor. Each gold entry names
     its genre (answers, email, newsgroup, reviews, weblog), from the document id."""
-    import gzip
+    from scripts.models.train_phi_detector import uner_documents
 
     allowed = _safe_harbor_places()
     docs, gold = [], {}
     for split in ("dev", "test"):
-        doc_id, text, spans = None, "", []
-
-        def close():
-            if doc_id is not None and text:
-                docs.append({"id": f"ewt-{split}-{doc_id}", "text": text})
-                gold[f"ewt-{split}-{doc_id}"] = spans
-
-        sentence, tokens = None, []
-        lines = gzip.open(EWT / f"en_ewt-ud-{split}.iob2.gz", "rt", encoding="utf-8").read().split("\n") + [""]
-        for line in lines:
-            if line.startswith("# newdoc id = "):
-                close()
-                doc_id, text, spans = line[len("# newdoc id = ") :].strip(), "", []
-            elif line.startswith("# text = "):
-                sentence, tokens = line[len("# text = ") :], []
-            elif line and not line.startswith("#"):
-                cols = line.split("\t")
-                tokens.append((cols[1], cols[2]))
-            elif not line and sentence is not None:
-                base = len(text) + (1 if text else 0)
-                text += (" " if text else "") + sentence
-                pos, current = 0, None
-                for word, tag in tokens:
-                    start = sentence.find(word, pos)
-                    if start < 0:
-                        current = None
-                        continue
-                    end = pos = start + len(word)
-                    kind = tag[2:] if tag != "O" else None
-                    if tag.startswith("B-") or kind is None or current is None or current["label"] != kind:
-                        current = None
-                    if kind in ("PER", "LOC"):
-                        if current is None:
-                            current = {"label": kind, "start": base + start, "end": base + end}
-                            spans.append(current)
-                        else:
-                            current["end"] = base + end
-                sentence, tokens = None, []
-        close()
-    for doc in docs:
-        genre = doc["id"].split("-")[2]
-        entries = []
-        for span in gold[doc["id"]]:
-            value = doc["text"][span["start"] : span["end"]]
-            entries.append(
+        for doc_id, text, spans in uner_documents(EWT / f"en_ewt-ud-{split}.iob2.gz"):
+            key = f"ewt-{split}-{doc_id}"
+            genre = key.split("-")[2]
+            docs.append({"id": key, "text": text})
+            gold[key] = [
                 {
-                    "type": "NAME" if span["label"] == "PER" else "LOCATION",
-                    "value": value,
-                    "start": span["start"],
-                    "end": span["end"],
+                    "type": "NAME" if label == "PER" else "LOCATION",
+                    "value": text[s:e],
+                    "start": s,
+                    "end": e,
                     "genre": genre,
-                    "safe_harbor_allowed": span["label"] == "LOC" and value.lower() in allowed,
+                    "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed,
                 }
-            )
-        gold[doc["id"]] = entries
+                for s, e, label in spans
+            ]
     return docs, gold
 
 
@@ -920,6 +892,13 @@ HELD_OUT = [
         ("cross_style", "litbank_without_fiction", "at_default"),
         "litbank",
     ),
+    (
+        "news",
+        "WikiGold + UNER English-PUD, encyclopedia and news",
+        "detector fitted without either",
+        ("cross_style", "news_without_news", "at_default"),
+        "news",
+    ),
 ]
 ANCHORS = ("presidio", "philter")
 
@@ -980,6 +959,7 @@ SYSTEM_SETS = (
     "web_ewt",
     "web_ner",
     "litbank",
+    "news",
     "synthetic_mimesis",
     "synthetic_locales",
     "synthetic_mimesis_formats",
@@ -1232,7 +1212,7 @@ def main() -> int:
         default="",
         metavar=",".join(CROSS_STYLES),
         help="the detector fitted without a source, scored on it: asq-dev (asq), deid-dev (deid), the "
-        "web-ner test sets (web), LitBank (fiction); all when no value is given",
+        "web-ner test sets (web), LitBank (fiction), WikiGold and PUD (news); all when no value is given",
     )
     ap.add_argument(
         "--curve",
@@ -1254,8 +1234,8 @@ def main() -> int:
     ap.add_argument(
         "--public-corpora",
         action="store_true",
-        help="the public corpora the detector trains on (the web-ner test sets, LitBank), in-sample, "
-        "through every system of --systems",
+        help="the public corpora the detector trains on (the web-ner test sets, LitBank, WikiGold and PUD), "
+        "in-sample, through every system of --systems",
     )
     ap.add_argument(
         "--stage-root", type=Path, help="run the stage of another checkout (e.g. an export of main) to compare engines"

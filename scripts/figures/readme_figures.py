@@ -486,6 +486,11 @@ def phi_by_type_litbank(src: dict) -> str:
     return _held_out_by_type(src, "litbank", "litbank_without_fiction", "LitBank", "LitBank type")
 
 
+def phi_by_type_news(src: dict) -> str:
+    """WikiGold and UNER English-PUD by type."""
+    return _held_out_by_type(src, "news", "news_without_news", "WikiGold and PUD", "encyclopedia and news type")
+
+
 def _pair(r: dict | None) -> str:
     return "not run" if r is None else f"{100 * r['mention_leak']:.2f} / {100 * r['value_leak']:.2f}"
 
@@ -686,6 +691,7 @@ RENDERERS = {
         phi_by_type_asq,
         phi_by_type_web_ner,
         phi_by_type_litbank,
+        phi_by_type_news,
         phi_literature_audit,
         phi_held_out,
         phi_held_out_by_type,
