@@ -169,7 +169,7 @@ docs: setup
 # the committed detector), patient-level 5-fold CV and cross-style curves of the detector,
 # mimesis and multi-locale synthetic PHI, abstracts; writes bench/phi_eval.json.
 eval-phi: setup .venv-philter/.installed
-	$(BIN)/python scripts/evaluation/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --web-ewt --public-corpora --mimesis 300 \
+	$(BIN)/python scripts/evaluation/eval_phi.py --dev --asq --anchors --cv 5 --cross-style --web-ewt --news --public-corpora --mimesis 300 \
 	  --mimesis-formats 540 --planted-abstracts 400 --legal-ids 300 \
 	  --synthetic-locales 300 --synthetic-templates 400 --abstracts 600
 	$(BIN)/python scripts/evaluation/audit_phi_literature.py --docs 2000

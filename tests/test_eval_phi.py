@@ -245,22 +245,21 @@ def test_a_handles_at_sign_is_never_a_name():
     assert spans and "@" not in spans and all(any(c.isalnum() for c in v) for v in spans)
 
 
-def test_news_training_text_keeps_articles_apart_and_pud_as_written(tmp_path):
-    """data/phi/news: WikiGold's IOB1 tags give one span per name (an adjacent name of the same
-    type opens with B-), no document crosses an article's -DOCSTART- line and the marker is never
-    text; PUD's sentences are read as written (curly quotes, no space before a comma), one span
-    per B- tag."""
+def test_news_set_keeps_articles_apart_and_pud_as_written(tmp_path):
+    """data/phi/news, held out: WikiGold's IOB1 tags give one span per name (an adjacent name of
+    the same type opens with B-), no document crosses an article's -DOCSTART- line and the marker
+    is never text; PUD's sentences are read as written (curly quotes, no space before a comma),
+    one span per B- tag; every gold span is its value in the text."""
     import gzip
 
-    from scripts.models.train_phi_detector import PUD, conll_documents, news_documents, uner_documents
+    from scripts.evaluation.eval_phi import PUD, news_documents, uner_documents
+    from scripts.models.train_phi_detector import conll_documents
     sample = tmp_path / "sample.conll.gz"
     with gzip.open(sample, "wt", encoding="utf-8") as f:
         f.write("-DOCSTART- O\n\nAnn I-PER\nLee I-PER\nBo B-PER\nin O\nOslo I-LOC\n\n"
                 "-DOCSTART- O\n\nRome I-LOC\n\n")
     docs = conll_documents(sample)
     assert [[text[s:e] for s, e, _ in spans] for text, spans in docs] == [["Ann Lee", "Bo", "Oslo"], ["Rome"]]
-    docs = news_documents()
-    assert len(docs) > 500 and not [t for t, _ in docs if "DOCSTART" in t]
     pud = uner_documents(PUD)
     lines = gzip.open(PUD, "rt", encoding="utf-8").read().splitlines()
     begins = sum(line.split("\t")[2] in ("B-PER", "B-LOC") for line in lines
@@ -269,3 +268,9 @@ def test_news_training_text_keeps_articles_apart_and_pud_as_written(tmp_path):
     first = pud[0][1]
     assert first.startswith("“While much of the digital transition") and "States, the" in first
     assert ("Kori Schulman", "PER") in {(first[s:e], label) for s, e, label in pud[0][2]}
+    docs, gold = news_documents()
+    texts = {d["id"]: d["text"] for d in docs}
+    entries = [e for d in docs for e in gold[d["id"]]]
+    assert len(docs) > 500 and not [t for t in texts.values() if "DOCSTART" in t]
+    assert all(texts[d["id"]][e["start"]:e["end"]] == e["value"] for d in docs for e in gold[d["id"]])
+    assert {e["corpus"] for e in entries} == {"wikigold", "pud"}

@@ -486,9 +486,6 @@ def phi_by_type_litbank(src: dict) -> str:
     return _held_out_by_type(src, "litbank", "litbank_without_fiction", "LitBank", "LitBank type")
 
 
-def phi_by_type_news(src: dict) -> str:
-    """WikiGold and UNER English-PUD by type."""
-    return _held_out_by_type(src, "news", "news_without_news", "WikiGold and PUD", "encyclopedia and news type")
 
 
 def _pair(r: dict | None) -> str:
@@ -542,6 +539,10 @@ def _never_fitted_by_type(src: dict, section: str, title: str) -> str:
 
 def phi_by_type_web(src: dict) -> str:
     return _never_fitted_by_type(src, "web_ewt", "UNER EWT type")
+
+
+def phi_by_type_news(src: dict) -> str:
+    return _never_fitted_by_type(src, "news", "encyclopedia and news type")
 
 
 def phi_by_type_mimesis(src: dict) -> str:

