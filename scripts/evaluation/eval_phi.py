@@ -583,6 +583,28 @@ def _file_set(notes: Path, gold_path: Path):
     return lambda: (*load_set(notes, gold_path, None), _rel(notes))
 
 
+def labelled_documents(parts) -> tuple[list[dict], dict]:
+    """Documents and gold from (id, text, [(start, end, PER | LOC)], fields every entry of the
+    document carries): PER as NAME and LOC as LOCATION, countries, continents and US states
+    marked allowed by Safe Harbor."""
+    allowed = _safe_harbor_places()
+    docs, gold = [], {}
+    for doc_id, text, spans, fields in parts:
+        docs.append({"id": doc_id, "text": text})
+        gold[doc_id] = [
+            {
+                "type": "NAME" if label == "PER" else "LOCATION",
+                "value": text[s:e],
+                "start": s,
+                "end": e,
+                **fields,
+                "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed,
+            }
+            for s, e, label in spans
+        ]
+    return docs, gold
+
+
 def _corpus_set(name: str):
     """A public corpus the detector trains on as (docs, gold, input): PER as NAME and LOC as
     LOCATION gold spans, countries, continents and US states marked allowed by Safe Harbor."""
@@ -594,14 +616,7 @@ def _corpus_set(name: str):
             pairs, where = web_documents(files), ", ".join(_rel(WEB / f) for f in files)
         else:
             pairs, where = litbank_documents(), _rel(LITBANK)
-        allowed = _safe_harbor_places()
-        docs, gold = [], {}
-        for i, (text, spans) in enumerate(pairs):
-            doc_id = f"{name}-{i}"
-            docs.append({"id": doc_id, "text": text})
-            gold[doc_id] = [{"type": "NAME" if label == "PER" else "LOCATION", "value": text[s:e], "start": s,
-                             "end": e, "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed}
-                            for s, e, label in spans]
+        docs, gold = labelled_documents((f"{name}-{i}", text, spans, {}) for i, (text, spans) in enumerate(pairs))
         return docs, gold, where
     return load
 
@@ -767,40 +782,11 @@ def web_ewt_documents() -> tuple[list[dict], dict]:
     sentences joined by a space, PER as NAME and LOC as LOCATION gold spans (ORG is not PHI);
     countries, continents and US states marked allowed by Safe Harbor. Each gold entry names
     its genre (answers, email, newsgroup, reviews, weblog), from the document id."""
-    allowed = _safe_harbor_places()
-    docs, gold = [], {}
-    for split in ("dev", "test"):
-        for doc_id, text, spans in uner_documents(EWT / f"en_ewt-ud-{split}.iob2.gz"):
-            key = f"ewt-{split}-{doc_id}"
-            genre = key.split("-")[2]
-            docs.append({"id": key, "text": text})
-            gold[key] = [
-                {
-                    "type": "NAME" if label == "PER" else "LOCATION",
-                    "value": text[s:e],
-                    "start": s,
-                    "end": e,
-                    "genre": genre,
-                    "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed,
-                }
-                for s, e, label in spans
-            ]
-    return docs, gold
-
-
-def web_ewt(systems: list[str], config: str, work: Path, leaks_dir) -> dict:
-    """Names and places of five web genres with human labels (UNER English-EWT): a source
-    nobody here tuned on or trained on."""
-    docs, gold = web_ewt_documents()
-    return {
-        "docs": len(docs),
-        "input": _rel(EWT),
-        "config": config,
-        "gold_mentions": sum(len(v) for v in gold.values()),
-        "systems": evaluate_systems(
-            docs, gold, systems, config, work, "web_ewt", group_by=("genre",), leaks_dir=leaks_dir
-        ),
-    }
+    return labelled_documents(
+        (f"ewt-{split}-{doc_id}", text, spans, {"genre": doc_id.split("-")[0]})
+        for split in ("dev", "test")
+        for doc_id, text, spans in uner_documents(EWT / f"en_ewt-ud-{split}.iob2.gz")
+    )
 
 
 def news_documents() -> tuple[list[dict], dict]:
@@ -810,38 +796,24 @@ def news_documents() -> tuple[list[dict], dict]:
     and US states marked allowed by Safe Harbor."""
     from scripts.models.train_phi_detector import conll_documents
 
-    allowed = _safe_harbor_places()
     parts = [("wikigold", text, spans) for text, spans in conll_documents(WIKIGOLD)]
     parts += [("pud", text, spans) for _, text, spans in uner_documents(PUD)]
-    docs, gold = [], {}
-    for i, (corpus, text, spans) in enumerate(parts):
-        key = f"news-{corpus}-{i}"
-        docs.append({"id": key, "text": text})
-        gold[key] = [
-            {
-                "type": "NAME" if label == "PER" else "LOCATION",
-                "value": text[s:e],
-                "start": s,
-                "end": e,
-                "corpus": corpus,
-                "safe_harbor_allowed": label == "LOC" and text[s:e].lower() in allowed,
-            }
-            for s, e, label in spans
-        ]
-    return docs, gold
+    return labelled_documents(
+        (f"news-{corpus}-{i}", text, spans, {"corpus": corpus}) for i, (corpus, text, spans) in enumerate(parts)
+    )
 
 
-def news(systems: list[str], config: str, work: Path, leaks_dir) -> dict:
-    """Names and places of encyclopedia articles and news with human labels (WikiGold, UNER
-    English-PUD): a source nobody here tuned on or trained on."""
-    docs, gold = news_documents()
+def never_fitted_set(name: str, documents, where: str, group: str, systems: list[str], config: str, work: Path,
+                     leaks_dir) -> dict:
+    """A labelled source nobody here tuned on or trained on (documents() -> docs, gold), through
+    every system, by the gold entries' `group` field."""
+    docs, gold = documents()
     return {
         "docs": len(docs),
-        "input": f"{_rel(WIKIGOLD)}, {_rel(PUD)}",
+        "input": where,
         "config": config,
         "gold_mentions": sum(len(v) for v in gold.values()),
-        "systems": evaluate_systems(docs, gold, systems, config, work, "news", group_by=("corpus",),
-                                    leaks_dir=leaks_dir),
+        "systems": evaluate_systems(docs, gold, systems, config, work, name, group_by=(group,), leaks_dir=leaks_dir),
     }
 
 
@@ -1438,9 +1410,13 @@ def main() -> int:
                 args.mimesis, args.seed, systems, args.config, work, args.leaks
             )
         if args.web_ewt:
-            report["web_ewt"] = web_ewt(systems, args.config, work, args.leaks)
+            # names and places of five web genres (UNER English-EWT)
+            report["web_ewt"] = never_fitted_set("web_ewt", web_ewt_documents, _rel(EWT), "genre", systems,
+                                                 args.config, work, args.leaks)
         if args.news:
-            report["news"] = news(systems, args.config, work, args.leaks)
+            # names and places of encyclopedia articles and news (WikiGold, UNER English-PUD)
+            report["news"] = never_fitted_set("news", news_documents, f"{_rel(WIKIGOLD)}, {_rel(PUD)}", "corpus",
+                                              systems, args.config, work, args.leaks)
         if args.public_corpora:
             for key in PUBLIC_CORPORA:
                 report[key] = public_corpus(key, systems, args.config, work, args.leaks)
