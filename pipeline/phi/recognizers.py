@@ -254,14 +254,21 @@ def rules() -> list[tuple[str, str, float]]:
         ),
         (
             "PHONE_NUMBER",
-            r"(?i)\b(?:phone|tel|telephone|fax|cell|mobile|pager|beeper|call(?:ed)?|contact|ph)\b\.?\s*(?:no\.?|number|#)?\s*[:#]?\s*"
-            r"(?P<v>\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?:\s*(?:x|ext\.?|extension)\s*\d{1,6})?|\d{3}[\s.-]\d{4}(?:\s*(?:x|ext\.?)\s*\d{1,6})?)",
+            _gated(
+                r"(?i)\b(?:phone|tel|telephone|fax|cell|mobile|pager|beeper|call(?:ed)?|contact|ph)\b\.?\s*(?:no\.?|number|#)?"
+                r"\s*[:#]?\s*(?P<v>\(?\d{3}\)?[\s.-]?\d{3}[\s.-]?\d{4}(?:\s*(?:x|ext\.?|extension)\s*\d{1,6})?"
+                r"|\d{3}[\s.-]\d{4}(?:\s*(?:x|ext\.?)\s*\d{1,6})?)",
+                r"\p{Nd}{3}\P{Nd}?\p{Nd}{4}",
+            ),
             0.85,
         ),
         (
             "PHONE_NUMBER",
-            r"(?i:phone|tel|telephone|call|contact|reach|reached|fax|cell|mobile|pager)[^\n\d]{0,80}?"
-            r"(?<!\d)(?P<v>[2-9]\d{2}[2-9]\d{6})(?!\d)",
+            _gated(
+                r"(?i:phone|tel|telephone|call|contact|reach|reached|fax|cell|mobile|pager)[^\n\d]{0,80}?"
+                r"(?<!\d)(?P<v>[2-9]\d{2}[2-9]\d{6})(?!\d)",
+                r"[2-9]\p{Nd}{2}[2-9]\p{Nd}{6}",
+            ),
             0.8,
         ),
         # --- government and record numbers ------------------------------------------------
@@ -275,8 +282,11 @@ def rules() -> list[tuple[str, str, float]]:
         ("ACCOUNT_NUMBER", r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])", ("luhn", 0.85)),
         (
             "ACCOUNT_NUMBER",
-            r"(?i:card|visa|mastercard|amex|maestro|discover)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
-            r"(?P<v>\d(?:[ -]?\d){11,18})(?![\d-])",
+            _gated(
+                r"(?i:card|visa|mastercard|amex|maestro|discover)(?:[ \t]*(?i:number|no\.?|#))?[ \t]*[:#]?[ \t]*"
+                r"(?P<v>\d(?:[ -]?\d){11,18})(?![\d-])",
+                r"\p{Nd}(?:[ -]?\p{Nd}){11}",
+            ),
             0.85,
         ),
         (
@@ -333,9 +343,13 @@ def rules() -> list[tuple[str, str, float]]:
         ),
         (
             "DATE_TIME",
-            rf"\b{_MONTH_ANY}[\s.-]*{_DAY}\b(?:,?[\s./-]*(?:{_YEAR}|['’]\d\d)\b)?"
-            r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|days|"
-            r"weeks|months|hours))",
+            _gated(
+                rf"\b{_MONTH_ANY}[\s.-]*{_DAY}\b(?:,?[\s./-]*(?:{_YEAR}|['’]\d\d)\b)?"
+                r"(?!\s*(?:%|mg|mcg|ml|mm|cm|kg|units?|tabs?|doses?|times|patients|cases|subjects|participants|years|"
+                r"days|weeks|months|hours))",
+                # a month's letters, marks, then the day's first digit (never a letter or digit between)
+                r"(?i)" + _MONTH_RE2 + r"\pL*[^\pL\pN]*[0-9]",
+            ),
             0.8,
         ),
         # Days spelled out ("August twelfth", "the twenty-first of May").
@@ -367,7 +381,10 @@ def rules() -> list[tuple[str, str, float]]:
         ),
         (
             "DATE_TIME",
-            r"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{6,20}?\d)\b",
+            _gated(
+                r"(?i)\b(?:DOB\b|D\.O\.B\.|date of birth|birth ?date)\s*[:#]?\s*(?P<v>[0-9A-Za-z/ ,.-]{6,20}?\d)\b",
+                r"(?i)dob|d\.o\.b|birth",
+            ),
             0.9,
         ),
         (
