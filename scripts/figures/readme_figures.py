@@ -486,8 +486,6 @@ def phi_by_type_litbank(src: dict) -> str:
     return _held_out_by_type(src, "litbank", "litbank_without_fiction", "LitBank", "LitBank type")
 
 
-
-
 def _pair(r: dict | None) -> str:
     return "not run" if r is None else f"{100 * r['mention_leak']:.2f} / {100 * r['value_leak']:.2f}"
 
