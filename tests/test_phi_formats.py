@@ -214,6 +214,7 @@ OTHER_STYLES = [
     ("I was talking to Beth about it yesterday.", ["Beth"]),
     ("Secretary Grant met Congresswoman Ortiz; HO Weber paged.", ["Grant", "Ortiz", "Weber"]),
     ("Please visit your Larch Ave. location; the wallet was found on Birch Lane.", ["Larch", "Birch"]),
+    ("We went to the store on Elm St. yesterday.", ["Elm"]),
     ("RT @dana_p99: gg, and thanks @xXGrimTideXx!", ["dana_p99", "xXGrimTideXx"]),
     ("Tuesday the 12th she called; on Thanksgiving 2018 and in mid-August he was seen 14/3 and on 14.03.",
      ["12th", "Thanksgiving", "mid-August", "14/3", "14.03"]),
@@ -300,3 +301,22 @@ def test_every_gate_gates_a_rule_and_passes_whatever_its_rule_matches():
         missed = [t[:80] for t, ok in zip(texts, passes) if not ok and rule.search(t)]
         assert not missed, (pattern[:60], missed[:3])
     assert gated > 40
+
+
+
+def test_streets_named_without_a_number_and_titles_that_are_no_street_word():
+    """A street named with no house number, abbreviated too ("Elm St."), is a place; "St." and
+    "Dr." before a capitalized word are a saint and a title, not a street word. Its RE2 gate passes
+    wherever the rule matches."""
+    from pipeline.phi.international import STREET_NAMED, STREET_NAMED_GATE
+
+    def streets(text):
+        return [m.group("v") for m in STREET_NAMED.finditer(text)]
+
+    for text, street in (("Went to the store on Elm St. yesterday.", "Elm St."), ("lives on Oak Dr, near", "Oak Dr"),
+                         ("off Cedar Ct.", "Cedar Ct."), ("at Mill Rd", "Mill Rd"), ("by Birch Ln now", "Birch Ln")):
+        assert streets(text) == [street], (text, streets(text))
+        assert re.search(STREET_NAMED_GATE, text), text
+    for text in ("Pt seen on Monday Dr. Lee.", "climbed Mount St. Helens", "Prof Dr. Weber", "John St. Clair",
+                 "the Study of Stroke", "Hope Drugs"):
+        assert streets(text) == [], (text, streets(text))

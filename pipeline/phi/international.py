@@ -269,15 +269,18 @@ STREET_BEFORE_POSTAL = re.compile(
     rf"(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
     rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))"
 )
-# A street named without its house number ("found on Birch Lane", "your Larch Ave. location").
+# A street named without its house number ("found on Birch Lane", "your Larch Ave. location",
+# "on Elm St. yesterday"). The abbreviations that are also titles or a saint ("St.", "Dr.") only
+# where no capitalized word follows ("Monday Dr. Lee", "Mount St. Helens").
 STREET_NAMED = re.compile(
     rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
     rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
-    rf"Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?))(?![\w])"
+    rf"Ln\.?|Road|Rd\.?|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?|"
+    rf"(?:St|Dr|Ct|Pl)\.?(?![\w]|\.?[ \t]+[A-Z])))(?![\w])"
 )
 STREET_NAMED_GATE = (
-    r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Ln\.|Road|Rd\.|Street|Drive|Court|Terrace|Parkway|Pkwy|"
-    r"Highway|Hwy)"
+    r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Road|Street|Drive|Court|Terrace|Parkway|Pkwy|"
+    r"Highway|Hwy|(?:Ln|Rd|St|Dr|Ct|Pl)\b)"
 )
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
