@@ -272,23 +272,28 @@ def test_dates_towns_and_staff_in_capitals_and_mixed_case(clinical):
 def test_every_gate_gates_a_rule_and_passes_whatever_its_rule_matches():
     """A rule's RE2 gate skips it on documents the gate does not match, so the gate must match
     wherever the rule does (on the real dev notes and queries, and on dates, phones and ids of
-    many layouts); and a prefix gate whose rule was edited away gates nothing, silently: none is left."""
+    many layouts, also with no-break spaces and other scripts' digits, which Python's \\d and \\s
+    match and RE2's do not: unicode_gate widens them); and a prefix gate whose rule was edited away gates nothing, silently: none is left."""
     import json
     from pathlib import Path
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pipeline.phi.recognizers import GATES, RULE_GATES, gate_for, rules
+    from pipeline.phi.recognizers import GATES, RULE_GATES, gate_for, rules, unicode_gate
 
     patterns = [p for _, p, _ in rules()]
     assert not [key for key in GATES if not any(p.startswith(key) and p not in RULE_GATES for p in patterns)]
     root = Path(__file__).resolve().parents[1]
     texts = [json.loads(line)["text"] for name in ("deid-dev", "asq-dev")
              for line in (root / "data" / name / "notes.jsonl").read_text(encoding="utf-8").splitlines()]
-    texts += [c.format(v) for c, v in itertools.product(PHONE_CONTEXT, PHONES)] + DATES
-    texts += ["DOB: 03/04/1950", "date of birth 3 May 1950", "card 4111 1111 1111 1111", "call 4105550199",
-              "March\u00a012", "SEPT 9", "phone 410.555.0199"]
+    formats = [c.format(v) for c, v in itertools.product(PHONE_CONTEXT, PHONES)] + DATES
+    formats += ["DOB: 03/04/1950", "date of birth 3 May 1950", "card 4111 1111 1111 1111", "call 4105550199",
+                "March\u00a012", "SEPT 9", "phone 410.555.0199", "Seen Montag,\u2007den 3."]
+    # Python's \d, \s and \w are Unicode, RE2's ASCII: no-break spaces, other scripts' digits.
+    texts += formats + [t.replace(" ", "\u00a0") for t in formats]
+    for digits in ("０１２３４５６７８９", "٠١٢٣٤٥٦٧٨٩"):
+        texts += [t.translate(str.maketrans("0123456789", digits)) for t in formats]
     batch = pa.array(texts)
     gated = 0
     for pattern in patterns:
@@ -296,7 +301,7 @@ def test_every_gate_gates_a_rule_and_passes_whatever_its_rule_matches():
         if gate is None:
             continue
         gated += 1
-        passes = pc.match_substring_regex(batch, gate).to_pylist()
+        passes = pc.match_substring_regex(batch, unicode_gate(gate)).to_pylist()
         rule = re.compile(pattern)
         missed = [t[:80] for t, ok in zip(texts, passes) if not ok and rule.search(t)]
         assert not missed, (pattern[:60], missed[:3])

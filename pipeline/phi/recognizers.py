@@ -5,6 +5,7 @@ around it (labels such as "MRN:", titles such as "Dr.") are context and stay in 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
@@ -507,6 +508,32 @@ def rules() -> list[tuple[str, str, float]]:
     ]
 
 
+_UNICODE_CLASSES = {"d": r"\p{Nd}", "s": r"\s\v\x{1c}-\x{1f}\x{85}\p{Z}", "w": r"\p{L}\p{N}_"}
+
+
+@lru_cache(maxsize=None)
+def unicode_gate(gate: str) -> str:
+    """`gate` with RE2's ASCII \\d, \\s and \\w widened to the Unicode classes Python's `re` gives
+    the rule (a digit of any script, a no-break space, a letter with a diacritic): a gate must pass
+    wherever its rule can match. RE2's \\b stays ASCII; beside an ASCII letter of the gate, as in
+    every gate here, it passes wherever Python's does."""
+    out, i, in_class = [], 0, False
+    while i < len(gate):
+        c = gate[i]
+        if c == "\\" and i + 1 < len(gate):
+            wide = _UNICODE_CLASSES.get(gate[i + 1])
+            if wide is None:
+                out.append(gate[i : i + 2])
+            else:
+                out.append(wide if in_class or gate[i + 1] == "d" else f"[{wide}]")
+            i += 2
+            continue
+        in_class = (c == "[") if not in_class else c != "]"
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 class BatchGated:
     """RE2 gates over a batch: `gates` holds one RE2 pattern (or None: always run) per rule of the
     recognizer; PhiEngine calls set_batch(texts) once per batch and at_document(i) before each
@@ -524,7 +551,7 @@ class BatchGated:
             None
             if texts is None
             else [
-                None if g is None else pc.match_substring_regex(texts, g).to_numpy(zero_copy_only=False)
+                None if g is None else pc.match_substring_regex(texts, unicode_gate(g)).to_numpy(zero_copy_only=False)
                 for g in self.gates
             ]
         )
