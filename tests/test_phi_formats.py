@@ -273,7 +273,8 @@ def test_every_gate_gates_a_rule_and_passes_whatever_its_rule_matches():
     """A rule's RE2 gate skips it on documents the gate does not match, so the gate must match
     wherever the rule does (on the real dev notes and queries, and on dates, phones and ids of
     many layouts, also with no-break spaces and other scripts' digits, which Python's \\d and \\s
-    match and RE2's do not: unicode_gate widens them); and a prefix gate whose rule was edited away gates nothing, silently: none is left."""
+    match and RE2's do not: unicode_gate widens them); and a prefix gate whose rule was edited
+    away gates nothing, silently: none is left."""
     import json
     from pathlib import Path
 
