@@ -326,3 +326,16 @@ def test_streets_named_without_a_number_and_titles_that_are_no_street_word():
     for text in ("Pt seen on Monday Dr. Lee.", "climbed Mount St. Helens", "Prof Dr. Weber", "John St. Clair",
                  "the Study of Stroke", "Hope Drugs"):
         assert streets(text) == [], (text, streets(text))
+
+
+def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):
+    """Non-breaking and figure hyphens and spaces inside an SSN, a card number or a phone: the
+    clinical profile reads them as "-" and " " (a folded copy, one character for one), and what is
+    not PHI keeps its own characters."""
+    texts = ["SSN 123\u201145\u20116789 on file; COVID\u201019 ruled out.",
+             "Card 4111\u00a01111\u00a01111\u00a01111 on file.",
+             "Call 410\u2012555\u20120199\u202fafter 5."]
+    outs, _, _ = clinical.redact_batch(texts)
+    assert outs[0] == "SSN <|SSN|> on file; COVID\u201019 ruled out.", outs[0]
+    assert outs[1] == "Card <|ACCOUNT|> on file.", outs[1]
+    assert "0199" not in outs[2] and outs[2].endswith("\u202fafter 5."), outs[2]

@@ -189,6 +189,8 @@ class PhiEngine:
         found by other means (a registry's values), added before propagation."""
         from presidio_analyzer import RecognizerResult
 
+        if self.profile == "clinical":
+            texts = [text.translate(SEPARATOR_FOLD) for text in texts]
         pieces, owners = [], []
         for i, text in enumerate(texts):
             for offset, piece in _pieces(text, MAX_PIECE):
@@ -321,6 +323,14 @@ def _batch_gated(recognizer_cls, gate: str):
     Gated.__name__ = Gated.__qualname__ = f"Gated{recognizer_cls.__name__}"
     return Gated
 
+
+# Separators the rules write as ASCII ("-", " ") in other code points: non-breaking and figure
+# hyphens and spaces, the minus sign ("123‑45‑6789", "4111 1111 1111 1111" with no-break spaces).
+# The clinical profile analyzes a copy with them folded, one character for one, so every span's
+# offsets hold in the original. (Not in the literature profile: abstracts write U+2010 in terms,
+# "COVID‐19", and the profile's audit was made on them as written.)
+SEPARATOR_FOLD = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2212": "-",
+                                "\u00a0": " ", "\u2007": " ", "\u202f": " "})
 
 # Longest text handed to spaCy at once (its own limit is 1,000,000 characters).
 MAX_PIECE = 100_000
