@@ -339,3 +339,14 @@ def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_w
     assert outs[0] == "SSN <|SSN|> on file; COVID\u201019 ruled out.", outs[0]
     assert outs[1] == "Card <|ACCOUNT|> on file.", outs[1]
     assert "0199" not in outs[2] and outs[2].endswith("\u202fafter 5."), outs[2]
+
+
+def test_digits_of_other_scripts_and_full_width_forms_are_read_as_ascii(clinical):
+    """Dates and phones in Arabic-Indic or full-width digits and punctuation: the clinical profile
+    reads them as ASCII (no rule knows those digits) and writes what is not PHI as it was."""
+    texts = ["Seen on \u0660\u0663/\u0661\u0662/\u0662\u0660\u0661\u0669 for follow-up, dose \u0665 mg.",
+             "Admitted \uff10\uff13\uff0f\uff11\uff12\uff0f\uff12\uff10\uff11\uff19, call "
+             "\uff14\uff11\uff10\uff0d\uff15\uff15\uff15\uff0d\uff10\uff11\uff19\uff19\u3000today."]
+    outs, _, _ = clinical.redact_batch(texts)
+    assert outs[0] == "Seen on <|DATE|> for follow-up, dose \u0665 mg.", outs[0]
+    assert outs[1] == "Admitted <|DATE|>, call <|PHONE|>\u3000today.", outs[1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from bisect import bisect_right
 from collections import Counter
 from typing import Iterable
@@ -329,8 +330,15 @@ def _batch_gated(recognizer_cls, gate: str):
 # The clinical profile analyzes a copy with them folded, one character for one, so every span's
 # offsets hold in the original. (Not in the literature profile: abstracts write U+2010 in terms,
 # "COVID‐19", and the profile's audit was made on them as written.)
-SEPARATOR_FOLD = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2212": "-",
-                                "\u00a0": " ", "\u2007": " ", "\u202f": " "})
+# Digits of other scripts and full-width forms are folded the same way: the rules' dates, phones
+# and ids are written in ASCII digits and punctuation ("٠٣/١٢/٢٠١٩", "０３／１２／２０１９").
+SEPARATOR_FOLD = str.maketrans({
+    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2212": "-", "\u00a0": " ", "\u2007": " ", "\u202f": " ",
+    "\u3000": " ",
+    **{chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)},
+    **{chr(c): str(unicodedata.digit(chr(c))) for c in range(0x80, 0x1FC00)
+       if unicodedata.category(chr(c)) == "Nd"},
+})
 
 # Longest text handed to spaCy at once (its own limit is 1,000,000 characters).
 MAX_PIECE = 100_000
