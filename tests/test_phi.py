@@ -272,6 +272,18 @@ def test_surrogates_keyed_by_value_across_documents(tmp_path, monkeypatch):
     assert rerun == a
 
 
+def test_one_surrogate_for_a_value_however_its_separators_and_digits_are_written(tmp_path, monkeypatch):
+    """An SSN with ASCII hyphens, with non-breaking hyphens and in full-width digits: one value, so
+    one surrogate."""
+    stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep")
+    note = ("SSN 123-45-6789 on file. SSN 123\u201145\u20116789 again. "
+            "SSN \uff11\uff12\uff13-\uff14\uff15-\uff16\uff17\uff18\uff19 once more.")
+    text = stage.process(pa.table({"id": ["a"], "text": [note]}))["text"].to_pylist()[0]
+    ascii_ssn, nb_ssn, wide_ssn = re.findall(r"SSN (\S+)", text)
+    assert "6789" not in text and "\uff16\uff17\uff18\uff19" not in text, text
+    assert ascii_ssn == nb_ssn == wide_ssn, text
+
+
 def test_surrogates_never_crash_on_odd_dates(tmp_path, monkeypatch):
     stage = _surrogate_stage(tmp_path, monkeypatch, id_mode="keep")
     note = "Seen 31/12/2019, again 2/30/19 and 16/5/40. DOB: 13/13/1950."

