@@ -365,6 +365,7 @@ class WorkerPool:
         # Documents done, reported by the workers' tasks; a thread hands them to the map's progress.
         self.reports = context.Queue()
         self.shown: MapProgress | None = None
+        self._stop_drain = threading.Event()
         self._drain = threading.Thread(target=self._drain_reports, name="progress-reports", daemon=True)
         self._drain.start()
         # spawn: no inherited threads or locks from this process.
@@ -391,10 +392,16 @@ class WorkerPool:
         return all(f.done() for f in self._warming)
 
     def _drain_reports(self) -> None:
-        while True:
-            item = self.reports.get()
-            if item is None:
-                return
+        import queue
+
+        # Stopped by an event, not by a sentinel put on the queue: a put would start this
+        # process's feeder thread, which holds the queue's semaphore and, cut off at exit,
+        # leaves it unlinked but registered (the resource tracker's warning after our last line).
+        while not self._stop_drain.is_set():
+            try:
+                item = self.reports.get(timeout=0.1)
+            except queue.Empty:
+                continue
             if self.shown is not None:
                 self.shown.report(*item)
 
@@ -475,14 +482,13 @@ class WorkerPool:
 
     def close(self) -> None:
         # Shut down before terminating: a worker killed while its queue thread writes a progress
-        # report dies holding the queue's write lock, and this process then hangs at exit
-        # joining its own queue thread (seen in CI). Exit never waits on that thread.
+        # report dies holding the queue's write lock (this process only reads the queue, so no
+        # thread of its own waits on that lock).
         self.executor.shutdown(wait=True, cancel_futures=True)
         for p in self.processes.values():
             if p.exitcode is None:
                 p.terminate()
-        self.reports.cancel_join_thread()
-        self.reports.put(None)
+        self._stop_drain.set()
         self._drain.join(timeout=5)
         self.reports.close()
 
