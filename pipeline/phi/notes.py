@@ -32,6 +32,12 @@ SPEECH_TO = {"talking", "talked", "talk", "talks", "spoke", "speak", "speaking",
              "wrote", "write", "writing", "texted", "text", "texting", "listened", "listen", "listening", "explained",
              "mentioned", "replied", "introduced", "sent", "gave", "give", "married", "engaged", "went", "belongs",
              "reached", "replying", "chatting", "chatted", "lied", "waved", "turned", "handed"}
+# Verbs that attribute speech in prose, right after or right before the speaker ("Hope said",
+# "said Will", "Jack muttered"): a capitalized name-list word beside one is a name in mixed case.
+SPEECH_ATTRIBUTION = {"said", "says", "asked", "asks", "replied", "replies", "answered", "answers", "cried",
+                      "whispered", "shouted", "exclaimed", "muttered", "murmured", "laughed", "sighed", "nodded",
+                      "smiled", "added", "continued", "insisted", "repeated", "remarked", "explained", "wrote",
+                      "told", "tells", "yelled", "screamed", "called", "agreed", "admitted", "recalled"}
 # Family: a name-list word right after one is a name even when it is also a word ("son bill").
 FAMILY = {"wife", "husband", "son", "sons", "daughter", "daughters", "dtr", "dau", "sister", "sisters", "brother",
           "brothers", "mother", "mom", "father", "dad", "friend", "niece", "nephew", "aunt", "uncle", "grandson",
@@ -242,6 +248,14 @@ class _NoteWords:
                 and (capitalized(i) and mode == "mixed" or not common[i])
             ):
                 marked[i] = True
+            elif (
+                is_name[i]
+                and mode == "mixed"
+                and capitalized(i)
+                and (i + 1 < n and lows[i + 1] in SPEECH_ATTRIBUTION and re.fullmatch(r"[ \t]+", self.gap(i + 1))
+                     or prev in SPEECH_ATTRIBUTION and re.fullmatch(r"[ \t]+", self.gap(i)))
+            ):
+                marked[i] = True  # "Hope said", "said Will"
             elif (
                 is_name[i]
                 and lows[i] in self.lex.given
