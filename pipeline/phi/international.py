@@ -269,12 +269,15 @@ STREET_BEFORE_POSTAL = re.compile(
     rf"(?P<v>(?=[^\n,;:]*(?<![\w.])\d{{1,5}}[A-Za-z]?(?![\w.]))[^\W_][^\n,;:]{{1,48}}?"
     rf"(?:,[ \t]*\d{{1,5}}[A-Za-z]?)?)(?=[ \t]*(?:,|\n)[ \t]*(?P<code>{POSTAL_ANY})[ \t]+(?P<town>{_TOWN}))"
 )
+# Where a place named by one to three capitalized words can start: not inside a word, and not at
+# an article or a preposition ("The Park", "On Main Street").
+_NAMED_START = r"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
+_PROPER_RUN = rf"{_PROPER}(?:[ ]{_PROPER}){{0,2}}"
 # A street named without its house number ("found on Birch Lane", "your Larch Ave. location",
 # "on Elm St. yesterday"). The abbreviations that are also titles or a saint ("St.", "Dr.") only
 # where no capitalized word follows ("Monday Dr. Lee", "Mount St. Helens").
 STREET_NAMED = re.compile(
-    rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
-    rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
+    rf"{_NAMED_START}(?P<v>{_PROPER_RUN}[ ](?:Avenue|Ave\.?|Boulevard|Blvd\.?|Lane|"
     rf"Ln\.?|Road|Rd\.?|Street|Drive|Court|Terrace|Parkway|Pkwy\.?|Highway|Hwy\.?|"
     rf"(?:St|Dr|Ct|Pl)\.?(?![\w]|\.?[ \t]+[A-Z])))(?![\w])"
 )
@@ -292,11 +295,11 @@ _PLACE_KIND_AFTER = (
     r"Borough|Parish|Gardens|Stadium|Arena|Cemetery|Reservoir"
 )
 PLACE_NAMED = re.compile(
-    rf"(?<![\w-])(?!(?:The|A|An|On|In|At|Of|To|By|Your|My|His|Her|Our|Their)\b)"
-    rf"(?P<v>{_PROPER}(?:[ ]{_PROPER}){{0,2}}[ ](?:{_PLACE_KIND_AFTER})"
+    rf"{_NAMED_START}(?P<v>{_PROPER_RUN}[ ](?:{_PLACE_KIND_AFTER})"
     rf"|(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port)[ ]{_PROPER}(?:[ ]{_PROPER})?)(?![\w])"
 )
-PLACE_NAMED_GATE = rf" (?:{_PLACE_KIND_AFTER})\b|\b(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port) [A-Z]"
+# The name after "Lake", "Mount", ... may start with any capital ("Lake Łebsko"): the gate takes the space.
+PLACE_NAMED_GATE = rf" (?:{_PLACE_KIND_AFTER})\b|\b(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port) "
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
 # A postal line alone: "53660 Altlandsberg" as a line of an address block, "DK-5366 Bækmarksbro".
