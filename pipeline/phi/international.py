@@ -298,7 +298,7 @@ PLACE_NAMED = re.compile(
     rf"{_NAMED_START}(?P<v>{_PROPER_RUN}[ ](?:{_PLACE_KIND_AFTER})"
     rf"|(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port)[ ]{_PROPER}(?:[ ]{_PROPER})?)(?![\w])"
 )
-# The name after "Lake", "Mount", ... may start with any capital ("Lake Łebsko"): the gate takes the space.
+# The name after "Lake", "Mount", ... may start with any capital ("Mount Ślęża"): the gate takes the space.
 PLACE_NAMED_GATE = rf" (?:{_PLACE_KIND_AFTER})\b|\b(?:Lake|Mount|Mt\.|Fort|Ft\.|Cape|Port) "
 # What every STREET_BEFORE_POSTAL match holds: a comma or line break, then a postal code's start.
 STREET_BEFORE_POSTAL_GATE = r"[,\n][ \t]*(?:[A-Z]{1,3}-)?(?:\p{Nd}|[A-Z]{1,2}\p{Nd})"
