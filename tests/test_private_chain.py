@@ -77,17 +77,19 @@ def test_a_stage_before_phi_alone_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_killed_runs_leave_no_planted_value_readable_and_rerun_to_the_same_bytes(tmp_path):
-    """scripts/benchmarks/kill_check.py with a worker SIGKILLed at a random moment: the run folder and its
+    """scripts/benchmarks/kill_check.py with a worker SIGKILLed early in the run: the run folder and its
     temp folder scanned while the run goes on and after; the rerun's final/. (The whole process group
     SIGKILLed and resumed: tests/test_pipeline.py; Ctrl-C: tests/test_faults.py; every way in turn, 20 kills:
     the script's own default.)"""
     out = tmp_path / "kill.json"
     proc = subprocess.run([sys.executable, "scripts/benchmarks/kill_check.py", "--kills", "1", "--signals",
-                           "SIGKILL-worker", "--notes", "12", "--work", str(tmp_path / "work"),
+                           "SIGKILL-worker", "--seed", "1", "--notes", "12", "--work", str(tmp_path / "work"),
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["uninterrupted_planted_values_readable"] == 0 and result["kills"] == 1
     assert result["trials_with_planted_values_readable"] == 0 and result["reruns_identical_to_uninterrupted"] == 1
     assert all(t["scans_while_running"] > 0 for t in result["trials"])
+    # seed 1 draws an early moment (a sixth of the run): the kill waits for a worker, then cuts the run short
+    assert result["trials"][0]["killed"] == "worker" and result["cut_short"] == 1
 

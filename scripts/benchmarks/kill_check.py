@@ -144,11 +144,11 @@ def workers(pid: int) -> list[int]:
     return out
 
 
-def a_worker(pid: int, wait: float = 60.0) -> int | None:
+def a_worker(driver: subprocess.Popen, wait: float = 60.0) -> int | None:
     """A worker of the driver, once one is up (None if the run ends first)."""
     deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        found = workers(pid)
+    while time.monotonic() < deadline and driver.poll() is None:
+        found = workers(driver.pid)
         if found:
             return found[0]
         time.sleep(0.05)
@@ -222,7 +222,7 @@ def main() -> None:
         time.sleep(at)
         target = proc.pid
         if how == "SIGKILL-worker":
-            target = a_worker(proc.pid) or proc.pid     # the workers start once the models are needed
+            target = a_worker(proc) or proc.pid     # the workers start once the models are needed
         try:
             if how == "SIGINT":
                 os.killpg(proc.pid, signal.SIGINT)     # Ctrl-C: the terminal's whole process group
