@@ -45,6 +45,19 @@ def test_gold_spans_replaced_score_no_leak_and_no_change(dev):
     assert s["non_phi_tokens"]["n"] > 300 and s["non_phi_tokens"]["changed"] == 0
 
 
+def test_other_tokens_changed_are_counted_by_what_replaced_them():
+    text = "Ann Lee came on 3 May 2019 with her dog; see https://example.org/x for the form."
+    gold = {"d": [{"type": "NAME", "value": "Ann Lee", "start": 0, "end": 7}]}
+    out = "<|NAME|> came on <|DATE|> with her <|NAME|>; see <|URL|> for the <|LOCATION|> <|DATE|>."
+    s = score({"d": text}, {"d": out}, gold)
+    by = {t: r["changed"] for t, r in s["non_phi_tokens_changed_by"].items()}
+    # the date's three tokens, the URL's four, "dog" under a name; "form" under two placeholders
+    assert by == {"URL": 4, "DATE": 3, "NAME": 1, "mixed": 1}
+    assert sum(by.values()) == s["non_phi_tokens"]["changed"] and s["mention_leak"]["leaked"] == 0
+    s = score({"d": text}, {"d": text.replace("dog", "cat")}, gold)
+    assert {t: r["changed"] for t, r in s["non_phi_tokens_changed_by"].items()} == {"other": 1}
+
+
 def test_fully_redacted_note_leaks_nothing_and_changes_everything(dev):
     notes, gold = dev
     originals = {"p1-n1": notes["p1-n1"]}

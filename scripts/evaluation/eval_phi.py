@@ -107,15 +107,37 @@ EPONYM_MENTIONS = re.compile(
 
 def tokens_left_in_place(original: str, output: str) -> tuple[list[tuple[int, int]], list[bool]]:
     """The original's token spans, and for each whether it is left in place in the output."""
+    spans, kept, _ = tokens_and_replacements(original, output)
+    return spans, kept
+
+
+PLACEHOLDER = re.compile(r"<\|([A-Z]+)\|>")
+
+
+def tokens_and_replacements(original: str, output: str) -> tuple[list[tuple[int, int]], list[bool], list[str | None]]:
+    """The original's token spans; for each, whether it is left in place in the output; and for a
+    token that is not, what took its place: the placeholder type (`DATE`, `NAME`, ...) when the output
+    stretch it was replaced by holds one type of placeholder, `mixed` when several, `other` when none."""
     spans = [m.span() for m in TOKEN.finditer(original)]
     orig_tokens = [original[a:b] for a, b in spans]
-    out_tokens = TOKEN.findall(output)
+    out_matches = list(TOKEN.finditer(output))
+    out_tokens = [m.group() for m in out_matches]
+    holders = PLACEHOLDER.finditer(output)
+    kind = [None] * len(out_matches)                 # each output token: the placeholder it is part of
+    starts = [m.start() for m in out_matches]
+    for h in holders:
+        for j in range(bisect.bisect_left(starts, h.start()), bisect.bisect_left(starts, h.end())):
+            kind[j] = h.group(1)
     kept = [False] * len(spans)
+    by: list[str | None] = [None] * len(spans)
     matcher = difflib.SequenceMatcher(None, orig_tokens, out_tokens, autojunk=False)
-    for tag, i1, i2, _, _ in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             kept[i1:i2] = [True] * (i2 - i1)
-    return spans, kept
+        else:
+            types = {kind[j] for j in range(j1, j2)} - {None}
+            by[i1:i2] = [types.pop() if len(types) == 1 else "mixed" if types else "other"] * (i2 - i1)
+    return spans, kept, by
 
 
 def value_survives(value: str, output: str) -> bool:
@@ -136,9 +158,10 @@ def score(
     value = defaultdict(Counter)
     groups = {key: defaultdict(Counter) for key in group_by}
     non_phi = Counter()
+    changed_by = Counter()  # placeholder type -> other tokens it replaced
     for doc_id, original in originals.items():
         output = outputs[doc_id]
-        spans, kept = tokens_left_in_place(original, output)
+        spans, kept, by = tokens_and_replacements(original, output)
         mentions = gold.get(doc_id, [])
         in_phi = [False] * len(spans)
         starts = [a for a, _ in spans]
@@ -176,6 +199,8 @@ def score(
             if not in_phi[j]:
                 non_phi["n"] += 1
                 non_phi["changed"] += not k
+                if not k:
+                    changed_by[by[j]] += 1
     out = {"docs": len(originals)}
     for name, table in (("mention_leak", mention), ("value_leak", value)):
         for sh, suffix in ((False, ""), (True, "_safe_harbor_allowed")):
@@ -185,6 +210,10 @@ def score(
     for g, table in groups.items():
         out[f"value_leak_by_{g}"] = {k: _rate(c["n"], c["leaked"]) for k, c in sorted(table.items())}
     out["non_phi_tokens"] = _rate(non_phi["n"], non_phi["changed"], "changed")
+    # What replaced them: a date or URL the corpus does not label is an identifier removed, a name
+    # or place placeholder over an ordinary word is damage.
+    out["non_phi_tokens_changed_by"] = {t: _rate(non_phi["n"], c, "changed")
+                                        for t, c in sorted(changed_by.items(), key=lambda x: (-x[1], x[0]))}
     return out
 
 
@@ -500,6 +529,7 @@ def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
         "mention_leak": s["mention_leak"],
         "value_leak": s["value_leak"],
         "non_phi_tokens": s["non_phi_tokens"],
+        "non_phi_tokens_changed_by": s["non_phi_tokens_changed_by"],
         "mention_leak_by_type": s["mention_leak_by_type"],
         "value_leak_by_type": s["value_leak_by_type"],
         "cpu_seconds": round(cpu, 2),
