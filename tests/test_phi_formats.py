@@ -354,6 +354,28 @@ def test_places_named_by_their_kind_in_the_clinical_profile_only(clinical):
     assert AddressRecognizer("literature").analyze(abstract, ["LOCATION"]) == []
 
 
+def test_a_greeting_before_a_name_is_left_and_the_name_goes(clinical):
+    """Both the name rules and the detector take the capitalized word that opens a greeting, a
+    thank-you or a reply with the name after it; the word is left, the name still goes. A lone
+    word that a name list also holds (Dr. Good) is still a name."""
+    from presidio_analyzer import RecognizerResult
+
+    from pipeline.phi.notes import trim_salutations
+
+    cases = {"Hey Jack, are you coming tonight?": "Hey <|NAME|>, are you coming tonight?",
+             "Welcome back Omar.": "Welcome back <|NAME|>.",
+             "Thanks Anna! See you soon.": "Thanks <|NAME|>! See you soon.",
+             "Sorry Mark, I missed your call.": "Sorry <|NAME|>, I missed your call.",
+             "Good morning Sarah, the meeting moved.": "Good morning <|NAME|>, the meeting moved.",
+             "Dr. Good saw the patient": "Dr. <|NAME|> saw the patient"}
+    out, _, _ = clinical.redact_batch(list(cases))
+    assert out == list(cases.values())
+    text = "Hey Jack and Thanks"
+    kept = trim_salutations(text, [RecognizerResult("PERSON", 0, 8, 0.9), RecognizerResult("PERSON", 13, 19, 0.9),
+                                   RecognizerResult("LOCATION", 13, 19, 0.9)])
+    assert [(r.entity_type, text[r.start:r.end]) for r in kept] == [("PERSON", "Jack"), ("LOCATION", "Thanks")]
+
+
 def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):
     """Non-breaking and figure hyphens and spaces inside an SSN, a card number or a phone: the
     clinical profile reads them as "-" and " " (a folded copy, one character for one), and what is

@@ -221,7 +221,9 @@ class PhiEngine:
                                                  or month_day_is_date(text, r.start, r.end)]
                       for text, res in zip(texts, merged)]
         if self.profile == "clinical":
-            merged = [None if res is None else _codes_beside_places(text, res) for text, res in zip(texts, merged)]
+            from pipeline.phi.notes import trim_salutations
+            merged = [None if res is None else trim_salutations(text, _codes_beside_places(text, res))
+                      for text, res in zip(texts, merged)]
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results
             merged = [None if res is None else literature_results(text, res) for text, res in zip(texts, merged)]

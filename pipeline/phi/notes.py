@@ -802,6 +802,37 @@ AFTER_NOT_DATE = re.compile(
 )
 
 
+# Words that open a greeting, a thank-you, a reply or an exclamation, written before the name of the one
+# addressed ("Hey Jack", "Thanks Anna", "Welcome back Omar", "Sorry Mark"): the name rules and the
+# detector both take the capitalized word with the name; it is never part of it.
+SALUTATIONS = frozenset("""hi hey hello hiya howdy dear thanks thank cheers bye goodbye sorry yes yeah yep no nope
+ok okay welcome back congrats congratulations happy birthday good morning afternoon evening night please oh ah aw
+well lol omg wow greetings""".split())
+_LEADING_WORD = re.compile(r"([A-Za-z]+)[\s,!.]+")
+
+
+def trim_salutations(text: str, results: list) -> list:
+    """Person spans without the greeting, thank-you or exclamation words they open with; a span of
+    one such word that no name list holds is no person."""
+    out = []
+    for r in results:
+        if r.entity_type != "PERSON":
+            out.append(r)
+            continue
+        start = r.start
+        while (m := _LEADING_WORD.match(text, start, r.end)) and m.group(1).lower() in SALUTATIONS:
+            start = m.end()
+        rest = text[start:r.end].strip(" \t\n,!.").lower()
+        if not rest or (rest in SALUTATIONS and not lexicon().is_name(rest)):   # "Good" alone may be Dr. Good
+            continue
+        if start == r.start:
+            out.append(r)
+        else:
+            out.append(RecognizerResult(r.entity_type, start, r.end, r.score, r.analysis_explanation,
+                                        r.recognition_metadata))
+    return out
+
+
 def month_day_is_date(text: str, start: int, end: int) -> bool:
     """Whether the month/day text[start:end] ("7/6") is a date, from the words around it."""
     m = re.fullmatch(r"(\d{1,2})/(\d{1,2})", text[start:end])
