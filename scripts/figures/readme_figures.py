@@ -24,7 +24,8 @@ bench/retune.json (scripts/benchmarks/bench_retune.py), bench/default_run.json (
 bench/heuristics_compat.json (scripts/benchmarks/bench_heuristics_compat.py), bench/decontaminate.json
 (scripts/benchmarks/bench_decontaminate.py), bench/sources.json (scripts/figures/sources_figures.py),
 bench/megatron_blend.json (scripts/evaluation/verify_megatron.py, in its own virtualenv), bench/phi_literature.json
-(scripts/evaluation/audit_phi_literature.py), bench/scale.json (scripts/benchmarks/bench_scale.py).
+(scripts/evaluation/audit_phi_literature.py), bench/scale.json (scripts/benchmarks/bench_scale.py),
+bench/ci_time.json (scripts/benchmarks/ci_time.py).
 Standard library only: the check runs in a hook."""
 from __future__ import annotations
 
