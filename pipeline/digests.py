@@ -24,8 +24,13 @@ def digest(*parts) -> str:
 _DIGEST_CACHE: dict | None = None
 
 
+def user_cache_dir() -> Path:
+    """medprep's folder in the user's cache folder ($XDG_CACHE_HOME, else ~/.cache), shared by all runs."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep"
+
+
 def _digest_cache_path() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep" / "file_digests.json"
+    return user_cache_dir() / "file_digests.json"
 
 
 def file_digest(path: Path) -> str:

