@@ -122,10 +122,9 @@ def tokens_and_replacements(original: str, output: str) -> tuple[list[tuple[int,
     orig_tokens = [original[a:b] for a, b in spans]
     out_matches = list(TOKEN.finditer(output))
     out_tokens = [m.group() for m in out_matches]
-    holders = PLACEHOLDER.finditer(output)
     kind = [None] * len(out_matches)                 # each output token: the placeholder it is part of
     starts = [m.start() for m in out_matches]
-    for h in holders:
+    for h in PLACEHOLDER.finditer(output):
         for j in range(bisect.bisect_left(starts, h.start()), bisect.bisect_left(starts, h.end())):
             kind[j] = h.group(1)
     kept = [False] * len(spans)
@@ -212,8 +211,7 @@ def score(
     out["non_phi_tokens"] = _rate(non_phi["n"], non_phi["changed"], "changed")
     # What replaced them: a date or URL the corpus does not label is an identifier removed, a name
     # or place placeholder over an ordinary word is damage.
-    out["non_phi_tokens_changed_by"] = {t: _rate(non_phi["n"], c, "changed")
-                                        for t, c in sorted(changed_by.items(), key=lambda x: (-x[1], x[0]))}
+    out["non_phi_tokens_changed_by"] = {t: _rate(non_phi["n"], c, "changed") for t, c in sorted(changed_by.items())}
     return out
 
 
