@@ -376,6 +376,32 @@ def test_a_greeting_before_a_name_is_left_and_the_name_goes(clinical):
     assert [(r.entity_type, text[r.start:r.end]) for r in kept] == [("PERSON", "Jack"), ("LOCATION", "Thanks")]
 
 
+def test_a_lower_case_word_after_a_determiner_is_a_common_noun(clinical):
+    """In a text that writes capitals, a lower-case word after "the", "a", "some" is no person
+    and, where it is an English word or its plural, no place, whatever a list or the detector says
+    ("the flowers": Flowers is a surname); the same word with a capital, or in a note written all
+    in lower case, is still a name; a lower-case town after "the" is still a place."""
+    from presidio_analyzer import RecognizerResult
+
+    from pipeline.phi.notes import drop_common_nouns
+
+    story = ("Anna Berg wrote to us on Monday. I wanted to thank you for the flowers. We bought some roses "
+             "and a new grill. The hunter and the baker met at the park. Our house is near the hospital. ")
+    out, _, _ = clinical.redact_batch([story])
+    for word in ("flowers", "roses", "hunter", "park", "hospital"):
+        assert f" {word}" in out[0], (word, out[0])
+    assert "Anna" not in out[0] and "Berg" not in out[0], out[0]
+    text = "Then she saw Hunter Flowers. He met the hunter near the hospital and the bronx. "
+    spans = [RecognizerResult("PERSON", text.index("Hunter"), text.index(" Flowers") + 8, 0.9),
+             RecognizerResult("PERSON", text.index("hunter"), text.index("hunter") + 6, 0.9),
+             RecognizerResult("LOCATION", text.index("hospital"), text.index("hospital") + 8, 0.9),
+             RecognizerResult("LOCATION", text.index("bronx"), text.index("bronx") + 5, 0.9)]
+    kept = [text[r.start:r.end] for r in drop_common_nouns(text, spans)]
+    assert kept == ["Hunter Flowers", "bronx"], kept
+    lower = text.lower()
+    assert len(drop_common_nouns(lower, spans)) == 4    # all lower case: capitals say nothing
+
+
 def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):
     """Non-breaking and figure hyphens and spaces inside an SSN, a card number or a phone: the
     clinical profile reads them as "-" and " " (a folded copy, one character for one), and what is

@@ -221,8 +221,9 @@ class PhiEngine:
                                                  or month_day_is_date(text, r.start, r.end)]
                       for text, res in zip(texts, merged)]
         if self.profile == "clinical":
-            from pipeline.phi.notes import trim_salutations
-            merged = [None if res is None else trim_salutations(text, _codes_beside_places(text, res))
+            from pipeline.phi.notes import drop_common_nouns, trim_salutations
+            merged = [None if res is None
+                      else drop_common_nouns(text, trim_salutations(text, _codes_beside_places(text, res)))
                       for text, res in zip(texts, merged)]
         if self.profile == "literature":
             from pipeline.phi.literature import literature_results

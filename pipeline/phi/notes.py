@@ -134,7 +134,10 @@ class _NoteWords:
                        and re.fullmatch(r"(?:['’]s)?[ \t-]*", text[toks[i][1]:toks[i + 1][0]]) is not None
                        for i in range(n)]
         self.is_name = [lex.is_name(w) and not self.eponym[i] for i, w in enumerate(lows)]
-        self.common = [lex.is_common(w) for w in lows]
+        # A plural of a common word is common too where it is written in lower case in a text that
+        # writes capitals ("the roses"); "Rivers" with its capital stays a name.
+        self.common = [lex.is_common(w) or self.mode == "mixed" and toks[i][2].islower() and plural_of_common(w, lex)
+                       for i, w in enumerate(lows)]
         self.marked = [False] * n
 
     def capitalized(self, i: int) -> bool:
@@ -694,6 +697,7 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
                 k > 1
                 or len(phrase) > 3
                 and phrase not in lex.english
+                and not (mode == "mixed" and t.group().islower() and plural_of_common(phrase, lex))
                 and phrase not in lex.given
                 and phrase not in GENERIC_BEFORE
             ):
@@ -832,6 +836,47 @@ def trim_salutations(text: str, results: list) -> list:
             out.append(RecognizerResult(r.entity_type, start, r.end, r.score, r.analysis_explanation,
                                         r.recognition_metadata))
     return out
+
+
+def plural_of_common(low: str, lex) -> bool:
+    """Whether a lower-case word is the plural of a common word ("flowers", "parties", "boxes"):
+    the word lists hold singulars."""
+    return len(low) > 4 and low.endswith("s") and (
+        low[:-1] in lex.common or low.endswith("es") and low[:-2] in lex.common
+        or low.endswith("ies") and low[:-3] + "y" in lex.common)
+
+
+# A lower-case word right after a determiner, in a text that writes capitals: English writes a
+# name or a place there with its capital ("the Bronx", "a Smith"), so "the park", "some roses",
+# "a mason" are common nouns, whatever a list or the detector says.
+_DETERMINER_BEFORE = re.compile(
+    r"(?i)(?<![A-Za-z'’])(?:a|an|the|this|that|these|those|my|your|his|her|its|our|their|some|any|every|each|"
+    r"no|another)[ \t]+\Z")
+
+
+def drop_common_nouns(text: str, results: list) -> list:
+    """Person and place spans without the lower-case word after a determiner they open with, in a
+    text that writes capitals: a span of that word alone goes, and so does the word where the span
+    runs on past a sentence's end ("the park. Our house"). A place's word only where it is an
+    English word or its plural (a town written in lower case after "the" is left to its finders)."""
+    if case_mode(text) != "mixed":
+        return results
+    lex = lexicon()
+    out = []
+    for r in results:
+        first = _FIRST_WORD.match(text, r.start, r.end) if r.entity_type in ("PERSON", "LOCATION") else None
+        if first and _DETERMINER_BEFORE.search(text[max(0, r.start - 12):r.start]) and (
+                r.entity_type == "PERSON" or lex.is_common(first.group(1)) or plural_of_common(first.group(1), lex)):
+            if first.end() < r.end:
+                out.append(RecognizerResult(r.entity_type, first.end(), r.end, r.score, r.analysis_explanation,
+                                            r.recognition_metadata))
+            continue
+        out.append(r)
+    return out
+
+
+# A span's first word in lower case, alone or closing a sentence.
+_FIRST_WORD = re.compile(r"([a-z]+)(?:[.!?;:][ \t]+|\Z)")
 
 
 def month_day_is_date(text: str, start: int, end: int) -> bool:
