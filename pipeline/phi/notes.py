@@ -685,7 +685,9 @@ def _ward_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
 
 
 def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
-    """Towns and cities by name (one or more words), wherever they stand, unless a common word."""
+    """Towns and cities by name (one or more words), wherever they stand, unless a common word; a
+    town of the long list of small ones only as a name is written, with capitals in a text that
+    writes capitals, or after "in", "from", "near" (a note's "amio" is amiodarone, not the town)."""
     spans = []
     lows = [t.group().lower() for t in toks]
     for i, t in enumerate(toks):
@@ -693,7 +695,8 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
             if i + k > len(toks):
                 continue
             phrase = " ".join(lows[i : i + k])
-            if phrase in lex.places and (
+            town = phrase in lex.places or phrase in lex.small_towns and _named_as_town(text, toks, lows, i, k, mode)
+            if town and (
                 k > 1
                 or len(phrase) > 3
                 and phrase not in lex.english
@@ -714,6 +717,19 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
                 spans.append((t.start(), toks[i + k - 1].end()))
                 break
     return spans
+
+
+def _named_as_town(text: str, toks: list, lows: list, i: int, k: int, mode: str) -> bool:
+    """Whether toks[i:i + k] is written as a town's name: capitalized in a text that writes capitals,
+    or after "in", "from", "near"; and not an eponym ("Cushing syndrome")."""
+    if i + k < len(toks) and lows[i + k] in EPONYM_HEADS:
+        return False
+    capitalized = all(w.group()[0].isupper() and not w.group().isupper() for w in toks[i:i + k])
+    before = text[max(0, toks[i].start() - 12):toks[i].start()]
+    return mode == "mixed" and capitalized or _PLACE_PREPOSITION.search(before) is not None
+
+
+_PLACE_PREPOSITION = re.compile(r"(?i)(?<![A-Za-z])(?:in|from|near|around|outside)[ \t]+\Z")
 
 
 # USPS state codes after a town; in capitals, the ones that are also English words are left out.

