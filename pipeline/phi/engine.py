@@ -98,7 +98,7 @@ class PhiEngine:
     def __init__(self, score_threshold: float = 0.5, spacy_model: str = SPACY_MODEL, batch_size: int = 32,
                  profile: str = "clinical", detector_path: str | None = None, detector_threshold: float | None = None,
                  name_rules: bool = True, triage=None, word_free_detector: bool = True,
-                 word_free_detector_path: str | None = None):
+                 word_free_detector_path: str | None = None, prose_ner: bool = True):
         if profile not in PROFILES:
             raise ValueError(f"profile must be one of {PROFILES}, not {profile!r}")
         self.profile = profile
@@ -109,6 +109,9 @@ class PhiEngine:
         self.detector_threshold = DEFAULT_THRESHOLD if detector_threshold is None else detector_threshold
         self.word_free_detector, self.word_free_detector_path = word_free_detector, word_free_detector_path
         self.name_rules = name_rules
+        # Clinical profile: spaCy's NER as a second detector on the texts written as prose, not
+        # as notes (notes.written_as_prose): a model trained on other text, whose misses differ.
+        self.prose_ner = prose_ner
         # PHI triage (pipeline/phi/triage.py): NerTriage (literature profile) runs spaCy's NER
         # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
         # only the texts whose tokens a recognizer reads.
@@ -214,6 +217,8 @@ class PhiEngine:
                 merged[i] = None
                 continue
             merged[i] += [RecognizerResult(r.entity_type, r.start + offset, r.end + offset, r.score) for r in res]
+        if self.profile == "clinical" and self.prose_ner:
+            merged = self._with_prose_entities(texts, pieces, owners, merged)
         if self.profile == "clinical":
             from pipeline.phi.notes import month_day_is_date
             # Every rule's month/day match passes the same test ("on 5/5 peep" is a setting).
@@ -234,6 +239,29 @@ class PhiEngine:
         return [None if res is None
                 else _propagate_values(text, _propagate_names(text, res, self.profile), self.profile)
                 for text, res in zip(texts, merged)]
+
+    def _with_prose_entities(self, texts: list[str], pieces: list[str], owners: list, merged: list) -> list:
+        """`merged` with spaCy's persons and places added in the texts written as prose; a text
+        whose NER fails fails (it is never passed on with less looked at)."""
+        from presidio_analyzer import RecognizerResult
+
+        from pipeline.phi.notes import written_as_prose
+
+        prose = {i for i, text in enumerate(texts) if merged[i] is not None and written_as_prose(text)}
+        chosen = [k for k, (i, _) in enumerate(owners) if i in prose]
+        if not chosen:
+            return merged
+        nlp = self.nlp_engine.nlp["en"]
+        ner = nlp.get_pipe("ner")
+        try:
+            docs = list(ner.pipe((nlp.make_doc(pieces[k]) for k in chosen), batch_size=self.batch_size))
+        except Exception:
+            return [None if i in prose else res for i, res in enumerate(merged)]
+        for k, doc in zip(chosen, docs):
+            i, offset = owners[k]
+            merged[i] += [RecognizerResult(PROSE_NER_TYPES[e.label_], e.start_char + offset, e.end_char + offset, 0.85)
+                          for e in doc.ents if e.label_ in PROSE_NER_TYPES]
+        return merged
 
     def _analyze_pieces(self, texts: list[str]) -> list[list]:
         import pyarrow as pa
@@ -332,6 +360,8 @@ def _batch_gated(recognizer_cls, gate: str):
 
 # Longest text handed to spaCy at once (its own limit is 1,000,000 characters).
 MAX_PIECE = 100_000
+# spaCy's labels the prose NER takes, as ours.
+PROSE_NER_TYPES = {"PERSON": "PERSON", "GPE": "LOCATION", "LOC": "LOCATION", "FAC": "LOCATION"}
 
 
 def _pieces(text: str, limit: int) -> list[tuple[int, str]]:

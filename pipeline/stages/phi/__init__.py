@@ -52,6 +52,9 @@ class PhiConfig(StageConfig):
     word_free_detector_path: str | None = None
     # The hand-written name and place rules (pipeline/phi/notes.py) beside the detector, as a union.
     name_rules: bool = True
+    # Clinical profile: spaCy's NER as one more detector in the union, on the texts written as
+    # prose rather than as notes (letters, posts, stories; pipeline/phi/notes.py written_as_prose).
+    prose_ner: bool = True
     # A column naming the patient (or any group): each group's dates shift by one offset (without
     # one, every date of the corpus shifts by the same offset); the column travels on as a keyed
     # pseudonym, like the ids, for split.by.
@@ -147,6 +150,7 @@ class PhiDeidentify(DocumentStage):
                                             word_free_detector=self.config.word_free_detector,
                                             word_free_detector_path=self.config.word_free_detector_path,
                                             name_rules=self.config.name_rules,
+                                            prose_ner=self.config.prose_ner,
                                             triage=self._triage()).setup()
         return self._engine_loaded
 
