@@ -856,8 +856,8 @@ def trim_salutations(text: str, results: list) -> list:
 
 # Prose or a note: the share of words a note writes and prose rarely does (with a digit or a
 # slash: "120/80", "5mg", "w/"; an abbreviation in capitals: "BP"; nursing shorthand: "prn").
-# 0.12 lets through 76 % of the web-ner and all of LitBank's mixed-case documents and 54 of
-# deid-dev's 1,450 notes (those sources' distributions, measured once; EWT and news not read).
+# 0.12 lets through most web-ner posts, all of LitBank's mixed-case excerpts and a few in a hundred
+# of deid-dev's notes (read off those sources' distributions; EWT's and news' not read).
 PROSE_MAX_NOTE_SHARE = 0.12
 _SHORTHAND = frozenset(CLINICAL_SHORTHAND.split())
 _WORD_EDGES = ".,;:()[]!?\"'"

@@ -936,7 +936,7 @@ HELD_OUT = [
     (
         "web_ewt",
         "UNER English-EWT, five web genres",
-        "never trained, tuned or read",
+        "never trained or read; its totals seen once, choosing a rule",
         ("web_ewt", "systems", "medprep_phi"),
         "web_ewt",
     ),
@@ -971,7 +971,7 @@ HELD_OUT = [
     (
         "news",
         "WikiGold + UNER English-PUD, encyclopedia and news",
-        "never trained, tuned or read",
+        "never trained or read; its totals seen once, choosing a rule",
         ("news", "systems", "medprep_phi"),
         "news",
     ),
