@@ -424,19 +424,18 @@ def test_spacy_ner_is_one_more_detector_on_prose_and_never_runs_on_notes(clinica
     spaCy's NER, and its persons and places are removed with the rest ("Quarry Row", which
     neither the detector nor the rules take); a note, or a text in capitals, is never sent; a
     text whose NER fails comes back failed, never with less looked at."""
-    from pipeline.phi.engine import PhiEngine
     from pipeline.phi.notes import written_as_prose
 
     letter = "Mrs Featherstonehaugh wrote to the council about the bins on Quarry Row again this week."
     note = "Pt 67M s/p CABG. BP 120/80, HR 88. Plan: cont lasix 40mg PO BID, f/u with Dr. Quarry in clinic."
     assert written_as_prose(letter) and not written_as_prose(note) and not written_as_prose(letter.upper())
-    without = PhiEngine(profile="clinical", prose_ner=False).setup()
     (with_ner, note_out), _, _ = clinical.redact_batch([letter, note])
-    (alone, note_alone), _, _ = without.redact_batch([letter, note])
+    monkeypatch.setattr(clinical, "prose_ner", False)
+    (alone, note_alone), _, _ = clinical.redact_batch([letter, note])
     assert "Quarry Row" in alone and "Quarry" not in with_ner and "Featherstonehaugh" not in with_ner, (alone, with_ner)
     assert note_out == note_alone
 
-    nlp, sent = without.nlp_engine.nlp["en"], []
+    nlp, sent = clinical.nlp_engine.nlp["en"], []
     ner = nlp.get_pipe("ner")
 
     class Watched:
@@ -448,8 +447,8 @@ def test_spacy_ner_is_one_more_detector_on_prose_and_never_runs_on_notes(clinica
             return ner.pipe(docs, batch_size=batch_size)
 
     monkeypatch.setattr(nlp, "get_pipe", lambda name: Watched() if name == "ner" else ner)
-    without.prose_ner = True
-    _, _, failed = without.redact_batch([note, note.upper(), letter])
+    monkeypatch.setattr(clinical, "prose_ner", True)
+    _, _, failed = clinical.redact_batch([note, note.upper(), letter])
     assert sent == [letter] and failed == [False, False, True]
 
 
