@@ -176,8 +176,8 @@ class Lexicon:
 
 
 def lexicon() -> Lexicon:
-    """The lists the rules read: the detector's lists (below) plus nam_dict's given names and
-    Faker's towns."""
+    """The lists the rules read: the detector's lists (below) plus nam_dict's given names,
+    Faker's towns and GeoNames' small towns."""
     return _lists()[1]
 
 

@@ -721,7 +721,7 @@ def _town_spans(text: str, toks: list, mode: str, lex) -> list[tuple[int, int]]:
 
 def _named_as_town(text: str, toks: list, lows: list, i: int, k: int, mode: str) -> bool:
     """Whether toks[i:i + k] is written as a town's name: capitalized in a text that writes capitals,
-    or after "in", "from", "near"; and not an eponym ("Cushing syndrome")."""
+    or after "in", "from", "near" and the like; and not an eponym ("Cushing syndrome")."""
     if i + k < len(toks) and lows[i + k] in EPONYM_HEADS:
         return False
     capitalized = all(w.group()[0].isupper() and not w.group().isupper() for w in toks[i:i + k])

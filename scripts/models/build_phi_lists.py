@@ -68,12 +68,8 @@ def nam_dict_names(text: str) -> list[str]:
 
 
 def write_list(path: Path, words) -> int:
-    words = sorted({w.strip().lower() for w in words if w and w.strip()})
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
-        gz.write(("\n".join(words) + "\n").encode())
-    path.write_bytes(buf.getvalue())
-    return len(words)
+    """Words, lowercased, one a line, sorted."""
+    return write_lines(path, {w.strip().lower() for w in words if w and w.strip()})
 
 
 def town_names(csv_text: str) -> set[str]:
