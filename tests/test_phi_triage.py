@@ -165,3 +165,16 @@ def test_clinical_stage_reports_the_share_sent(clinical_engine):
         clinical_engine.triage = None
     assert stats["triage"]["chars_in"] == sum(map(len, texts))
     assert stats["triage"]["share_sent"] == round(len(ACCOUNTS) / sum(map(len, texts)), 4)
+
+
+def test_clinical_stage_counts_the_texts_sent_to_the_prose_ner(clinical_engine):
+    """The stage's stats say how many texts (and characters) went to spaCy's NER as prose."""
+    stage = PhiDeidentify(PhiConfig(profile="clinical", id_mode="keep"), None)
+    stage._engine_loaded = clinical_engine
+    clinical_engine.prose_counts.clear()           # the module's engine: nothing counted before this test
+    stage.setup()
+    letter = "Mrs Featherstonehaugh wrote to the council about the bins on Quarry Row again this week."
+    texts = [letter, "Pt 67M s/p CABG. BP 120/80, HR 88. Plan: cont lasix 40mg PO BID."]
+    table = pa.table({"id": ["a", "b"], "text": texts})
+    stats = stage.finish_stats(stage.batch_stats(stage.process(table)), None)
+    assert stats["prose_ner"] == {"docs_sent": 1, "chars_sent": len(letter)}

@@ -112,6 +112,7 @@ class PhiEngine:
         # Clinical profile: spaCy's NER as a second detector on the texts written as prose, not
         # as notes (notes.written_as_prose): a model trained on other text, whose misses differ.
         self.prose_ner = prose_ner
+        self.prose_counts: Counter = Counter()      # texts and characters sent to it, read by the stage's stats
         # PHI triage (pipeline/phi/triage.py): NerTriage (literature profile) runs spaCy's NER
         # only on the windows that can give a name, TokenTriage (clinical) has spaCy tokenize
         # only the texts whose tokens a recognizer reads.
@@ -251,6 +252,8 @@ class PhiEngine:
         chosen = [k for k, (i, _) in enumerate(owners) if i in prose]
         if not chosen:
             return merged
+        self.prose_counts["docs_sent"] += len(prose)
+        self.prose_counts["chars_sent"] += sum(len(pieces[k]) for k in chosen)
         nlp = self.nlp_engine.nlp["en"]
         ner = nlp.get_pipe("ner")
         try:

@@ -326,7 +326,17 @@ class PhiDeidentify(DocumentStage):
         totals.update({f"cache.{key}": n for key, n in counts.items()})
         counts.clear()
         totals.update(self._triage_counts())
+        totals.update(self._prose_ner_counts())
         return totals
+
+    def _prose_ner_counts(self) -> dict:
+        """The texts written as prose sent to spaCy's NER since the last batch (by this worker)."""
+        counts = getattr(self._engine_loaded, "prose_counts", None)
+        if not counts:
+            return {}
+        out = {f"prose_ner.{key}": n for key, n in counts.items()}
+        counts.clear()
+        return out
 
     def _triage_counts(self) -> dict:
         """What the triage sent to spaCy since the last batch (by this worker)."""
@@ -349,6 +359,9 @@ class PhiDeidentify(DocumentStage):
             triage = {k.split(".", 1)[1]: v for k, v in totals.items() if k.startswith("triage.")}
             # Over the documents the engine saw in this run (not those the cache answered).
             out["triage"] = {**triage, "share_sent": share_sent(triage)}
+        if self.config.profile == "clinical" and self.config.prose_ner:
+            # Over the documents the engine saw in this run (not those the cache answered).
+            out["prose_ner"] = {key: totals.get(f"prose_ner.{key}", 0) for key in ("docs_sent", "chars_sent")}
         namespace = (getattr(self.ctx, "cache", None) or {}).get("namespace")
         if namespace:
             out["cache"] = {"namespace": namespace, **{k: totals.get(f"cache.{k}", 0) for k in
