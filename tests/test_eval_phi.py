@@ -58,6 +58,20 @@ def test_other_tokens_changed_are_counted_by_what_replaced_them():
     assert {t: r["changed"] for t, r in s["non_phi_tokens_changed_by"].items()} == {"other": 1}
 
 
+def test_urls_mails_and_handles_the_corpus_leaves_unlabelled_are_counted_apart():
+    text = "Ann wrote to bo.k@mail.example.com and @bo_k about https://t.co/Ab12 and her dog."
+    gold = {"d": [{"type": "NAME", "value": "Ann", "start": 0, "end": 3}]}
+    out = "<|NAME|> wrote to <|EMAIL|> and <|USERNAME|> about <|URL|> and her <|NAME|>."
+    s = score({"d": text}, {"d": out}, gold)
+    # 18 other tokens: the address's five, the handle's two, the URL's four, and seven words
+    assert s["non_phi_tokens"] == {"n": 18, "changed": 12, "rate": round(12 / 18, 5)}
+    # outside those identifiers only "dog" is damage; an "@" before a space is no address or handle
+    assert s["non_phi_tokens_outside_identifiers"] == {"n": 7, "changed": 1, "rate": round(1 / 7, 5)}
+    plain = "Mail me at home@ night, a 5@ rate."
+    s = score({"d": plain}, {"d": plain}, {})
+    assert s["non_phi_tokens_outside_identifiers"]["n"] == s["non_phi_tokens"]["n"] == 8
+
+
 def test_fully_redacted_note_leaks_nothing_and_changes_everything(dev):
     notes, gold = dev
     originals = {"p1-n1": notes["p1-n1"]}

@@ -22,7 +22,9 @@ Scoring (`score()`, importable: score(originals, outputs, gold) -> dict):
 - mention leak: a gold mention leaks if ANY of its tokens is left in place.
 - value leak: the gold value survives verbatim in the output (case-insensitive, not inside a
   longer alphanumeric run).
-- non-PHI tokens changed: tokens outside every gold span that are not left in place.
+- non-PHI tokens changed: tokens outside every gold span that are not left in place; and
+  the same outside URLs, e-mail addresses and @handles (UNLABELLED_IDENTIFIERS): identifiers
+  HIPAA and i2b2 remove that the NER corpora do not label, whose removal is not damage.
 - headline figures exclude gold mentions with safe_harbor_allowed=true (a year alone, ages
   <= 89); those are reported under the *_safe_harbor_allowed keys.
 - docs per CPU-second: documents / CPU time (user+sys) of the system's subprocess and its
@@ -45,7 +47,8 @@ bench/phi_eval.json (written only by this script; keys are stable, docs/phi.md q
             system run again on one document to measure its start-up),
             mention_leak, mention_leak_safe_harbor_allowed, mention_leak_by_type,
             mention_leak_by_type_safe_harbor_allowed, value_leak, value_leak_safe_harbor_allowed,
-            value_leak_by_type, value_leak_by_type_safe_harbor_allowed, non_phi_tokens}
+            value_leak_by_type, value_leak_by_type_safe_harbor_allowed, non_phi_tokens,
+            non_phi_tokens_outside_identifiers}
             or {error} when the system could not run.
   Each *_leak and non_phi_tokens entry is {n, leaked|changed, rate} (rate in 0..1).
   Every SYSTEM and abstracts carry `measured` {command, date, git {commit, dirty: changed files
@@ -113,6 +116,15 @@ def tokens_left_in_place(original: str, output: str) -> tuple[list[tuple[int, in
 
 PLACEHOLDER = re.compile(r"<\|([A-Z]+)\|>")
 
+# Identifiers a name-and-place corpus leaves unlabelled: URLs (Safe Harbor's 14th), e-mail
+# addresses (6th), and social media handles (i2b2 2014's USERNAME). Written here, from the
+# definitions, for scoring only: the stage never reads it.
+UNLABELLED_IDENTIFIERS = re.compile(
+    r"(?:\b(?:https?|ftp)://|\bwww\.)\S+"
+    r"|\b[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+"
+    r"|(?<![\w@])@\w+"
+)
+
 
 def tokens_and_replacements(original: str, output: str) -> tuple[list[tuple[int, int]], list[bool], list[str | None]]:
     """The original's token spans; for each, whether it is left in place in the output; and for a
@@ -157,6 +169,7 @@ def score(
     value = defaultdict(Counter)
     groups = {key: defaultdict(Counter) for key in group_by}
     non_phi = Counter()
+    outside = Counter()     # non-PHI tokens outside UNLABELLED_IDENTIFIERS
     changed_by = Counter()  # placeholder type -> other tokens it replaced
     for doc_id, original in originals.items():
         output = outputs[doc_id]
@@ -164,6 +177,12 @@ def score(
         mentions = gold.get(doc_id, [])
         in_phi = [False] * len(spans)
         starts = [a for a, _ in spans]
+        in_identifier = [False] * len(spans)
+        for m in UNLABELLED_IDENTIFIERS.finditer(original):
+            i = max(bisect.bisect_right(starts, m.start()) - 1, 0)
+            while i < len(spans) and spans[i][0] < m.end():
+                in_identifier[i] = in_identifier[i] or spans[i][1] > m.start()
+                i += 1
         for m in mentions:
             i = max(bisect.bisect_right(starts, m["start"]) - 1, 0)  # tokens overlapping [start, end)
             idx = []
@@ -198,6 +217,9 @@ def score(
             if not in_phi[j]:
                 non_phi["n"] += 1
                 non_phi["changed"] += not k
+                if not in_identifier[j]:
+                    outside["n"] += 1
+                    outside["changed"] += not k
                 if not k:
                     changed_by[by[j]] += 1
     out = {"docs": len(originals)}
@@ -209,6 +231,7 @@ def score(
     for g, table in groups.items():
         out[f"value_leak_by_{g}"] = {k: _rate(c["n"], c["leaked"]) for k, c in sorted(table.items())}
     out["non_phi_tokens"] = _rate(non_phi["n"], non_phi["changed"], "changed")
+    out["non_phi_tokens_outside_identifiers"] = _rate(outside["n"], outside["changed"], "changed")
     # What replaced them: a date or URL the corpus does not label is an identifier removed, a name
     # or place placeholder over an ordinary word is damage.
     out["non_phi_tokens_changed_by"] = {t: _rate(non_phi["n"], c, "changed") for t, c in sorted(changed_by.items())}
@@ -527,6 +550,7 @@ def _curve_point(threshold: float, s: dict, cpu: float, docs: int) -> dict:
         "mention_leak": s["mention_leak"],
         "value_leak": s["value_leak"],
         "non_phi_tokens": s["non_phi_tokens"],
+        "non_phi_tokens_outside_identifiers": s["non_phi_tokens_outside_identifiers"],
         "non_phi_tokens_changed_by": s["non_phi_tokens_changed_by"],
         "mention_leak_by_type": s["mention_leak_by_type"],
         "value_leak_by_type": s["value_leak_by_type"],
@@ -987,6 +1011,7 @@ def _leak_summary(entry: dict | None) -> dict | None:
         "value_leak": entry["value_leak"]["rate"],
         "mentions": entry["mention_leak"]["n"],
         "non_phi_tokens_changed": entry["non_phi_tokens"]["rate"],
+        "non_phi_tokens_changed_outside_identifiers": entry.get("non_phi_tokens_outside_identifiers", {}).get("rate"),
         "by_type": {
             t: {
                 "n": r["n"],
