@@ -262,7 +262,7 @@ def _notes_config(path: Path, data: Path, out: Path, crosswalk: Path) -> Path:
     return write_config(path, f"""
 input: {{paths: [{data}], columns: [patient_id]}}
 output_dir: {out}
-num_proc: 2
+num_proc: 1
 shard_size: 40
 progress: false
 report: false

@@ -14,7 +14,7 @@ def test_each_patient_lands_whole_in_one_split_under_a_pseudonym(tmp_path):
     cfg = write_config(tmp_path / "c.yaml", f"""
 input: {{paths: [{tmp_path / 'notes.jsonl'}], columns: [patient_id]}}
 output_dir: {tmp_path / 'run'}
-num_proc: 2
+num_proc: 1
 shard_size: 40
 progress: false
 report: false
