@@ -104,3 +104,29 @@ def test_the_committed_model_finds_the_names_and_keeps_the_codes(detector):
 def test_dates_with_the_year_after_an_apostrophe_a_full_stop_or_as_a_slash_range(text, dates):
     found = [text[r.start:r.end] for r in ClinicalDateRecognizer().analyze(text, ["DATE_TIME"])]
     assert sorted(found) == sorted(dates), found
+
+
+def test_what_a_model_reads_is_asked_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    """Whether a CRF reads the words (and spaCy's entities) comes from its attribute list once, then
+    from the user's cache under the file's digest; an unreadable cache is asked again."""
+    import json
+
+    import pycrfsuite
+
+    from pipeline.phi.detector import DEFAULT_MODEL, DEFAULT_WORD_FREE_MODEL, model_reads
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "medprep" / "phi_detector_reads.json"
+
+    def reads(path):
+        tagger = pycrfsuite.Tagger()
+        tagger.open(str(path))
+        return model_reads(tagger, str(path))
+
+    assert reads(DEFAULT_MODEL) == (False, True) and reads(DEFAULT_WORD_FREE_MODEL) == (False, False)
+    known = json.loads(cache.read_text())
+    assert sorted(known.values()) == [[False, False], [False, True]]
+    cache.write_text(json.dumps({key: [True, True] for key in known}))
+    assert reads(DEFAULT_WORD_FREE_MODEL) == (True, True)           # read back, not asked again
+    cache.write_text("{not json")
+    assert reads(DEFAULT_WORD_FREE_MODEL) == (False, False)
+    assert len(json.loads(cache.read_text())) == 1

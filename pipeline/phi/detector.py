@@ -414,6 +414,37 @@ class _Model(NamedTuple):
     words: bool             # reads the words themselves (the word-free model does not)
 
 
+def model_reads(tagger, path: str) -> tuple[bool, bool]:
+    """Whether a CRF reads spaCy's entities and the words themselves (attributes `ent=`, `w=`).
+    Listing its attributes parses the whole model (about half a second in every process that
+    loads it), so the answer is kept in the user's cache folder under the file's digest."""
+    import json
+    import os
+
+    from pipeline.digests import file_digest, user_cache_dir
+
+    cache = user_cache_dir() / "phi_detector_reads.json"
+    key = file_digest(Path(path))
+    try:
+        known = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    hit = known.get(key) if isinstance(known, dict) else None
+    if isinstance(hit, list) and len(hit) == 2:
+        return bool(hit[0]), bool(hit[1])
+    known = known if isinstance(known, dict) else {}
+    attributes = tagger.info().attributes
+    reads = (any(a.startswith("ent=") for a in attributes), any(a.startswith("w=") for a in attributes))
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**known, key: list(reads)}, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass                      # no writable cache folder: asked again next time
+    return reads
+
+
 class PhiDetector:
     """The trained CRFs: spans of PERSON and LOCATION with their marginal probability. With
     several models (the committed one and its word-free companion), a token's marginal is the
@@ -428,11 +459,10 @@ class PhiDetector:
         for path in (self.model_path, *map(str, more_models)):
             tagger = pycrfsuite.Tagger()
             tagger.open(path)
-            info = tagger.info()
-            self.models.append(_Model(tagger, [lab for lab in info.labels if lab.endswith("PER")],
-                                      [lab for lab in info.labels if lab.endswith("LOC")],
-                                      any(a.startswith("ent=") for a in info.attributes),
-                                      any(a.startswith("w=") for a in info.attributes)))
+            labels = tagger.labels()
+            uses_entities, words = model_reads(tagger, path)
+            self.models.append(_Model(tagger, [lab for lab in labels if lab.endswith("PER")],
+                                      [lab for lab in labels if lab.endswith("LOC")], uses_entities, words))
         self.uses_entities = any(m.uses_entities for m in self.models)
         self.lex = detector_lexicon()
 
