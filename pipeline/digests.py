@@ -29,6 +29,19 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "medprep"
 
 
+def write_user_cache(path: Path, text: str) -> bool:
+    """A file of the user's cache folder written whole (a temp name, then renamed: a reader never
+    sees half of it). False where the folder cannot be written: the caller computes again next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+
+
 def _digest_cache_path() -> Path:
     return user_cache_dir() / "file_digests.json"
 
@@ -53,14 +66,7 @@ def file_digest(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     _DIGEST_CACHE[str(path)] = key + [h.hexdigest()]
-    try:
-        cache = _digest_cache_path()
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_DIGEST_CACHE), encoding="utf-8")
-        os.replace(tmp, cache)
-    except OSError:
-        pass                  # no writable cache: digests are recomputed next time
+    write_user_cache(_digest_cache_path(), json.dumps(_DIGEST_CACHE))
     return h.hexdigest()
 
 

@@ -419,9 +419,8 @@ def model_reads(tagger, path: str) -> tuple[bool, bool]:
     Listing its attributes parses the whole model (about half a second in every process that
     loads it), so the answer is kept in the user's cache folder under the file's digest."""
     import json
-    import os
 
-    from pipeline.digests import file_digest, user_cache_dir
+    from pipeline.digests import file_digest, user_cache_dir, write_user_cache
 
     cache = user_cache_dir() / "phi_detector_reads.json"
     key = file_digest(Path(path))
@@ -429,19 +428,14 @@ def model_reads(tagger, path: str) -> tuple[bool, bool]:
         known = json.loads(cache.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
-    hit = known.get(key) if isinstance(known, dict) else None
+    if not isinstance(known, dict):
+        known = {}
+    hit = known.get(key)
     if isinstance(hit, list) and len(hit) == 2:
         return bool(hit[0]), bool(hit[1])
-    known = known if isinstance(known, dict) else {}
     attributes = tagger.info().attributes
     reads = (any(a.startswith("ent=") for a in attributes), any(a.startswith("w=") for a in attributes))
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**known, key: list(reads)}, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, cache)
-    except OSError:
-        pass                      # no writable cache folder: asked again next time
+    write_user_cache(cache, json.dumps({**known, key: list(reads)}, sort_keys=True))
     return reads
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import unicodedata
 from dataclasses import dataclass, fields, replace
@@ -262,16 +261,11 @@ def _lists() -> tuple[Lexicon, Lexicon]:
     detector = _build_detector_lexicon()
     more_given, more_places, small_towns = _load("world_given_names"), _faker_towns(), _towns()
     rules = _widened(detector, more_given, more_places, small_towns)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"detector": _as_json(detector), "more_given": list(more_given),
-                                  "more_places": list(more_places), "small_towns": list(small_towns)},
-                                 separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, path)
+    from pipeline.digests import write_user_cache
+    if write_user_cache(path, json.dumps({"detector": _as_json(detector), "more_given": list(more_given),
+                                          "more_places": list(more_places), "small_towns": list(small_towns)},
+                                         separators=(",", ":"))):
         for old in path.parent.glob("phi_lists_*.json"):
             if old != path:
                 old.unlink(missing_ok=True)       # lists of other sources: never read again
-    except OSError:
-        pass                  # no writable cache folder: the lists are built again next time
     return detector, rules
