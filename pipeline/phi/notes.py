@@ -871,7 +871,7 @@ def written_as_prose(text: str) -> bool:
     words = [w for w in (t.strip(_WORD_EDGES) for t in text.split()) if w]
     if not words:
         return False
-    noted = sum(1 for w in words if any(c.isdigit() or c == "/" for c in w) or len(w) > 1 and w.isupper()
+    noted = sum(1 for w in words if "/" in w or any(map(str.isdigit, w)) or len(w) > 1 and w.isupper()
                 or w.lower() in _SHORTHAND)
     return noted / len(words) < PROSE_MAX_NOTE_SHARE
 
