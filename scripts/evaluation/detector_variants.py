@@ -1,0 +1,216 @@
+"""Ways to train the name and place detector differently, each fitted without a source and scored
+on it, beside the committed way: what was tried to lower the leak on styles nothing was fitted on.
+
+    python scripts/evaluation/detector_variants.py --out bench/phi_detector_variants.json
+
+For each held-out source (the two worst of the leave-one-source-out table: the web-ner test sets
+and LitBank), fitted without it exactly as `eval_phi.py --cross-style` fits (the same examples):
+- `committed`: the committed training (pipeline.phi.detector.TRAIN_PARAMS);
+- `l1_0.3`: six times the L1 penalty (c1 0.3 for 0.05), which prunes the rarer features a
+  style's own names and contexts give;
+- `lower_lines`: every fourth training document also as a copy with every other line in lower
+  case (informal text drops capitals; the copies teach that a lower-case line can hold a name);
+- `spacy_ner`: a spaCy NER trained from scratch (a blank English pipeline, `tok2vec` and `ner`,
+  spaCy's CPU efficiency config, 3,000 steps, seed 0) on the same examples, run on the held-out
+  text beside the committed stage's output: how many of the mentions the stage leaves it finds
+  (all their word characters inside its PER or LOC spans), and how many other words it marks
+  that the stage's output still holds (what adding it would change on top; counted by the
+  word's text, so a rough figure).
+The CRF variants are the whole stage (`python -m pipeline.stage phi`, clinical profile, default
+threshold) with both models trained that way. Models and stage runs are kept in --work.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from scripts.evaluation.eval_phi import (  # noqa: E402
+    CROSS_STYLES,
+    NOTES_CONFIG,
+    detector_model,
+    git_state,
+    run_stage,
+    score,
+)
+
+STYLES = ("web", "fiction")
+CRF_VARIANTS = {"l1_0.3": ({"c1": 0.3}, False), "lower_lines": ({}, True)}
+SPACY_STEPS = 3000
+SPACY_LABELS = ("PER", "LOC")
+
+
+def lower_line_copies(examples: list, every: int = 4) -> list:
+    """The examples, then every `every`-th one again with its even-numbered lines in lower case
+    (only where lower-casing keeps every offset)."""
+    copies = []
+    for i, (text, spans, ents) in enumerate(examples):
+        if i % every:
+            continue
+        new = "\n".join(line.lower() if k % 2 == 0 else line for k, line in enumerate(text.split("\n")))
+        if len(new) == len(text) and new != text:
+            copies.append((new, spans, ents))
+    return examples + copies
+
+
+def _examples(style: str, augment: bool) -> list:
+    from scripts.models.train_phi_detector import examples
+    ex = examples(**CROSS_STYLES[style][2])
+    return lower_line_copies(ex) if augment else ex
+
+
+def train_crf(job: tuple) -> str:
+    """One model of a variant (job: work, variant, style, words), kept under a digest of its
+    training text, parameters and code."""
+    from pipeline.phi.detector import TRAIN_PARAMS, train
+    work, variant, style, words = job
+    params, augment = CRF_VARIANTS[variant]
+    ex = _examples(style, augment)
+    h = hashlib.sha256(json.dumps({**TRAIN_PARAMS, **params}, sort_keys=True).encode())
+    for f in ("pipeline/phi/detector.py", "pipeline/phi/lexicon.py", "scripts/models/train_phi_detector.py"):
+        h.update((ROOT / f).read_bytes())
+    for text, spans, _ in ex:
+        h.update(text.encode() + json.dumps(spans).encode())
+    path = Path(work) / "models" / f"{variant}-{style}-{h.hexdigest()[:16]}{'' if words else '-word-free'}.crfsuite"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.process_time()
+        train(ex, path.with_suffix(".tmp"), params={**TRAIN_PARAMS, **params}, words=words)
+        os.replace(path.with_suffix(".tmp"), path)
+        print(f"[variants] {path.name}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
+    return str(path)
+
+
+def committed_model(job: tuple) -> dict:
+    """The committed way, fitted without the style, as eval_phi.py --cross-style keeps it."""
+    work, style = job
+    name, _, example_args, _ = CROSS_STYLES[style]
+    return detector_model(Path(work), name, **example_args)
+
+
+def train_spacy(job: tuple) -> str:
+    """A spaCy NER trained from scratch on the style's training examples (job: work, style)."""
+    import spacy
+    from spacy.cli.init_config import init_config
+    from spacy.cli.train import train
+    from spacy.tokens import DocBin
+
+    work, style = job
+    folder = Path(work) / f"spacy-{style}"
+    best = folder / "model" / "model-best"
+    if best.exists():
+        return str(best)
+    folder.mkdir(parents=True, exist_ok=True)
+    ex = _examples(style, False)
+    random.Random(0).shuffle(ex)
+    nlp = spacy.blank("en")
+    bins = {"train": DocBin(), "dev": DocBin()}
+    for i, (text, spans, _) in enumerate(ex):
+        doc = nlp.make_doc(text)
+        ents = [doc.char_span(s, e, label=label, alignment_mode="expand") for s, e, label in spans]
+        doc.set_ents(spacy.util.filter_spans([e for e in ents if e is not None]))
+        bins["dev" if i % 20 == 0 else "train"].add(doc)
+    for name, docbin in bins.items():
+        docbin.to_disk(folder / f"{name}.spacy")
+    config = init_config(lang="en", pipeline=["ner"], optimize="efficiency", gpu=False)
+    config.to_disk(folder / "config.cfg")
+    t0 = time.process_time()
+    train(folder / "config.cfg", folder / "model", overrides={
+        "paths.train": str(folder / "train.spacy"), "paths.dev": str(folder / "dev.spacy"),
+        "training.max_steps": SPACY_STEPS, "training.eval_frequency": 500, "system.seed": 0})
+    print(f"[variants] spacy-{style}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
+    return str(best)
+
+
+def _summary(s: dict) -> dict:
+    return {k: s[k] for k in ("mention_leak", "value_leak", "non_phi_tokens", "non_phi_tokens_outside_identifiers",
+                              "mention_leak_by_type")}
+
+
+def _covered(spans: list, start: int, end: int, text: str) -> bool:
+    return all(any(a <= start + m.start() < b for a, b in spans) for m in re.finditer(r"\w", text[start:end]))
+
+
+def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list) -> dict:
+    """What the spaCy model finds beside the stage's output: leaked mentions it covers, and
+    other words it marks that the output still holds."""
+    import spacy
+    nlp = spacy.load(model)
+    found = {d["id"]: [(e.start_char, e.end_char) for e in doc.ents if e.label_ in SPACY_LABELS]
+             for d, doc in zip(docs, nlp.pipe([d["text"] for d in docs], batch_size=32))}
+    texts = {d["id"]: d["text"] for d in docs}
+    left = [leak for leak in leaks if leak["mention_leak"]]
+    recovered = sum(
+        any(_covered(found[leak["id"]], m["start"], m["end"], texts[leak["id"]])
+            for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"])
+        for leak in left)
+    words = marked = still_there = 0
+    for doc_id, text in texts.items():
+        spans = [(m["start"], m["end"]) for m in gold[doc_id]]
+        out = outputs.get(doc_id, "")
+        for m in re.finditer(r"\S+", text):
+            if any(a < m.end() and m.start() < b for a, b in spans):
+                continue
+            words += 1
+            if any(a < m.end() and m.start() < b for a, b in found[doc_id]):
+                marked += 1
+                still_there += m.group() in out
+    return {"mentions_left_by_the_stage": len(left), "of_them_found_by_spacy": recovered,
+            "other_words": words, "other_words_marked_by_spacy": marked,
+            "of_them_still_in_the_stage_output": still_there}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--work", type=Path, required=True, help="models and stage runs (reused by a rerun)")
+    ap.add_argument("--styles", default=",".join(STYLES))
+    args = ap.parse_args()
+    styles = args.styles.split(",")
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    crf_jobs = [(str(work), v, s, w) for v in CRF_VARIANTS for s in styles for w in (True, False)]
+    with ProcessPoolExecutor(2) as pool:
+        committed = pool.map(committed_model, [(str(work), s) for s in styles])
+        crf_paths = list(pool.map(train_crf, crf_jobs))
+        spacy_paths = list(pool.map(train_spacy, [(str(work), s) for s in styles]))
+        committed = list(committed)
+    trained = {(v, s, w): p for (_, v, s, w), p in zip(crf_jobs, crf_paths)}
+    report = {}
+    for style, spacy_model in zip(styles, spacy_paths):
+        name, load, example_args, trained_on = CROSS_STYLES[style]
+        docs, gold, where = load()
+        originals = {d["id"]: d["text"] for d in docs}
+        models = {"committed": committed[styles.index(style)]}
+        for v in CRF_VARIANTS:
+            models[v] = {"detector_path": trained[(v, style, True)],
+                         "word_free_detector_path": trained[(v, style, False)]}
+        row = {"input": where, "docs": len(docs), "trained_on": trained_on, "variants": {}}
+        for v, model in models.items():
+            outputs, _ = run_stage(docs, NOTES_CONFIG, work, f"{name}-{v}", model)
+            leaks: list = []
+            row["variants"][v] = _summary(score(originals, outputs, gold, leaks=leaks))
+            if v == "committed":
+                row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
+            print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
+        report[name] = row
+    report["measured"] = {"command": "python scripts/evaluation/detector_variants.py " + " ".join(sys.argv[1:]),
+                          "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git": git_state()}
+    args.out.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"written: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
