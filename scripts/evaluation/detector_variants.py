@@ -10,6 +10,8 @@ and LitBank), fitted without it exactly as `eval_phi.py --cross-style` fits (the
   style's own names and contexts give;
 - `lower_lines`: every fourth training document also as a copy with every other line in lower
   case (informal text drops capitals; the copies teach that a lower-case line can hold a name);
+- `upper_words`: every fourth training document written in mixed case also as a copy with about
+  one word in ten, names or not, in capitals (emphasis, as informal text writes it);
 - `spacy_ner`: a spaCy NER trained from scratch (a blank English pipeline, `tok2vec` and `ner`,
   spaCy's CPU efficiency config, 3,000 steps, seed 0) on the same examples, run on the held-out
   text beside the committed stage's output: how many of the mentions the stage leaves it finds
@@ -46,7 +48,8 @@ from scripts.evaluation.eval_phi import (  # noqa: E402
 )
 
 STYLES = ("web", "fiction")
-CRF_VARIANTS = {"l1_0.3": ({"c1": 0.3}, False), "lower_lines": ({}, True)}
+CRF_VARIANTS = {"l1_0.3": ({"c1": 0.3}, None), "lower_lines": ({}, "lower_lines"),
+                "upper_words": ({}, "upper_words")}
 SPACY_STEPS = 3000
 SPACY_LABELS = ("PER", "LOC")
 
@@ -64,10 +67,29 @@ def lower_line_copies(examples: list, every: int = 4) -> list:
     return examples + copies
 
 
-def _examples(style: str, augment: bool) -> list:
+def upper_word_copies(examples: list, every: int = 4, share: float = 0.1) -> list:
+    """The examples, then every `every`-th one of those written in mixed case again with about
+    `share` of its words, names or not, in capitals (chosen by a generator seeded with the
+    document's number): emphasis in capitals, as informal text writes it, says nothing of a name."""
+    from pipeline.phi.detector import case_mode
+    copies = []
+    for i, (text, spans, ents) in enumerate(examples):
+        if i % every or case_mode(text) != "mixed":
+            continue
+        rng = random.Random(i)
+        new = re.sub(r"[^\W\d_]+", lambda m: m.group().upper() if rng.random() < share else m.group(), text)
+        if len(new) == len(text) and new != text:
+            copies.append((new, spans, ents))
+    return examples + copies
+
+
+AUGMENT = {"lower_lines": lower_line_copies, "upper_words": upper_word_copies}
+
+
+def _examples(style: str, augment: str | None) -> list:
     from scripts.models.train_phi_detector import examples
     ex = examples(**CROSS_STYLES[style][2])
-    return lower_line_copies(ex) if augment else ex
+    return AUGMENT[augment](ex) if augment else ex
 
 
 def train_crf(job: tuple) -> str:
@@ -112,7 +134,7 @@ def train_spacy(job: tuple) -> str:
     if best.exists():
         return str(best)
     folder.mkdir(parents=True, exist_ok=True)
-    ex = _examples(style, False)
+    ex = _examples(style, None)
     random.Random(0).shuffle(ex)
     nlp = spacy.blank("en")
     bins = {"train": DocBin(), "dev": DocBin()}
