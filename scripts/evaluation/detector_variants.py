@@ -172,11 +172,12 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
     found = {d["id"]: [(e.start_char, e.end_char) for e in doc.ents if e.label_ in SPACY_LABELS]
              for d, doc in zip(docs, nlp.pipe([d["text"] for d in docs], batch_size=32))}
     texts = {d["id"]: d["text"] for d in docs}
-    left = [leak for leak in leaks if leak["mention_leak"]]
-    recovered = sum(
-        any(_covered(found[leak["id"]], m["start"], m["end"], texts[leak["id"]])
-            for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"])
-        for leak in left)
+    # The mentions the leak rate counts (not those Safe Harbor allows), as gold entries.
+    left = [[m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
+             and not m.get("safe_harbor_allowed")] for leak in leaks if leak["mention_leak"]]
+    left = [(doc_id, ms) for doc_id, ms in zip((leak["id"] for leak in leaks if leak["mention_leak"]), left) if ms]
+    recovered = sum(any(_covered(found[doc_id], m["start"], m["end"], texts[doc_id]) for m in ms)
+                    for doc_id, ms in left)
     words = marked = still_there = 0
     for doc_id, text in texts.items():
         spans = [(m["start"], m["end"]) for m in gold[doc_id]]
