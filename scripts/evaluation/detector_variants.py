@@ -19,7 +19,8 @@ and LitBank), fitted without it exactly as `eval_phi.py --cross-style` fits (the
   that the stage's output still holds (what adding it would change on top; counted by the
   word's text, so a rough figure).
 The CRF variants are the whole stage (`python -m pipeline.stage phi`, clinical profile, default
-threshold) with both models trained that way. Models and stage runs are kept in --work.
+threshold) with both models trained that way; each also gives the mentions left by how they are
+written (hashtag, capitals, lower case, capitalized). Models and stage runs are kept in --work.
 """
 from __future__ import annotations
 
@@ -155,9 +156,35 @@ def train_spacy(job: tuple) -> str:
     return str(best)
 
 
-def _summary(s: dict) -> dict:
-    return {k: s[k] for k in ("mention_leak", "value_leak", "non_phi_tokens", "non_phi_tokens_outside_identifiers",
-                              "mention_leak_by_type")}
+def written_form(value: str) -> str:
+    """How a mention is written: a hashtag, in capitals (two letters or more), in lower case, or
+    capitalized (the rest)."""
+    letters = [c for c in value if c.isalpha()]
+    if value.startswith("#"):
+        return "hashtag"
+    if not letters:
+        return "no letters"
+    if all(c.islower() for c in letters):
+        return "lower case"
+    return "capitals" if len(letters) > 1 and all(c.isupper() for c in letters) else "capitalized"
+
+
+def _summary(s: dict, gold: dict, leaks: list) -> dict:
+    """The scores, and the mentions left by how they are written (those the leak rate counts)."""
+    out = {k: s[k] for k in ("mention_leak", "value_leak", "non_phi_tokens", "non_phi_tokens_outside_identifiers",
+                             "mention_leak_by_type")}
+    allowed = {(doc_id, m["value"], m["type"]) for doc_id, ms in gold.items() for m in ms
+               if m.get("safe_harbor_allowed")}
+    forms: dict = {}
+    for ms in gold.values():
+        for m in ms:
+            if not m.get("safe_harbor_allowed"):
+                forms.setdefault(f"{m['type']} {written_form(m['value'])}", {"n": 0, "leaked": 0})["n"] += 1
+    for leak in leaks:
+        if leak["mention_leak"] and (leak["id"], leak["value"], leak["type"]) not in allowed:
+            forms[f"{leak['type']} {written_form(leak['value'])}"]["leaked"] += 1
+    out["mention_leak_by_form"] = dict(sorted(forms.items()))
+    return out
 
 
 def _covered(spans: list, start: int, end: int, text: str) -> bool:
@@ -172,12 +199,15 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
     found = {d["id"]: [(e.start_char, e.end_char) for e in doc.ents if e.label_ in SPACY_LABELS]
              for d, doc in zip(docs, nlp.pipe([d["text"] for d in docs], batch_size=32))}
     texts = {d["id"]: d["text"] for d in docs}
-    # The mentions the leak rate counts (not those Safe Harbor allows), as gold entries.
-    left = [[m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
-             and not m.get("safe_harbor_allowed")] for leak in leaks if leak["mention_leak"]]
-    left = [(doc_id, ms) for doc_id, ms in zip((leak["id"] for leak in leaks if leak["mention_leak"]), left) if ms]
-    recovered = sum(any(_covered(found[doc_id], m["start"], m["end"], texts[doc_id]) for m in ms)
-                    for doc_id, ms in left)
+    # The mentions the leak rate counts (not those Safe Harbor allows): their gold entries.
+    left = []
+    for leak in leaks:
+        same = [m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
+                and not m.get("safe_harbor_allowed")]
+        if leak["mention_leak"] and same:
+            left.append((leak["id"], same))
+    recovered = sum(any(_covered(found[doc_id], m["start"], m["end"], texts[doc_id]) for m in same)
+                    for doc_id, same in left)
     words = marked = still_there = 0
     for doc_id, text in texts.items():
         spans = [(m["start"], m["end"]) for m in gold[doc_id]]
@@ -223,7 +253,7 @@ def main() -> int:
         for v, model in models.items():
             outputs, _ = run_stage(docs, NOTES_CONFIG, work, f"{name}-{v}", model)
             leaks: list = []
-            row["variants"][v] = _summary(score(originals, outputs, gold, leaks=leaks))
+            row["variants"][v] = _summary(score(originals, outputs, gold, leaks=leaks), gold, leaks)
             if v == "committed":
                 row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
             print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
