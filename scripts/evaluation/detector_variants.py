@@ -20,7 +20,9 @@ and LitBank), fitted without it exactly as `eval_phi.py --cross-style` fits (the
   word's text, so a rough figure).
 The CRF variants are the whole stage (`python -m pipeline.stage phi`, clinical profile, default
 threshold) with both models trained that way; each also gives the mentions left by how they are
-written (hashtag, capitals, lower case, capitalized). Models and stage runs are kept in --work.
+written (hashtag, capitals, lower case, capitalized); and for the committed way, what its
+detector alone made of each mention the stage leaves (no span at the default threshold, a span
+over part of the mention, or over all of it). Models and stage runs are kept in --work.
 """
 from __future__ import annotations
 
@@ -224,6 +226,36 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
             "of_them_still_in_the_stage_output": still_there}
 
 
+def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
+    """For the mentions the stage leaves (those the leak rate counts), what the detector alone
+    made of them at its default threshold: no token reaching the threshold, a detector span over
+    part of the mention, or over all of it (then a later step of the stage left it)."""
+    from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+    detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
+    texts = {d["id"]: d["text"] for d in docs}
+    spans: dict = {}
+    out: dict = {}
+    for leak in leaks:
+        same = [m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
+                and not m.get("safe_harbor_allowed")]
+        if not leak["mention_leak"] or not same:
+            continue
+        text = texts[leak["id"]]
+        if leak["id"] not in spans:
+            spans[leak["id"]] = [(s, e) for s, e, _, _ in detector.spans(text)]
+        what = "no detector span"
+        for m in same:
+            over = [(s, e) for s, e in spans[leak["id"]] if s < m["end"] and e > m["start"]]
+            if over:
+                what = ("a detector span over all of it" if _covered(over, m["start"], m["end"], text)
+                        else "a detector span over part of it")
+                break
+        key = f"{leak['type']} {written_form(leak['value'])}"
+        out.setdefault(key, {}).setdefault(what, 0)
+        out[key][what] += 1
+    return dict(sorted(out.items()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -256,6 +288,7 @@ def main() -> int:
             row["variants"][v] = _summary(score(originals, outputs, gold, leaks=leaks), gold, leaks)
             if v == "committed":
                 row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
+                row["committed_detector_on_mentions_left"] = detector_on_left(model, docs, gold, leaks)
             print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
         report[name] = row
     report["measured"] = {"command": "python scripts/evaluation/detector_variants.py " + " ".join(sys.argv[1:]),
