@@ -6,7 +6,7 @@ on it, beside the committed way: what was tried to lower the leak on styles noth
 For each held-out source (the two worst of the leave-one-source-out table: the web-ner test sets
 and LitBank), fitted without it exactly as `eval_phi.py --cross-style` fits (the same examples):
 - `committed`: the committed training (pipeline.phi.detector.TRAIN_PARAMS);
-- `l1_0.3`: six times the L1 penalty (c1 0.3 for 0.05), which prunes the rarer features a
+- `stronger_l1`: six times the L1 penalty (c1 0.3 for 0.05), which prunes the rarer features a
   style's own names and contexts give;
 - `lower_lines`: every fourth training document also as a copy with every other line in lower
   case (informal text drops capitals; the copies teach that a lower-case line can hold a name);
@@ -51,7 +51,7 @@ from scripts.evaluation.eval_phi import (  # noqa: E402
 )
 
 STYLES = ("web", "fiction")
-CRF_VARIANTS = {"l1_0.3": ({"c1": 0.3}, None), "lower_lines": ({}, "lower_lines"),
+CRF_VARIANTS = {"stronger_l1": ({"c1": 0.3}, None), "lower_lines": ({}, "lower_lines"),
                 "upper_words": ({}, "upper_words")}
 SPACY_STEPS = 3000
 SPACY_LABELS = ("PER", "LOC")
@@ -160,14 +160,14 @@ def train_spacy(job: tuple) -> str:
 
 def written_form(value: str) -> str:
     """How a mention is written: a hashtag, in capitals (two letters or more), in lower case, or
-    capitalized (the rest)."""
+    capitalized (the rest); as a key of the result file."""
     letters = [c for c in value if c.isalpha()]
     if value.startswith("#"):
         return "hashtag"
     if not letters:
-        return "no letters"
+        return "no_letters"
     if all(c.islower() for c in letters):
-        return "lower case"
+        return "lower_case"
     return "capitals" if len(letters) > 1 and all(c.isupper() for c in letters) else "capitalized"
 
 
@@ -181,11 +181,11 @@ def _summary(s: dict, gold: dict, leaks: list) -> dict:
     for ms in gold.values():
         for m in ms:
             if not m.get("safe_harbor_allowed"):
-                forms.setdefault(f"{m['type']} {written_form(m['value'])}", {"n": 0, "leaked": 0})["n"] += 1
+                forms.setdefault(m["type"], {}).setdefault(written_form(m["value"]), {"n": 0, "leaked": 0})["n"] += 1
     for leak in leaks:
         if leak["mention_leak"] and (leak["id"], leak["value"], leak["type"]) not in allowed:
-            forms[f"{leak['type']} {written_form(leak['value'])}"]["leaked"] += 1
-    out["mention_leak_by_form"] = dict(sorted(forms.items()))
+            forms[leak["type"]][written_form(leak["value"])]["leaked"] += 1
+    out["mention_leak_by_form"] = {t: dict(sorted(f.items())) for t, f in sorted(forms.items())}
     return out
 
 
@@ -228,7 +228,7 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
 
 def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
     """For the mentions the stage leaves (those the leak rate counts), what the detector alone
-    made of them at its default threshold: no token reaching the threshold, a detector span over
+    made of them at its default threshold: no span (no token reaching the threshold), a span over
     part of the mention, or over all of it (then a later step of the stage left it)."""
     from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
     detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
@@ -243,17 +243,15 @@ def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
         text = texts[leak["id"]]
         if leak["id"] not in spans:
             spans[leak["id"]] = [(s, e) for s, e, _, _ in detector.spans(text)]
-        what = "no detector span"
+        what = "no_span"
         for m in same:
             over = [(s, e) for s, e in spans[leak["id"]] if s < m["end"] and e > m["start"]]
             if over:
-                what = ("a detector span over all of it" if _covered(over, m["start"], m["end"], text)
-                        else "a detector span over part of it")
+                what = "span_over_all" if _covered(over, m["start"], m["end"], text) else "span_over_part"
                 break
-        key = f"{leak['type']} {written_form(leak['value'])}"
-        out.setdefault(key, {}).setdefault(what, 0)
-        out[key][what] += 1
-    return dict(sorted(out.items()))
+        counts = out.setdefault(leak["type"], {}).setdefault(written_form(leak["value"]), {})
+        counts[what] = counts.get(what, 0) + 1
+    return {t: dict(sorted(f.items())) for t, f in sorted(out.items())}
 
 
 def main() -> int:
