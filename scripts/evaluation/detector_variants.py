@@ -175,17 +175,26 @@ def _summary(s: dict, gold: dict, leaks: list) -> dict:
     """The scores, and the mentions left by how they are written (those the leak rate counts)."""
     out = {k: s[k] for k in ("mention_leak", "value_leak", "non_phi_tokens", "non_phi_tokens_outside_identifiers",
                              "mention_leak_by_type")}
-    allowed = {(doc_id, m["value"], m["type"]) for doc_id, ms in gold.items() for m in ms
-               if m.get("safe_harbor_allowed")}
     forms: dict = {}
     for ms in gold.values():
         for m in ms:
             if not m.get("safe_harbor_allowed"):
                 forms.setdefault(m["type"], {}).setdefault(written_form(m["value"]), {"n": 0, "leaked": 0})["n"] += 1
-    for leak in leaks:
-        if leak["mention_leak"] and (leak["id"], leak["value"], leak["type"]) not in allowed:
-            forms[leak["type"]][written_form(leak["value"])]["leaked"] += 1
+    for leak, _ in mentions_left(gold, leaks):
+        forms[leak["type"]][written_form(leak["value"])]["leaked"] += 1
     out["mention_leak_by_form"] = {t: dict(sorted(f.items())) for t, f in sorted(forms.items())}
+    return out
+
+
+def mentions_left(gold: dict, leaks: list) -> list[tuple[dict, list[dict]]]:
+    """The mentions the stage leaves that the leak rate counts (not those Safe Harbor allows):
+    each leak with the gold entries of its document that have its value and type."""
+    out = []
+    for leak in leaks:
+        same = [m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
+                and not m.get("safe_harbor_allowed")]
+        if leak["mention_leak"] and same:
+            out.append((leak, same))
     return out
 
 
@@ -201,15 +210,9 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
     found = {d["id"]: [(e.start_char, e.end_char) for e in doc.ents if e.label_ in SPACY_LABELS]
              for d, doc in zip(docs, nlp.pipe([d["text"] for d in docs], batch_size=32))}
     texts = {d["id"]: d["text"] for d in docs}
-    # The mentions the leak rate counts (not those Safe Harbor allows): their gold entries.
-    left = []
-    for leak in leaks:
-        same = [m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
-                and not m.get("safe_harbor_allowed")]
-        if leak["mention_leak"] and same:
-            left.append((leak["id"], same))
-    recovered = sum(any(_covered(found[doc_id], m["start"], m["end"], texts[doc_id]) for m in same)
-                    for doc_id, same in left)
+    left = mentions_left(gold, leaks)
+    recovered = sum(any(_covered(found[leak["id"]], m["start"], m["end"], texts[leak["id"]]) for m in same)
+                    for leak, same in left)
     words = marked = still_there = 0
     for doc_id, text in texts.items():
         spans = [(m["start"], m["end"]) for m in gold[doc_id]]
@@ -235,11 +238,7 @@ def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
     texts = {d["id"]: d["text"] for d in docs}
     spans: dict = {}
     out: dict = {}
-    for leak in leaks:
-        same = [m for m in gold[leak["id"]] if m["value"] == leak["value"] and m["type"] == leak["type"]
-                and not m.get("safe_harbor_allowed")]
-        if not leak["mention_leak"] or not same:
-            continue
+    for leak, same in mentions_left(gold, leaks):
         text = texts[leak["id"]]
         if leak["id"] not in spans:
             spans[leak["id"]] = [(s, e) for s, e, _, _ in detector.spans(text)]
