@@ -9,6 +9,7 @@ These recognizers run in the `clinical` profile; the `literature` profile leaves
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 
@@ -71,10 +72,17 @@ _SIGN_TAIL = re.compile(r"\s*[,.]?\s*(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|
 
 def case_mode(text: str) -> str:
     """'upper' for ALL-CAPS notes, 'lower' for lower-case notes, else 'mixed': what capitals mean."""
-    letters = [c for c in text[:4000] if c.isalpha()]
+    return _case_mode_of_head(text[:4000])
+
+
+# Keyed by the head it reads: the name, place, prose and common-noun rules each ask it of the
+# same text.
+@lru_cache(maxsize=256)
+def _case_mode_of_head(head: str) -> str:
+    letters = list(filter(str.isalpha, head))
     if not letters:
         return "mixed"
-    upper = sum(c.isupper() for c in letters) / len(letters)
+    upper = sum(map(str.isupper, letters)) / len(letters)
     if upper > 0.6:
         return "upper"
     if upper < 0.02:
