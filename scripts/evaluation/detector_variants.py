@@ -22,7 +22,9 @@ The CRF variants are the whole stage (`python -m pipeline.stage phi`, clinical p
 threshold) with both models trained that way; each also gives the mentions left by how they are
 written (hashtag, capitals, lower case, capitalized); and for the committed way, what its
 detector alone made of each mention the stage leaves (no span at the default threshold, a span
-over part of the mention, or over all of it). Models and stage runs are kept in --work.
+over part of the mention, or over all of it), and a bound on completing the spans over part
+of a mention (completed_spans: what it would cover and add). Models and stage runs are kept in
+--work.
 """
 from __future__ import annotations
 
@@ -253,6 +255,69 @@ def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
     return {t: dict(sorted(f.items())) for t, f in sorted(out.items())}
 
 
+# A capitalized word: what completing a span takes in (below).
+_CAPITALIZED = re.compile(r"[A-Z][a-z]+(?:['’][a-z]+)?")
+_CAPITALIZED_BEFORE = re.compile(r"(?<![A-Za-z])[A-Z][a-z]+(?:['’][a-z]+)?\Z")
+
+
+def completed_spans(text: str, spans: list, lex) -> list:
+    """The spans, each grown over the capitalized words right beside it (one space apart, on its
+    line, not a common English word, not after a sentence's end): a bound on what completing a
+    name or place found in part would give, not a rule of the stage."""
+    out = []
+    for start, end in spans:
+        while True:
+            m = _CAPITALIZED.match(text, end + 1)
+            if text[end:end + 1] != " " or not m or lex.is_common(m.group().lower()):
+                break
+            end = m.end()
+        while start > 1 and text[start - 1] == " ":
+            low = max(0, start - 61)
+            m = _CAPITALIZED_BEFORE.search(text, low, start - 1)
+            if not m or lex.is_common(m.group().lower()):
+                break
+            k = m.start() - 1
+            while k >= 0 and text[k] == " ":
+                k -= 1
+            if k < 0 or text[k] in ".!?\n":        # the first word of a sentence
+                break
+            start = m.start()
+        out.append((start, end))
+    return out
+
+
+def completion_bound(model: dict, docs: list, gold: dict, leaks: list) -> dict:
+    """Of the mentions the stage leaves with a detector span over part of them, how many
+    completed_spans would cover, and how many other words it would add (all documents)."""
+    from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+    from pipeline.phi.lexicon import detector_lexicon
+    lex = detector_lexicon()
+    detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
+    spans, grown = {}, {}
+    for d in docs:
+        spans[d["id"]] = [(s, e) for s, e, _, _ in detector.spans(d["text"])]
+        grown[d["id"]] = completed_spans(d["text"], spans[d["id"]], lex)
+    texts = {d["id"]: d["text"] for d in docs}
+    part = covered = 0
+    for leak, same in mentions_left(gold, leaks):
+        text = texts[leak["id"]]
+        over = [m for m in same if any(s < m["end"] and e > m["start"] for s, e in spans[leak["id"]])]
+        if over and not any(_covered(spans[leak["id"]], m["start"], m["end"], text) for m in over):
+            part += 1
+            covered += any(_covered(grown[leak["id"]], m["start"], m["end"], text) for m in over)
+    words = added = 0
+    for doc_id, text in texts.items():
+        labelled = [(m["start"], m["end"]) for m in gold[doc_id]]
+        for m in re.finditer(r"\S+", text):
+            if any(a < m.end() and m.start() < b for a, b in labelled):
+                continue
+            words += 1
+            added += any(a < m.end() and m.start() < b for a, b in grown[doc_id]) and not any(
+                a < m.end() and m.start() < b for a, b in spans[doc_id])
+    return {"mentions_left_with_a_span_over_part": part, "of_them_covered_once_completed": covered,
+            "other_words": words, "other_words_the_completion_adds": added}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
@@ -286,6 +351,7 @@ def main() -> int:
             if v == "committed":
                 row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
                 row["committed_detector_on_mentions_left"] = detector_on_left(model, docs, gold, leaks)
+                row["committed_detector_spans_completed"] = completion_bound(model, docs, gold, leaks)
             print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
         report[name] = row
     report["measured"] = {"command": "python scripts/evaluation/detector_variants.py " + " ".join(sys.argv[1:]),
