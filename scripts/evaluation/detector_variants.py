@@ -260,21 +260,21 @@ _CAPITALIZED = re.compile(r"[A-Z][a-z]+(?:['’][a-z]+)?")
 _CAPITALIZED_BEFORE = re.compile(r"(?<![A-Za-z])[A-Z][a-z]+(?:['’][a-z]+)?\Z")
 
 
-def completed_spans(text: str, spans: list, lex) -> list:
+def completed_spans(text: str, spans: list, lex, common: bool = False) -> list:
     """The spans, each grown over the capitalized words right beside it (one space apart, on its
-    line, not a common English word, not after a sentence's end): a bound on what completing a
-    name or place found in part would give, not a rule of the stage."""
+    line, not after a sentence's end; with `common`, common English words too, else not): a bound
+    on what completing a name or place found in part would give, not a rule of the stage."""
     out = []
     for start, end in spans:
         while True:
             m = _CAPITALIZED.match(text, end + 1)
-            if text[end:end + 1] != " " or not m or lex.is_common(m.group().lower()):
+            if text[end:end + 1] != " " or not m or not common and lex.is_common(m.group().lower()):
                 break
             end = m.end()
         while start > 1 and text[start - 1] == " ":
             low = max(0, start - 61)
             m = _CAPITALIZED_BEFORE.search(text, low, start - 1)
-            if not m or lex.is_common(m.group().lower()):
+            if not m or not common and lex.is_common(m.group().lower()):
                 break
             k = m.start() - 1
             while k >= 0 and text[k] == " ":
@@ -286,7 +286,7 @@ def completed_spans(text: str, spans: list, lex) -> list:
     return out
 
 
-def completion_bound(model: dict, docs: list, gold: dict, leaks: list) -> dict:
+def completion_bound(model: dict, docs: list, gold: dict, leaks: list, common: bool) -> dict:
     """Of the mentions the stage leaves with a detector span over part of them, how many
     completed_spans would cover, and how many other words it would add (all documents)."""
     from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
@@ -296,7 +296,7 @@ def completion_bound(model: dict, docs: list, gold: dict, leaks: list) -> dict:
     spans, grown = {}, {}
     for d in docs:
         spans[d["id"]] = [(s, e) for s, e, _, _ in detector.spans(d["text"])]
-        grown[d["id"]] = completed_spans(d["text"], spans[d["id"]], lex)
+        grown[d["id"]] = completed_spans(d["text"], spans[d["id"]], lex, common)
     texts = {d["id"]: d["text"] for d in docs}
     part = covered = 0
     for leak, same in mentions_left(gold, leaks):
@@ -351,7 +351,9 @@ def main() -> int:
             if v == "committed":
                 row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
                 row["committed_detector_on_mentions_left"] = detector_on_left(model, docs, gold, leaks)
-                row["committed_detector_spans_completed"] = completion_bound(model, docs, gold, leaks)
+                row["committed_detector_spans_completed"] = {
+                    "over_capitalized_words_not_common": completion_bound(model, docs, gold, leaks, False),
+                    "over_any_capitalized_words": completion_bound(model, docs, gold, leaks, True)}
             print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
         report[name] = row
     report["measured"] = {"command": "python scripts/evaluation/detector_variants.py " + " ".join(sys.argv[1:]),
