@@ -1,7 +1,9 @@
-"""The training copies and the mention forms of scripts/evaluation/detector_variants.py."""
+"""The training copies, the mention forms and the span completion of
+scripts/evaluation/detector_variants.py."""
 from __future__ import annotations
 
-from scripts.evaluation.detector_variants import lower_line_copies, upper_word_copies, written_form
+from pipeline.phi.lexicon import detector_lexicon
+from scripts.evaluation.detector_variants import completed_spans, lower_line_copies, upper_word_copies, written_form
 
 TEXT = "Ann Lee went to Boston with her sister today.\nShe said they will meet Bob in Paris on the way home."
 SPANS = [(0, 7, "PER"), (16, 22, "LOC"), (70, 73, "PER"), (77, 82, "LOC")]
@@ -34,3 +36,13 @@ def test_upper_word_copies_are_the_same_on_every_run_and_leave_other_case_modes_
 def test_written_form_of_a_mention():
     assert [written_form(v) for v in ("#Boston", "BOSTON", "boston", "Boston", "McDonald", "J", "42")] == [
         "hashtag", "capitals", "lower_case", "capitalized", "capitalized", "capitalized", "no_letters"]
+
+
+def test_completed_spans_grow_over_capitalized_words_beside_them_but_not_a_sentences_first():
+    lex = detector_lexicon()
+    text = "We met Jane Fairfax at Highbury. Then Zelda Woodhouse came. Ragnar Lodbrok left the Sherwood Forest."
+    found = [(text.find(w), text.find(w) + len(w)) for w in ("Jane", "Woodhouse", "Lodbrok", "Sherwood")]
+    grown = [text[s:e] for s, e in completed_spans(text, found, lex)]
+    assert grown == ["Jane Fairfax", "Zelda Woodhouse", "Lodbrok", "Sherwood"]
+    everything = [text[s:e] for s, e in completed_spans(text, found, lex, common=True)]
+    assert everything == ["Jane Fairfax", "Zelda Woodhouse", "Lodbrok", "Sherwood Forest"]
