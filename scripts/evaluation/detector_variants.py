@@ -29,9 +29,7 @@ of a mention (completed_spans: what it would cover and add). Models and stage ru
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import random
 import re
 import sys
@@ -91,32 +89,13 @@ def upper_word_copies(examples: list, every: int = 4, share: float = 0.1) -> lis
 AUGMENT = {"lower_lines": lower_line_copies, "upper_words": upper_word_copies}
 
 
-def _examples(style: str, augment: str | None) -> list:
-    from scripts.models.train_phi_detector import examples
-    ex = examples(**CROSS_STYLES[style][2])
-    return AUGMENT[augment](ex) if augment else ex
-
-
-def train_crf(job: tuple) -> str:
-    """One model of a variant (job: work, variant, style, words), kept under a digest of its
-    training text, parameters and code."""
-    from pipeline.phi.detector import TRAIN_PARAMS, train
-    work, variant, style, words = job
+def train_crf(job: tuple) -> dict:
+    """Both models of a variant fitted without a style (job: work, variant, style), as the phi
+    options that load them, kept like eval_phi's held-out models."""
+    work, variant, style = job
     params, augment = CRF_VARIANTS[variant]
-    ex = _examples(style, augment)
-    h = hashlib.sha256(json.dumps({**TRAIN_PARAMS, **params}, sort_keys=True).encode())
-    for f in ("pipeline/phi/detector.py", "pipeline/phi/lexicon.py", "scripts/models/train_phi_detector.py"):
-        h.update((ROOT / f).read_bytes())
-    for text, spans, _ in ex:
-        h.update(text.encode() + json.dumps(spans).encode())
-    path = Path(work) / "models" / f"{variant}-{style}-{h.hexdigest()[:16]}{'' if words else '-word-free'}.crfsuite"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.process_time()
-        train(ex, path.with_suffix(".tmp"), params={**TRAIN_PARAMS, **params}, words=words)
-        os.replace(path.with_suffix(".tmp"), path)
-        print(f"[variants] {path.name}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
-    return str(path)
+    return detector_model(Path(work), f"{variant}-{style}", train_params=params,
+                          rewrite=AUGMENT[augment] if augment else None, **CROSS_STYLES[style][2])
 
 
 def committed_model(job: tuple) -> dict:
@@ -139,7 +118,8 @@ def train_spacy(job: tuple) -> str:
     if best.exists():
         return str(best)
     folder.mkdir(parents=True, exist_ok=True)
-    ex = _examples(style, None)
+    from scripts.models.train_phi_detector import examples
+    ex = examples(**CROSS_STYLES[style][2])
     random.Random(0).shuffle(ex)
     nlp = spacy.blank("en")
     bins = {"train": DocBin(), "dev": DocBin()}
@@ -327,13 +307,13 @@ def main() -> int:
     styles = args.styles.split(",")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    crf_jobs = [(str(work), v, s, w) for v in CRF_VARIANTS for s in styles for w in (True, False)]
+    crf_jobs = [(str(work), v, s) for v in CRF_VARIANTS for s in styles]
     with ProcessPoolExecutor(2) as pool:
         committed = pool.map(committed_model, [(str(work), s) for s in styles])
         crf_paths = list(pool.map(train_crf, crf_jobs))
         spacy_paths = list(pool.map(train_spacy, [(str(work), s) for s in styles]))
         committed = list(committed)
-    trained = {(v, s, w): p for (_, v, s, w), p in zip(crf_jobs, crf_paths)}
+    trained = {(v, s): model for (_, v, s), model in zip(crf_jobs, crf_paths)}
     report = {}
     for style, spacy_model in zip(styles, spacy_paths):
         name, load, example_args, trained_on = CROSS_STYLES[style]
@@ -341,8 +321,7 @@ def main() -> int:
         originals = {d["id"]: d["text"] for d in docs}
         models = {"committed": committed[styles.index(style)]}
         for v in CRF_VARIANTS:
-            models[v] = {"detector_path": trained[(v, style, True)],
-                         "word_free_detector_path": trained[(v, style, False)]}
+            models[v] = trained[(v, style)]
         row = {"input": where, "docs": len(docs), "trained_on": trained_on, "variants": {}}
         for v, model in models.items():
             outputs, _ = run_stage(docs, NOTES_CONFIG, work, f"{name}-{v}", model)

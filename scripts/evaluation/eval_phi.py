@@ -515,17 +515,23 @@ ASQ_GOLD = ROOT / "data/asq-dev/gold.json"
 CURVE = (0.05, 0.1, 0.2, 0.35, 0.6)
 
 
-def detector_model(work: Path, name: str, **example_args) -> dict[str, str]:
+def detector_model(work: Path, name: str, train_params: dict | None = None, rewrite=None,
+                   **example_args) -> dict[str, str]:
     """A detector trained like the committed one (scripts/models/train_phi_detector.py) on
-    examples(**example_args): both models, as the phi options that load them, kept in
-    work/models under a digest of their training text and code (a rerun with --work reuses them)."""
+    examples(**example_args) (passed through `rewrite` when given, with `train_params` over
+    TRAIN_PARAMS: scripts/evaluation/detector_variants.py): both models, as the phi options that
+    load them, kept in work/models under a digest of their training text, parameters and code (a
+    rerun with --work reuses them)."""
     import hashlib
 
     from pipeline.phi.detector import TRAIN_PARAMS, train
     from scripts.models.train_phi_detector import examples
 
     ex = examples(**example_args)
-    h = hashlib.sha256(json.dumps(TRAIN_PARAMS, sort_keys=True).encode())
+    if rewrite is not None:
+        ex = rewrite(ex)
+    params = {**TRAIN_PARAMS, **(train_params or {})}
+    h = hashlib.sha256(json.dumps(params, sort_keys=True).encode())
     for f in ("pipeline/phi/detector.py", "pipeline/phi/lexicon.py", "scripts/models/train_phi_detector.py"):
         h.update((ROOT / f).read_bytes())
     for text, spans, _ in ex:
@@ -537,7 +543,7 @@ def detector_model(work: Path, name: str, **example_args) -> dict[str, str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             print(f"[detector] training {name}{suffix} on {len(ex)} documents ...", file=sys.stderr, flush=True)
             t0 = time.process_time()
-            train(ex, path.with_suffix(".tmp"), words=words)
+            train(ex, path.with_suffix(".tmp"), params=params, words=words)
             os.replace(path.with_suffix(".tmp"), path)
             print(f"[detector] {name}{suffix}: {time.process_time() - t0:.0f} CPU-s", file=sys.stderr, flush=True)
         paths[option] = str(path)
