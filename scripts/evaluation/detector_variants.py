@@ -184,6 +184,26 @@ def _covered(spans: list, start: int, end: int, text: str) -> bool:
     return all(any(a <= start + m.start() < b for a, b in spans) for m in re.finditer(r"\w", text[start:end]))
 
 
+def _overlaps(spans: list, start: int, end: int) -> bool:
+    return any(a < end and start < b for a, b in spans)
+
+
+def other_words(texts: dict, gold: dict):
+    """(document id, word match) for every word outside the gold mentions."""
+    for doc_id, text in texts.items():
+        labelled = [(m["start"], m["end"]) for m in gold[doc_id]]
+        for m in re.finditer(r"\S+", text):
+            if not _overlaps(labelled, m.start(), m.end()):
+                yield doc_id, m
+
+
+def detector_spans(model: dict, docs: list) -> dict:
+    """{document id: [(start, end)]} of the detector alone (both models) at its default threshold."""
+    from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+    detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
+    return {d["id"]: [(s, e) for s, e, _, _ in detector.spans(d["text"])] for d in docs}
+
+
 def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list) -> dict:
     """What the spaCy model finds beside the stage's output: leaked mentions it covers, and
     other words it marks that the output still holds."""
@@ -196,34 +216,24 @@ def spacy_beside(model: str, docs: list, gold: dict, outputs: dict, leaks: list)
     recovered = sum(any(_covered(found[leak["id"]], m["start"], m["end"], texts[leak["id"]]) for m in same)
                     for leak, same in left)
     words = marked = still_there = 0
-    for doc_id, text in texts.items():
-        spans = [(m["start"], m["end"]) for m in gold[doc_id]]
-        out = outputs.get(doc_id, "")
-        for m in re.finditer(r"\S+", text):
-            if any(a < m.end() and m.start() < b for a, b in spans):
-                continue
-            words += 1
-            if any(a < m.end() and m.start() < b for a, b in found[doc_id]):
-                marked += 1
-                still_there += m.group() in out
+    for doc_id, m in other_words(texts, gold):
+        words += 1
+        if _overlaps(found[doc_id], m.start(), m.end()):
+            marked += 1
+            still_there += m.group() in outputs.get(doc_id, "")
     return {"mentions_left_by_the_stage": len(left), "of_them_found_by_spacy": recovered,
             "other_words": words, "other_words_marked_by_spacy": marked,
             "of_them_still_in_the_stage_output": still_there}
 
 
-def detector_on_left(model: dict, docs: list, gold: dict, leaks: list) -> dict:
+def detector_on_left(spans: dict, docs: list, gold: dict, leaks: list) -> dict:
     """For the mentions the stage leaves (those the leak rate counts), what the detector alone
-    made of them at its default threshold: no span (no token reaching the threshold), a span over
-    part of the mention, or over all of it (then a later step of the stage left it)."""
-    from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
-    detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
+    made of them (`spans`: detector_spans): no span (no token reaching the threshold), a span
+    over part of the mention, or over all of it (then a later step of the stage left it)."""
     texts = {d["id"]: d["text"] for d in docs}
-    spans: dict = {}
     out: dict = {}
     for leak, same in mentions_left(gold, leaks):
         text = texts[leak["id"]]
-        if leak["id"] not in spans:
-            spans[leak["id"]] = [(s, e) for s, e, _, _ in detector.spans(text)]
         what = "no_span"
         for m in same:
             over = [(s, e) for s, e in spans[leak["id"]] if s < m["end"] and e > m["start"]]
@@ -266,34 +276,24 @@ def completed_spans(text: str, spans: list, lex, common: bool = False) -> list:
     return out
 
 
-def completion_bound(model: dict, docs: list, gold: dict, leaks: list, common: bool) -> dict:
-    """Of the mentions the stage leaves with a detector span over part of them, how many
-    completed_spans would cover, and how many other words it would add (all documents)."""
-    from pipeline.phi.detector import DEFAULT_THRESHOLD, PhiDetector
+def completion_bound(spans: dict, docs: list, gold: dict, leaks: list, common: bool) -> dict:
+    """Of the mentions the stage leaves with a detector span (`spans`: detector_spans) over part
+    of them, how many completed_spans would cover, and how many other words it would add."""
     from pipeline.phi.lexicon import detector_lexicon
     lex = detector_lexicon()
-    detector = PhiDetector(model["detector_path"], DEFAULT_THRESHOLD, (model["word_free_detector_path"],))
-    spans, grown = {}, {}
-    for d in docs:
-        spans[d["id"]] = [(s, e) for s, e, _, _ in detector.spans(d["text"])]
-        grown[d["id"]] = completed_spans(d["text"], spans[d["id"]], lex, common)
     texts = {d["id"]: d["text"] for d in docs}
+    grown = {doc_id: completed_spans(text, spans[doc_id], lex, common) for doc_id, text in texts.items()}
     part = covered = 0
     for leak, same in mentions_left(gold, leaks):
         text = texts[leak["id"]]
-        over = [m for m in same if any(s < m["end"] and e > m["start"] for s, e in spans[leak["id"]])]
+        over = [m for m in same if _overlaps(spans[leak["id"]], m["start"], m["end"])]
         if over and not any(_covered(spans[leak["id"]], m["start"], m["end"], text) for m in over):
             part += 1
             covered += any(_covered(grown[leak["id"]], m["start"], m["end"], text) for m in over)
     words = added = 0
-    for doc_id, text in texts.items():
-        labelled = [(m["start"], m["end"]) for m in gold[doc_id]]
-        for m in re.finditer(r"\S+", text):
-            if any(a < m.end() and m.start() < b for a, b in labelled):
-                continue
-            words += 1
-            added += any(a < m.end() and m.start() < b for a, b in grown[doc_id]) and not any(
-                a < m.end() and m.start() < b for a, b in spans[doc_id])
+    for doc_id, m in other_words(texts, gold):
+        words += 1
+        added += _overlaps(grown[doc_id], m.start(), m.end()) and not _overlaps(spans[doc_id], m.start(), m.end())
     return {"mentions_left_with_a_span_over_part": part, "of_them_covered_once_completed": covered,
             "other_words": words, "other_words_the_completion_adds": added}
 
@@ -329,10 +329,11 @@ def main() -> int:
             row["variants"][v] = _summary(score(originals, outputs, gold, leaks=leaks), gold, leaks)
             if v == "committed":
                 row["spacy_ner_beside_committed"] = spacy_beside(spacy_model, docs, gold, outputs, leaks)
-                row["committed_detector_on_mentions_left"] = detector_on_left(model, docs, gold, leaks)
+                spans = detector_spans(model, docs)
+                row["committed_detector_on_mentions_left"] = detector_on_left(spans, docs, gold, leaks)
                 row["committed_detector_spans_completed"] = {
-                    "over_capitalized_words_not_common": completion_bound(model, docs, gold, leaks, False),
-                    "over_any_capitalized_words": completion_bound(model, docs, gold, leaks, True)}
+                    "over_capitalized_words_not_common": completion_bound(spans, docs, gold, leaks, False),
+                    "over_any_capitalized_words": completion_bound(spans, docs, gold, leaks, True)}
             print(f"[variants] {name} {v}: {row['variants'][v]['mention_leak']}", file=sys.stderr, flush=True)
         report[name] = row
     report["measured"] = {"command": "python scripts/evaluation/detector_variants.py " + " ".join(sys.argv[1:]),
