@@ -13,6 +13,8 @@ from pipeline.phi.detector import (
     EDGE_WORDS,
     PhiDetector,
     alphanumeric_pieces,
+    featurize,
+    featurize_joined,
     glued_letters,
     tokenize,
 )
@@ -40,6 +42,21 @@ def test_the_word_free_model_reads_no_word_and_the_pair_takes_the_larger_margina
     assert both == [max(a, b) for a, b in zip(p_words, p_free)]
     # each model is the larger somewhere: their errors differ
     assert any(a > b for a, b in zip(p_words, p_free)) and any(b > a for a, b in zip(p_words, p_free))
+
+
+def test_one_sequence_of_every_feature_gives_each_model_its_own_marginals(detector):
+    # token_probabilities gives both models one sequence with the words' features: the
+    # word-free model's marginals must be those of its own features alone, bit for bit.
+    text = "pt seen by Dr. Ada Walsh at Mercy; wife Bo called from tromsø.\nPLAN: f/u w KOWALCZYK 3/4. " + TEXT
+    toks = tokenize(text)
+    joined = featurize_joined(text, toks)
+    assert joined == featurize(text, toks, words=True)
+    assert len(joined[0]) > len(featurize(text, toks, words=False)[0])
+    word_free = PhiDetector(DEFAULT_WORD_FREE_MODEL).models[0].tagger
+    word_free.set(featurize(text, toks, words=False))
+    alone = [[word_free.marginal(label, i) for label in word_free.labels()] for i in range(len(toks))]
+    word_free.set(joined)
+    assert alone == [[word_free.marginal(label, i) for label in word_free.labels()] for i in range(len(toks))]
 
 
 def test_alphanumeric_pieces_are_the_letters_glued_to_digits():

@@ -92,12 +92,15 @@ COUNTED_NOUNS = frozenset("""week weeks day days month months year years time vi
 level step dose session round wave period arm group part section figure table chapter version""".split())
 
 
+_DROP_LOWER = str.maketrans("", "", "abcdefghijklmnopqrstuvwxyz")
+
+
 def case_mode(text: str) -> str:
     """'upper' for ALL-CAPS text, 'lower' for lower-case text, else 'mixed'."""
     letters = re.sub(r"[^A-Za-z]", "", text[:4000])
     if not letters:
         return "mixed"
-    upper = sum(1 for c in letters if c.isupper()) / len(letters)
+    upper = len(letters.translate(_DROP_LOWER)) / len(letters)
     return "upper" if upper > 0.6 else "lower" if upper < 0.02 else "mixed"
 
 
@@ -236,6 +239,18 @@ def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None =
 def featurize_parts(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
                     ents: list[tuple[int, int, str]] | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """(word-free features, word features) per token, in one pass: both models' features."""
+    return _features(text, toks, lex, ents, joined=False)
+
+
+def featurize_joined(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
+                     ents: list[tuple[int, int, str]] | None = None) -> list[list[str]]:
+    """Per token its word-free features followed by its word features: featurize(words=True),
+    built without a second list per token."""
+    return _features(text, toks, lex, ents, joined=True)[0]
+
+
+def _features(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None,
+              ents: list[tuple[int, int, str]] | None, joined: bool) -> tuple[list[list[str]], list[list[str]]]:
     wf = _word_features(lex or detector_lexicon())
     n = len(toks)
     mode = case_mode(text)
@@ -336,8 +351,11 @@ def featurize_parts(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | 
         if j > i + 1:
             f += ["nwx=" + t for t in info[j][0]]
             fw.append("nw=" + lows[j])
+        if joined:
+            f += fw
+        else:
+            word_feats.append(fw)
         feats.append(f)
-        word_feats.append(fw)
     return feats, word_feats
 
 
@@ -467,13 +485,17 @@ class PhiDetector:
         toks = tokenize(text)
         if not toks:
             return toks, [], []
+        import pycrfsuite
         p_phi, lean = [0.0] * len(toks), [0.0] * len(toks)
-        parts = {}
+        # One sequence of every feature for all the models that read the same entities: a
+        # word-free model ignores the words' features (crfsuite skips attributes a model does
+        # not have), so the features are built and converted once, with the same scores.
+        sequences = {}
         for tagger, per, loc, uses_entities, words in self.models:
-            if uses_entities not in parts:
-                parts[uses_entities] = featurize_parts(text, toks, self.lex, ents if uses_entities else None)
-            word_free, word_only = parts[uses_entities]
-            tagger.set([f + w for f, w in zip(word_free, word_only)] if words else word_free)
+            if uses_entities not in sequences:
+                sequences[uses_entities] = pycrfsuite.ItemSequence(
+                    featurize_joined(text, toks, self.lex, ents if uses_entities else None))
+            tagger.set(sequences[uses_entities])
             for i in range(len(toks)):
                 p = 1.0 - tagger.marginal("O", i)
                 if p > p_phi[i]:
