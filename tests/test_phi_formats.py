@@ -474,3 +474,20 @@ def test_digits_of_other_scripts_and_full_width_forms_are_read_as_ascii(clinical
     outs, _, _ = clinical.redact_batch(texts)
     assert outs[0] == "Seen on <|DATE|> for follow-up, dose \u0665 mg.", outs[0]
     assert outs[1] == "Admitted <|DATE|>, call <|PHONE|>\u3000today.", outs[1]
+
+
+def test_signatures_at_a_line_end_are_found_where_their_gate_passes():
+    """mark_signatures scans for "..., RN" at a line's end only in notes where the role and the
+    line end stand (_SIGN_TAIL_ROLE): every match of the full pattern holds one, so the gate never
+    skips a signature the full pattern finds."""
+    from pipeline.phi.lexicon import lexicon
+    from pipeline.phi.notes import _SIGN_TAIL, _SIGN_TAIL_ROLE, find_names
+    signed = ["Resting comfortably.\nK. Oduya, RN\n", "plan as above\nmarta vinter rrt", "Stable. T Hale ,  R.N.  \nCont.",
+              "Family in.\nAsha Pell BSN", "Will return\n"]
+    for text in signed + ["No signature here; RN notified of the change.", TEXT_WITH_NO_ROLE]:
+        assert bool(list(_SIGN_TAIL.finditer(text))) <= bool(_SIGN_TAIL_ROLE.search(text)), text
+    names = " | ".join(text[s:e].lower() for text in signed for s, e in find_names(text, lexicon()))
+    assert all(name in names for name in ("oduya", "marta vinter", "asha pell")), names
+
+
+TEXT_WITH_NO_ROLE = "Afebrile, HR 80s, BP 120/70. Tolerating diet, ambulating in hall.\n"

@@ -68,6 +68,10 @@ CUE_WORDS = TITLE | RELATION_CUES | VERB_CUES
 _ROLE_AFTER = re.compile(r"(?<=[A-Za-z])[ \t]*,?[ \t]+(?:NP|PA-C|RN|MD|RRT|CRT|LPN|LICSW|LCSW|MSW|CNS|SRNA)\b")
 _SIGN_TAIL = re.compile(r"\s*[,.]?\s*(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|MSW|LICSW|LCSW|CCRN|BSN|SN|SRNA)\b"
                         r"[^\S\n]*(?:\n|$)", re.I)
+# Its role and line end alone: every match of _SIGN_TAIL holds one, and most notes have none, so
+# the leading whitespace (tried at every position of the note) is scanned for only where one is.
+_SIGN_TAIL_ROLE = re.compile(r"(?:RN|R\.N\.|RRT|CRT|MD|M\.D\.|NP|PA-C|LPN|MSW|LICSW|LCSW|CCRN|BSN|SN|SRNA)\b"
+                             r"[^\S\n]*(?:\n|$)", re.I)
 
 
 def case_mode(text: str) -> str:
@@ -305,7 +309,8 @@ class _NoteWords:
         """Up to three words on a line before ", RN" / " RRT" at the line's end, or before a role
         anywhere ("PER WARREN KAVALIUNAS NP")."""
         text, toks, lows = self.text, self.toks, self.lows
-        for m in list(_SIGN_TAIL.finditer(text)) + list(_ROLE_AFTER.finditer(text)):
+        tails = list(_SIGN_TAIL.finditer(text)) if _SIGN_TAIL_ROLE.search(text) else []
+        for m in tails + list(_ROLE_AFTER.finditer(text)):
             i, end = _token_before(toks, m.start()), m.start()
             for _ in range(4):
                 if i is None or i < 0 or "\n" in text[toks[i][1] : end]:
