@@ -823,6 +823,26 @@ ORDINAL_DAY = re.compile(
     r"|\b(?:on|since|until|till|by|before|after|due|dated?|seen|f/u|admitted|discharged)\s+"
     r"(?P<w>(?:[12]?\d|3[01])(?:st|nd|rd|th))(?=[ \t]*(?:[.,;:)\n]|$|and\b|at\b|@))"
 )
+# Days written as prose writes them: "March the 3rd", "the 5th day of June", and the last day of
+# a range after a month ("August 12-14", "Sept 3 to 5th"), which the month-day rules leave.
+DAY_IN_PROSE = re.compile(
+    rf"(?i)\b(?:{_MONTH_FULL}|{_MONTH_ABBR}\.?|may)[ \t]+the[ \t]+(?:[12]?\d|3[01])(?:st|nd|rd|th)\b"
+    rf"|\b(?:[12]?\d|3[01])(?:st|nd|rd|th)[ \t]+day[ \t]+of[ \t]+(?:{_MONTH_FULL}|{_MONTH_ABBR}\b\.?|may\b)"
+)
+MONTH_DAY_SPAN = re.compile(
+    rf"(?i)\b(?:{_MONTH_FULL}|{_MONTH_ABBR}\.?)[ \t]+(?:[12]?\d|3[01])(?:st|nd|rd|th)?[ \t]*(?:-|–|to|through|thru)"
+    rf"[ \t]*(?:[12]?\d|3[01])(?:st|nd|rd|th)?\b(?![-/.:,]?\d|[ \t]*(?:%|mg|mcg|ml|cc|units?|hours?|hrs?|days?|"
+    rf"weeks?|times|years?|yrs?|cm|mm|kg|lbs?)\b)"
+)
+# A month alone after a word that places it in someone's time ("last June", "since October",
+# "mid-March", "in May"): written with its capital, or in lower case where the month is no other
+# word (not "may", "march").
+_DEICTIC = r"(?i:last|next|this|since|until|till|early|late|mid|in|during|by)"
+MONTH_ALONE = re.compile(
+    rf"(?<![A-Za-z]){_DEICTIC}(?:[ \t]+|-)(?P<v>(?:January|February|March|April|May|June|July|August|September|"
+    rf"October|November|December)|(?:january|february|april|june|july|august|september|october|november|"
+    rf"december))\b(?![-'’]\w)"
+)
 VENT_BEFORE = re.compile(
     r"(?i)(?:ps|psv|cpap|peep|imv|simv|bipap|bi-pap|ips|epap|ipap|vent\w*|settings?|mask|"
     r"trial|ac|tv|fio2|mode|ps/peep|peep/ps|cpap/ps|cpap\+ps|on|of|to|x|@|and)\W{0,3}$"
@@ -983,8 +1003,10 @@ class ClinicalDateRecognizer(RuleRecognizer):
             s, e = m.span("v")
             if month_day_is_date(text[:s] + text[s:e].replace("-", "/") + text[e:], s, e):
                 out.append(RecognizerResult("DATE_TIME", s, e, 0.7))
-        for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR, DAY_RANGE_MONTH):
+        for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR, DAY_RANGE_MONTH,
+                      DAY_IN_PROSE, MONTH_DAY_SPAN):
             out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in regex.finditer(text)]
+        out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in MONTH_ALONE.finditer(text)]
         return out
 
 
