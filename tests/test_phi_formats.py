@@ -225,6 +225,8 @@ OTHER_STYLES = [
      ["March the 3rd", "5th", "June", "August", "14"]),
     ("She fell last June, and since october the pain is worse; early March it eased.",
      ["June", "october", "March"]),
+    ("remind me on november twenty; lunch on may fifth; the twenty second april meeting; see you august fourth",
+     ["november twenty", "may fifth", "twenty second april", "august fourth"]),
     # a postal code right beside a place, whatever the order and the country's layout
     ("I moved to VESTBY 1540 last year, then to Kraków 31-142; 10115 Berlin; Dublin D02 X285.",
      ["1540", "31-142", "10115", "D02 X285"]),
@@ -241,7 +243,8 @@ def test_other_styles_of_names_places_and_dates(clinical):
     assert "@home" in out and "@10am" in out
     # a month word that is no date stays: the verb, the modal, a count of days in a range of doses
     kept = ["They march on; it may rain in may.", "Give 2-4 mg on days 12-14 of the cycle.",
-            "Last, he said the march was long."]
+            "Last, he said the march was long.", "we march one by one; you may first want to rest",
+            "the second may be worse, in the third march of the war", "Give one tab for two weeks."]
     outs, _, _ = clinical.redact_batch(kept)
     assert outs == kept, outs
 

@@ -834,6 +834,25 @@ MONTH_DAY_SPAN = re.compile(
     rf"[ \t]*(?:[12]?\d|3[01])(?:st|nd|rd|th)?\b(?![-/.:,]?\d|[ \t]*(?:%|mg|mcg|ml|cc|units?|hours?|hrs?|days?|"
     rf"weeks?|times|years?|yrs?|cm|mm|kg|lbs?)\b)"
 )
+# Days spoken and written in words beside a month, without "the ... of" ("march seven", "april
+# twenty two", "fifteenth april", "twenty second april", "may fifth"): a month that is also another
+# word (may, march, and the abbreviations jan, mar, dec) only after a word that dates ("on", "for"),
+# and never after its day ("the third march").
+_DAY_CARDINAL = (r"(?:(?:twenty|thirty)(?:[- ](?:one|two|three|four|five|six|seven|eight|nine))?|one|two|three|four|"
+                 r"five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
+                 r"eighteen|nineteen)")
+_DAY_ORDINAL = (r"(?:(?:twenty|thirty)[- ](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|first|"
+                r"second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+                r"fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth)")
+_MONTH_PLAIN = (r"(?:january|february|april|june|july|august|september|october|november|december|feb|apr|jun|jul|"
+                r"aug|sept?|oct|nov)")
+_MONTH_AFTER_CUE = (r"(?:(?<=\bon\s)|(?<=\bfor\s)|(?<=\bby\s)|(?<=\buntil\s)|(?<=\btill\s)|(?<=\bsince\s)|"
+                    r"(?<=\bfrom\s)|(?<=\bbefore\s)|(?<=\bafter\s)|(?<=\bevery\s))(?:march|may|jan|mar|dec)")
+DAY_IN_WORDS = re.compile(
+    rf"(?i)\b(?:{_MONTH_PLAIN}|{_MONTH_AFTER_CUE})\.?[ \t]+(?:{_DAY_ORDINAL}|{_DAY_CARDINAL})\b"
+    rf"(?![- ]?(?:thousand|hundred))"
+    rf"|\b{_DAY_ORDINAL}[ \t]+{_MONTH_PLAIN}\b"
+)
 # A month alone after a word that places it in someone's time ("last June", "since October",
 # "mid-March", "in May"): written with its capital, or in lower case where the month is no other
 # word (not "may", "march").
@@ -1004,7 +1023,7 @@ class ClinicalDateRecognizer(RuleRecognizer):
             if month_day_is_date(text[:s] + text[s:e].replace("-", "/") + text[e:], s, e):
                 out.append(RecognizerResult("DATE_TIME", s, e, 0.7))
         for regex in (APOSTROPHE_YEAR, YEAR_APOSTROPHE, MONTH_DAY_DOT_YEAR, MONTH_DAY_PAIR, DAY_RANGE_MONTH,
-                      DAY_IN_PROSE, MONTH_DAY_SPAN):
+                      DAY_IN_PROSE, MONTH_DAY_SPAN, DAY_IN_WORDS):
             out += [RecognizerResult("DATE_TIME", *m.span(), 0.7) for m in regex.finditer(text)]
         out += [RecognizerResult("DATE_TIME", *m.span("v"), 0.7) for m in MONTH_ALONE.finditer(text)]
         return out
