@@ -14,7 +14,6 @@ from pipeline.phi.detector import (
     PhiDetector,
     alphanumeric_pieces,
     featurize,
-    featurize_joined,
     glued_letters,
     tokenize,
 )
@@ -49,11 +48,11 @@ def test_one_sequence_of_every_feature_gives_each_model_its_own_marginals(detect
     # word-free model's marginals must be those of its own features alone, bit for bit.
     text = "pt seen by Dr. Ada Walsh at Mercy; wife Bo called from tromsø.\nPLAN: f/u w KOWALCZYK 3/4. " + TEXT
     toks = tokenize(text)
-    joined = featurize_joined(text, toks)
-    assert joined == featurize(text, toks, words=True)
-    assert len(joined[0]) > len(featurize(text, toks, words=False)[0])
+    joined, free = featurize(text, toks), featurize(text, toks, words=False)
+    # the word-free features first, then the words': one list for both models
+    assert all(full[:len(own)] == own and len(full) > len(own) for full, own in zip(joined, free))
     word_free = PhiDetector(DEFAULT_WORD_FREE_MODEL).models[0].tagger
-    word_free.set(featurize(text, toks, words=False))
+    word_free.set(free)
     alone = [[word_free.marginal(label, i) for label in word_free.labels()] for i in range(len(toks))]
     word_free.set(joined)
     assert alone == [[word_free.marginal(label, i) for label in word_free.labels()] for i in range(len(toks))]

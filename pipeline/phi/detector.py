@@ -230,27 +230,15 @@ def _word_features(lex: Lexicon) -> _WordFeatures:
 
 def featurize(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
               ents: list[tuple[int, int, str]] | None = None, words: bool = True) -> list[list[str]]:
-    """Feature strings per token. `ents`: (start, end, label) of spaCy entities, when given;
-    `words`: False leaves out the words themselves (the word-free model's features)."""
-    word_free, word_only = featurize_parts(text, toks, lex, ents)
-    return [f + w for f, w in zip(word_free, word_only)] if words else word_free
-
-
-def featurize_parts(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
-                    ents: list[tuple[int, int, str]] | None = None) -> tuple[list[list[str]], list[list[str]]]:
-    """(word-free features, word features) per token, in one pass: both models' features."""
-    return _features(text, toks, lex, ents, joined=False)
-
-
-def featurize_joined(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None = None,
-                     ents: list[tuple[int, int, str]] | None = None) -> list[list[str]]:
-    """Per token its word-free features followed by its word features: featurize(words=True),
-    built without a second list per token."""
-    return _features(text, toks, lex, ents, joined=True)[0]
+    """Feature strings per token: the word-free features, then (unless `words` is False: the
+    word-free model's features) the words themselves. `ents`: (start, end, label) of spaCy
+    entities, when given. The word-free features come first, so a word-free model reads the full
+    list as its own (crfsuite skips attributes a model does not have)."""
+    return _features(text, toks, lex, ents, words)
 
 
 def _features(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None,
-              ents: list[tuple[int, int, str]] | None, joined: bool) -> tuple[list[list[str]], list[list[str]]]:
+              ents: list[tuple[int, int, str]] | None, with_words: bool) -> list[list[str]]:
     wf = _word_features(lex or detector_lexicon())
     n = len(toks)
     mode = case_mode(text)
@@ -312,7 +300,7 @@ def _features(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None,
             last = i
     coded = alphanumeric_pieces(toks)
     head = ["bias", "m=" + mode]
-    feats, word_feats = [], []
+    feats = []
     for i in range(n):
         tags, own, _, sh, own_words, _ = info[i]
         f = head + ["lm=" + line_mode[i]] + own + wf.with_mode(line_mode[i], sh, tags)
@@ -351,12 +339,10 @@ def _features(text: str, toks: list[tuple[int, int, str]], lex: Lexicon | None,
         if j > i + 1:
             f += ["nwx=" + t for t in info[j][0]]
             fw.append("nw=" + lows[j])
-        if joined:
+        if with_words:
             f += fw
-        else:
-            word_feats.append(fw)
         feats.append(f)
-    return feats, word_feats
+    return feats
 
 
 def _edge_word(w: str) -> bool:
@@ -491,10 +477,10 @@ class PhiDetector:
         # word-free model ignores the words' features (crfsuite skips attributes a model does
         # not have), so the features are built and converted once, with the same scores.
         sequences = {}
-        for tagger, per, loc, uses_entities, words in self.models:
+        for tagger, per, loc, uses_entities, _ in self.models:
             if uses_entities not in sequences:
                 sequences[uses_entities] = pycrfsuite.ItemSequence(
-                    featurize_joined(text, toks, self.lex, ents if uses_entities else None))
+                    featurize(text, toks, self.lex, ents if uses_entities else None))
             tagger.set(sequences[uses_entities])
             for i in range(len(toks)):
                 p = 1.0 - tagger.marginal("O", i)
