@@ -15,6 +15,7 @@ from presidio_analyzer import EntityRecognizer, RecognizerResult
 
 from pipeline.phi.eponyms import EPONYM_HEADS
 from pipeline.phi.lexicon import CLINICAL_SHORTHAND, lexicon
+from pipeline.phi.recognizers import _ORDINAL_WORD
 
 TOKEN = re.compile(r"[A-Za-zÀ-ÖØ-öø-ÿĀ-ſ]+(?:['’][A-Za-z]+)?")
 # Titles; "dr" and "mr" are read in any case ("DR GRIMES", "spoke with dr. peruzzi").
@@ -841,17 +842,14 @@ MONTH_DAY_SPAN = re.compile(
 _DAY_CARDINAL = (r"(?:(?:twenty|thirty)(?:[- ](?:one|two|three|four|five|six|seven|eight|nine))?|one|two|three|four|"
                  r"five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
                  r"eighteen|nineteen)")
-_DAY_ORDINAL = (r"(?:(?:twenty|thirty)[- ](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)|first|"
-                r"second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
-                r"fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth)")
 _MONTH_PLAIN = (r"(?:january|february|april|june|july|august|september|october|november|december|feb|apr|jun|jul|"
                 r"aug|sept?|oct|nov)")
 _MONTH_AFTER_CUE = (r"(?:(?<=\bon\s)|(?<=\bfor\s)|(?<=\bby\s)|(?<=\buntil\s)|(?<=\btill\s)|(?<=\bsince\s)|"
                     r"(?<=\bfrom\s)|(?<=\bbefore\s)|(?<=\bafter\s)|(?<=\bevery\s))(?:march|may|jan|mar|dec)")
 DAY_IN_WORDS = re.compile(
-    rf"(?i)\b(?:{_MONTH_PLAIN}|{_MONTH_AFTER_CUE})\.?[ \t]+(?:{_DAY_ORDINAL}|{_DAY_CARDINAL})\b"
+    rf"(?i)\b(?:{_MONTH_PLAIN}|{_MONTH_AFTER_CUE})\.?[ \t]+(?:{_ORDINAL_WORD}|{_DAY_CARDINAL})\b"
     rf"(?![- ]?(?:thousand|hundred))"
-    rf"|\b{_DAY_ORDINAL}[ \t]+{_MONTH_PLAIN}\b"
+    rf"|\b{_ORDINAL_WORD}[ \t]+{_MONTH_PLAIN}\b"
 )
 # A month alone after a word that places it in someone's time ("last June", "since October",
 # "mid-March", "in May"): written with its capital, or in lower case where the month is no other
